@@ -1,0 +1,61 @@
+# rmqstore — every target sets itself up from nothing: venv, packages, protos, system packages.
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STORE ?= ./data/store
+PROTOS := $(wildcard protos/rmqstore/v1/*.proto)
+PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup protos system-deps run test soak bench lint fmt clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev,spark]'
+	touch $@
+
+rmqstore/v1/%_pb2.py: protos/rmqstore/v1/%.proto $(VENV)/.installed
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $<
+
+protos: $(PB2) ## generate Python code from protos/
+
+system-deps: ## install what Debian must provide (Java for Spark, Prometheus for its test)
+	@missing=""; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$( [ "$$(id -u)" = 0 ] || echo sudo ) \
+	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+
+setup: $(VENV)/.installed protos ## create .venv, install packages, generate protos
+
+run: setup ## start every service on ./data/store (Ctrl-C stops them)
+	$(BIN)/rmqstore serve --store $(STORE)
+
+test: setup system-deps ## the whole test suite (about 10 minutes on 2 cores)
+	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)
+
+soak: setup system-deps ## long reliability suites
+	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
+
+bench: setup system-deps ## benchmarks; writes benchmarks/results/*.json and prints tables
+	$(BIN)/python -m benchmarks
+
+lint: setup ## ruff and mypy
+	$(BIN)/ruff check rmqstore services pipelines tests benchmarks
+	$(BIN)/mypy rmqstore services pipelines
+
+fmt: setup ## format the code
+	$(BIN)/ruff format rmqstore services pipelines tests benchmarks
+
+clean: ## remove the venv and generated code
+	rm -rf $(VENV) rmqstore/v1/*_pb2*.py rmqstore/v1/*_pb2*.pyi

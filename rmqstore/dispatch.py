@@ -1,0 +1,72 @@
+"""The dispatch record: what the commitlog writer hands every builder for one stored record."""
+
+from typing import NamedTuple
+
+from rmqstore import delay
+from rmqstore.formats import commitlog
+from rmqstore.formats import properties as props_fmt
+from rmqstore.formats.javahash import tags_code as tag_hash
+from rmqstore.layout import SCHEDULE_TOPIC
+
+
+class DispatchRecord(NamedTuple):
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phy_offset: int
+    size: int
+    tags_code: int
+    store_timestamp: int
+    keys: str
+    uniq_key: str
+    sys_flag: int
+    prepared_transaction_offset: int
+
+
+def tags_code(topic: str, props: dict[str, str], store_timestamp: int) -> int:
+    """Consume-queue tags code: delivery time on the schedule topic, else the tag hash."""
+    if topic == SCHEDULE_TOPIC:
+        level = props.get(props_fmt.DELAY, "")
+        if level.lstrip("-").isdigit() and int(level) > 0:
+            return store_timestamp + delay.delay_ms(int(level))
+    return tag_hash(props.get(props_fmt.TAGS))
+
+
+def from_record(r: commitlog.Record) -> DispatchRecord:
+    p = r.property_map
+    return DispatchRecord(
+        topic=r.topic,
+        queue_id=r.queue_id,
+        queue_offset=r.queue_offset,
+        phy_offset=r.physical_offset,
+        size=r.total_size,
+        tags_code=tags_code(r.topic, p, r.store_timestamp),
+        store_timestamp=r.store_timestamp,
+        keys=p.get(props_fmt.KEYS, ""),
+        uniq_key=p.get(props_fmt.UNIQ_KEY, ""),
+        sys_flag=r.sys_flag,
+        prepared_transaction_offset=r.prepared_transaction_offset,
+    )
+
+
+def goes_to_consume_queue(sys_flag: int) -> bool:
+    """Only non-transactional and committed records get a consume-queue unit."""
+    return commitlog.transaction_type(sys_flag) in (
+        commitlog.TRANSACTION_NOT_TYPE,
+        commitlog.TRANSACTION_COMMIT_TYPE,
+    )
+
+
+def index_keys(d: DispatchRecord) -> list[str]:
+    """Index keys of a record: ``topic#UNIQ_KEY`` and ``topic#k`` per non-empty KEYS token.
+
+    Rollback records are not indexed.
+    """
+    if commitlog.transaction_type(d.sys_flag) == commitlog.TRANSACTION_ROLLBACK_TYPE:
+        return []
+    out = []
+    if d.uniq_key:
+        out.append(f"{d.topic}#{d.uniq_key}")
+    if d.keys:
+        out.extend(f"{d.topic}#{k}" for k in d.keys.split(" ") if k)
+    return out

@@ -1,0 +1,305 @@
+"""Commitlog record (RocketMQ 4.9 ``MessageDecoder`` layout, magic v1; v2 is read too).
+
+Big-endian. Offsets for IPv4 born and store hosts; each IPv6 host shifts what follows by 12.
+┌────┬──────────────────────────────┐
+│  0 │ total size (int32)           │ whole record, this field included
+│  4 │ magic (int32)                │ 0xDAA320A7 v1 (1-byte topic length), 0xDAA320AB v2
+│  8 │ body CRC (int32)             │ zlib CRC-32 of the body with bit 31 cleared
+│ 12 │ queue id (int32)             │
+│ 16 │ flag (int32)                 │ producer flag
+│ 20 │ queue offset (int64)         │ index in the consume queue
+│ 28 │ physical offset (int64)      │ commitlog byte offset of this record
+│ 36 │ sys flag (int32)             │ compressed / tx type / IPv6 bits
+│ 40 │ born timestamp (int64)       │
+│ 48 │ born host (4+4 or 16+4)      │
+│ 56 │ store timestamp (int64)      │
+│ 64 │ store host (4+4 or 16+4)     │
+│ 72 │ reconsume times (int32)      │
+│ 76 │ prepared tx offset (int64)   │
+│ 84 │ body length (int32) + body   │
+│    │ topic length (int8|int16)+topic (UTF-8)
+│    │ properties length (int16) + properties (UTF-8, see properties.py)
+└────┴──────────────────────────────┘
+End of segment: when a record does not fit with 8 bytes to spare, an 8-byte blank record
+``[int32 bytes left in the segment][int32 0xCBD43194]`` is written and the rest left as is.
+"""
+
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from rmqstore.errors import CorruptRecordError
+from rmqstore.formats import properties as props_fmt
+from rmqstore.formats.hosts import Host, unpack_host
+
+MAGIC_V1 = -626843481  # 0xDAA320A7
+MAGIC_V2 = -626843477  # 0xDAA320AB
+BLANK_MAGIC = -875286124  # 0xCBD43194
+BLANK = struct.Struct(">ii")  # bytes left in the segment, BLANK_MAGIC
+BLANK_SIZE = BLANK.size  # 8: every segment keeps room for it
+
+# total size, magic, body crc, queue id, flag, queue offset, physical offset, sys flag, born ts
+HEAD = struct.Struct(">iiiiiqqiq")
+HEAD_SIZE = HEAD.size  # 48, the born host follows
+TOTAL_SIZE_AT = 0
+MAGIC_AT = 4
+QUEUE_OFFSET_AT = 20
+PHYSICAL_OFFSET_AT = 28
+SYS_FLAG_AT = 36
+_INT = struct.Struct(">i")
+_LONG = struct.Struct(">q")
+_SHORT = struct.Struct(">h")
+_TAIL = struct.Struct(">iqi")  # reconsume times, prepared tx offset, body length
+
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+
+MAX_TOPIC_BYTES = 127
+DEFAULT_MAX_MESSAGE_SIZE = 4 * 1024 * 1024
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """RocketMQ's BODYCRC: CRC-32 with the top bit cleared."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def host_len(sys_flag: int, flag_bit: int) -> int:
+    return 20 if sys_flag & flag_bit else 8
+
+
+def store_timestamp_at(sys_flag: int) -> int:
+    """Byte position of STORETIMESTAMP inside a record with this sys flag."""
+    return HEAD_SIZE + host_len(sys_flag, BORNHOST_V6_FLAG)
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0,
+                magic: int = MAGIC_V1) -> int:
+    """``calMsgLength``: 91 + body + topic + properties for v1 with IPv4 hosts."""
+    return (
+        HEAD_SIZE
+        + host_len(sys_flag, BORNHOST_V6_FLAG)
+        + 8
+        + host_len(sys_flag, STOREHOST_V6_FLAG)
+        + 4 + 8 + 4 + max(body_len, 0)
+        + (1 if magic == MAGIC_V1 else 2) + topic_len
+        + 2 + max(props_len, 0)
+    )
+
+
+def transaction_type(sys_flag: int) -> int:
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+@dataclass(slots=True)
+class Record:
+    """One decoded commitlog record. ``properties`` is the exact string stored."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    properties: str = ""
+    flag: int = 0
+    queue_offset: int = 0
+    physical_offset: int = 0
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: Host = Host(b"\x7f\x00\x00\x01", 0)
+    store_timestamp: int = 0
+    store_host: Host = Host(b"\x7f\x00\x00\x01", 10911)
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    body_crc: int = 0
+    total_size: int = 0
+    magic: int = MAGIC_V1
+    _props: dict[str, str] | None = field(default=None, repr=False)
+
+    @property
+    def property_map(self) -> dict[str, str]:
+        if self._props is None:
+            self._props = props_fmt.parse(self.properties)
+        return self._props
+
+    @property
+    def keys(self) -> str:
+        return self.property_map.get(props_fmt.KEYS, "")
+
+    @property
+    def tags(self) -> str:
+        return self.property_map.get(props_fmt.TAGS, "")
+
+    @property
+    def uniq_key(self) -> str:
+        return self.property_map.get(props_fmt.UNIQ_KEY, "")
+
+
+def encode(r: Record) -> bytes:
+    """Encode a record; ``total_size`` and ``body_crc`` are computed, the v6 bits set."""
+    sys_flag = r.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+    if r.born_host.is_v6:
+        sys_flag |= BORNHOST_V6_FLAG
+    if r.store_host.is_v6:
+        sys_flag |= STOREHOST_V6_FLAG
+    topic = r.topic.encode()
+    props = r.properties.encode()
+    if len(topic) > MAX_TOPIC_BYTES:
+        raise CorruptRecordError(f"topic is {len(topic)} bytes, v1 records hold at most 127")
+    if len(props) > props_fmt.MAX_PROPERTIES_LENGTH:
+        raise CorruptRecordError(f"properties are {len(props)} bytes, at most 32767")
+    total = record_size(len(r.body), len(topic), len(props), sys_flag)
+    return b"".join(
+        (
+            HEAD.pack(total, MAGIC_V1, body_crc(r.body), r.queue_id, r.flag, r.queue_offset,
+                      r.physical_offset, sys_flag, r.born_timestamp),
+            r.born_host.pack(),
+            _LONG.pack(r.store_timestamp),
+            r.store_host.pack(),
+            _TAIL.pack(r.reconsume_times, r.prepared_transaction_offset, len(r.body)),
+            r.body,
+            bytes((len(topic),)),
+            topic,
+            _SHORT.pack(len(props)),
+            props,
+        )
+    )
+
+
+def patch(buf: bytearray | memoryview, at: int, queue_offset: int, physical_offset: int,
+          store_timestamp: int, sys_flag: int) -> None:
+    """Fill the fields the writer assigns under its append lock, in place."""
+    _LONG.pack_into(buf, at + QUEUE_OFFSET_AT, queue_offset)
+    _LONG.pack_into(buf, at + PHYSICAL_OFFSET_AT, physical_offset)
+    _LONG.pack_into(buf, at + store_timestamp_at(sys_flag), store_timestamp)
+
+
+class Header(NamedTuple):
+    total_size: int
+    magic: int
+
+
+def peek(buf: bytes | memoryview | bytearray, at: int = 0) -> Header:
+    """Total size and magic at ``at``; raises CorruptRecordError if fewer than 8 bytes."""
+    if len(buf) - at < 8:
+        raise CorruptRecordError("fewer than 8 bytes left for a record header", at)
+    size, magic = BLANK.unpack_from(buf, at)
+    return Header(size, magic)
+
+
+def blank(bytes_left: int) -> bytes:
+    return BLANK.pack(bytes_left, BLANK_MAGIC)
+
+
+def decode(buf: bytes | memoryview | bytearray, at: int = 0, check_crc: bool = True,
+           base_offset: int | None = None) -> Record:
+    """Decode the record starting at ``buf[at]`` with every sanity check RocketMQ makes.
+
+    ``base_offset`` (the segment's start offset) names the position in errors.
+    """
+    where = at if base_offset is None else base_offset + at
+    end = len(buf)
+    try:
+        (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = (
+            HEAD.unpack_from(buf, at)
+        )
+        if magic not in (MAGIC_V1, MAGIC_V2):
+            raise CorruptRecordError(f"illegal magic code {magic & 0xFFFFFFFF:#010x}", where)
+        if total <= 0 or at + total > end:
+            raise CorruptRecordError(
+                f"record size {total} runs past the data ({end - at} bytes left)", where, total
+            )
+        p = at + HEAD_SIZE
+        born = unpack_host(buf, p, bool(sys_flag & BORNHOST_V6_FLAG))
+        p += len(born.ip) + 4
+        (store_ts,) = _LONG.unpack_from(buf, p)
+        p += 8
+        store = unpack_host(buf, p, bool(sys_flag & STOREHOST_V6_FLAG))
+        p += len(store.ip) + 4
+        reconsume, prep_tx, body_len = _TAIL.unpack_from(buf, p)
+        p += _TAIL.size
+        if body_len < 0 or p + body_len > at + total:
+            raise CorruptRecordError(f"body length {body_len} does not fit", where, total)
+        body = bytes(buf[p : p + body_len])
+        p += body_len
+        if magic == MAGIC_V1:
+            topic_len = buf[p]
+            topic_len = topic_len - 256 if topic_len > 127 else topic_len
+            p += 1
+        else:
+            (topic_len,) = _SHORT.unpack_from(buf, p)
+            p += 2
+        if topic_len < 0:
+            raise CorruptRecordError(f"negative topic length {topic_len}", where, total)
+        topic = bytes(buf[p : p + topic_len]).decode()
+        p += topic_len
+        (props_len,) = _SHORT.unpack_from(buf, p)
+        p += 2
+        if props_len < 0:
+            raise CorruptRecordError(f"negative properties length {props_len}", where, total)
+        properties = bytes(buf[p : p + props_len]).decode()
+        p += props_len
+    except (struct.error, IndexError, UnicodeDecodeError) as e:
+        raise CorruptRecordError(f"truncated or garbled record: {e}", where) from e
+    expected = record_size(body_len, topic_len, props_len, sys_flag, magic)
+    if expected != total or p - at != total:
+        raise CorruptRecordError(
+            f"record size {total} does not match its fields ({expected})", where, total
+        )
+    if check_crc and body_len > 0 and body_crc(body) != crc:
+        raise CorruptRecordError(f"body CRC {crc} does not match the body", where, total)
+    return Record(
+        topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
+        queue_offset=queue_offset, physical_offset=phy, sys_flag=sys_flag,
+        born_timestamp=born_ts, born_host=born, store_timestamp=store_ts, store_host=store,
+        reconsume_times=reconsume, prepared_transaction_offset=prep_tx, body_crc=crc,
+        total_size=total, magic=magic,
+    )
+
+
+class Blank(NamedTuple):
+    """The end-of-segment marker found at ``position`` within a segment."""
+
+    position: int
+    declared_size: int
+
+
+def iter_segment(buf: bytes | memoryview | bytearray, start: int = 0, limit: int | None = None,
+                 check_crc: bool = True, base_offset: int = 0):
+    """Yield (position, Record) then stop at a blank record, zeros or the limit.
+
+    A corrupt record raises CorruptRecordError carrying its offset (base_offset + position),
+    after every good record before it was yielded.
+    """
+    end = len(buf) if limit is None else limit
+    pos = start
+    while pos + 8 <= end:
+        size, magic = BLANK.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            return
+        if size == 0 and magic == 0:
+            return
+        rec = decode(buf, pos, check_crc, base_offset)
+        yield pos, rec
+        pos += rec.total_size
+
+
+def scan_end(buf: bytes | memoryview | bytearray, start: int = 0, check_crc: bool = True,
+             base_offset: int = 0) -> tuple[int, Blank | None, CorruptRecordError | None]:
+    """Where the valid data of a segment ends: (end position, blank marker, first error)."""
+    pos = start
+    try:
+        for pos_, rec in iter_segment(buf, start, None, check_crc, base_offset):
+            pos = pos_ + rec.total_size
+    except CorruptRecordError as e:
+        return pos, None, e
+    if pos + 8 <= len(buf):
+        size, magic = BLANK.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            return pos, Blank(pos, size), None
+    return pos, None, None

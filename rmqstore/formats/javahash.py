@@ -1,0 +1,89 @@
+"""Java hashing as RocketMQ uses it, over UTF-16 code units.
+
+* ``java_hash(s)``: ``String.hashCode()`` as a signed 32-bit int.
+* ``index_hash(s)``: ``abs(hashCode)`` with ``Integer.MIN_VALUE`` mapped to 0 (index files).
+* ``tags_code(tags)``: the consume-queue tags code, the tag hash sign-extended to 64 bits.
+* ``index_hashes(keys)``: ``index_hash`` of many keys at once with numpy.
+"""
+
+from collections.abc import Sequence
+
+import numpy as np
+
+_MASK = 0xFFFFFFFF
+_MIN_INT = -(1 << 31)
+
+
+def _to_signed(h: int) -> int:
+    return h - (1 << 32) if h & 0x80000000 else h
+
+
+def java_hash(s: str) -> int:
+    """``String.hashCode()``: h = 31*h + unit over UTF-16 units, as signed int32."""
+    h = 0
+    if s.isascii():
+        for ch in s.encode("ascii"):
+            h = (31 * h + ch) & _MASK
+        return _to_signed(h)
+    data = s.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & _MASK
+    return _to_signed(h)
+
+
+def index_hash(key: str) -> int:
+    """Index-file key hash: ``Math.abs(hashCode)``, 0 when that overflows."""
+    h = java_hash(key)
+    return 0 if h == _MIN_INT else abs(h)
+
+
+def tags_code(tags: str | None) -> int:
+    """Consume-queue tags code of a TAGS value: its hash as a signed 64-bit value; 0 if empty."""
+    return java_hash(tags) if tags else 0
+
+
+def utf16_len(s: str) -> int:
+    """Java ``String.length()``: characters outside the BMP count twice."""
+    return len(s) if s.isascii() else len(s.encode("utf-16-be")) // 2
+
+
+_POW31 = np.ones(1, dtype=np.uint64)
+
+
+def _powers(n: int) -> np.ndarray:
+    """31**k mod 2**32 for k in [0, n)."""
+    global _POW31
+    if len(_POW31) < n:
+        p = np.empty(max(n, 2 * len(_POW31)), dtype=np.uint64)
+        acc = 1
+        for k in range(len(p)):
+            p[k] = acc
+            acc = (acc * 31) & _MASK
+        _POW31 = p
+    return _POW31[:n]
+
+
+def index_hashes(keys: Sequence[str]) -> np.ndarray:
+    """``index_hash`` of every key, vectorized; returns int32 values (all >= 0)."""
+    n = len(keys)
+    if n == 0:
+        return np.zeros(0, dtype=np.int32)
+    joined = "".join(keys)
+    if joined.isascii():
+        units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint64)
+        lengths = np.fromiter((len(k) for k in keys), dtype=np.int64, count=n)
+    else:
+        units = np.frombuffer(joined.encode("utf-16-be"), dtype=">u2").astype(np.uint64)
+        lengths = np.fromiter((utf16_len(k) for k in keys), dtype=np.int64, count=n)
+    ends = np.cumsum(lengths)
+    # unit j of key i has weight 31**(end_i - 1 - j); uint64 sums wrap mod 2**64, a multiple
+    # of 2**32, so prefix-sum differences stay exact modulo 2**32.
+    key_of_unit = np.repeat(np.arange(n), lengths)
+    exps = ends[key_of_unit] - 1 - np.arange(len(units))
+    products = units * _powers(int(lengths.max(initial=0)) + 1)[exps]
+    prefix = np.concatenate((np.zeros(1, dtype=np.uint64), np.cumsum(products, dtype=np.uint64)))
+    sums = prefix[ends] - prefix[ends - lengths]
+    h = (sums & _MASK).astype(np.uint32).view(np.int32).astype(np.int64)
+    out = np.abs(h)
+    out[h == _MIN_INT] = 0
+    return out.astype(np.int32)

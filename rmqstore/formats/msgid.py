@@ -1,0 +1,98 @@
+"""Message ids.
+
+Offset message id (broker-made), hex upper-case, 32 or 56 characters:
+┌────────────────────────┬─────────────────┬───────────────────────────┐
+│ store ip (4 or 16 B)   │ port (int32)    │ commitlog offset (int64)  │
+└────────────────────────┴─────────────────┴───────────────────────────┘
+
+UNIQ_KEY (client-made), 32 or 56 characters:
+┌──────────────┬────────────┬───────────────────────┬──────────────────────────┬───────────────┐
+│ ip (4/16 B)  │ pid (int16)│ class-loader hash (i32)│ ms since month start(u32)│ counter(int16)│
+└──────────────┴────────────┴───────────────────────┴──────────────────────────┴───────────────┘
+"""
+
+import datetime as dt
+import itertools
+import os
+import struct
+import time
+
+from rmqstore.errors import InvalidArgumentError
+
+_PORT_OFFSET = struct.Struct(">iq")
+_UNIQ_TAIL = struct.Struct(">HiIH")  # pid, class-loader hash, ms since month start, counter
+OFFSET_ID_LENGTHS = (32, 56)
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def offset_msg_id(store_ip: bytes, store_port: int, phy_offset: int) -> str:
+    return (store_ip + _PORT_OFFSET.pack(store_port, phy_offset)).hex().upper()
+
+
+def _hex_bytes(msg_id: str) -> bytes:
+    if not msg_id or not set(msg_id) <= _HEX or len(msg_id) % 2:
+        raise InvalidArgumentError(f"message id {msg_id!r} is not hexadecimal")
+    return bytes.fromhex(msg_id)
+
+
+def decode_offset_msg_id(msg_id: str) -> tuple[bytes, int, int]:
+    """Return (store ip bytes, store port, commitlog offset) of an offset message id."""
+    if len(msg_id) not in OFFSET_ID_LENGTHS:
+        raise InvalidArgumentError(
+            f"offset message id must have 32 or 56 hex characters, got {len(msg_id)}"
+        )
+    raw = _hex_bytes(msg_id)
+    ip_len = len(raw) - _PORT_OFFSET.size
+    port, offset = _PORT_OFFSET.unpack_from(raw, ip_len)
+    return raw[:ip_len], port, offset
+
+
+def month_start_ms(now_ms: int) -> int:
+    """Local-time 00:00 on day 1 of the month containing ``now_ms``."""
+    t = dt.datetime.fromtimestamp(now_ms / 1000).astimezone()
+    start = t.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    return int(start.timestamp() * 1000)
+
+
+def _previous_month_start(month_start: int) -> int:
+    return month_start_ms(month_start - 1)
+
+
+class UniqKeyGenerator:
+    """Makes UNIQ_KEYs the way RocketMQ's client does (ip, pid, loader hash, time, counter)."""
+
+    def __init__(self, ip: bytes = b"\x7f\x00\x00\x01", pid: int | None = None) -> None:
+        self._prefix = ip
+        self._pid = (os.getpid() if pid is None else pid) & 0xFFFF
+        self._loader = id(self) & 0x7FFFFFFF
+        self._counter = itertools.count()
+        self._month_start = 0
+        self._next_month = 0
+
+    def next(self, now_ms: int | None = None) -> str:
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if not self._month_start <= now < self._next_month:
+            self._month_start = month_start_ms(now)
+            self._next_month = month_start_ms(self._month_start + 32 * 86_400_000)
+        diff = now - self._month_start
+        tail = _UNIQ_TAIL.pack(
+            self._pid, self._loader, diff & 0xFFFFFFFF, next(self._counter) & 0xFFFF
+        )
+        return (self._prefix + tail).hex().upper()
+
+
+def uniq_key_time(uniq_key: str, now_ms: int | None = None) -> int:
+    """Approximate creation time (ms) inside a UNIQ_KEY, as RocketMQ's ``getNearlyTimeFromID``."""
+    if len(uniq_key) not in OFFSET_ID_LENGTHS:
+        raise InvalidArgumentError(
+            f"unique key must have 32 or 56 hex characters, got {len(uniq_key)}"
+        )
+    raw = _hex_bytes(uniq_key)
+    ip_len = len(raw) - _UNIQ_TAIL.size
+    (span,) = struct.unpack_from(">I", raw, ip_len + 6)
+    now = int(time.time() * 1000) if now_ms is None else now_ms
+    start = month_start_ms(now)
+    t = start + span
+    if t >= now:
+        t = _previous_month_start(start) + span
+    return t

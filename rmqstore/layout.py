@@ -1,0 +1,101 @@
+"""The store directory, laid out exactly as RocketMQ 4.9 lays it out.
+
+<root>/commitlog/<20-digit offset>          commitlog segments
+<root>/consumequeue/<topic>/<queueId>/<20-digit byte offset>
+<root>/index/<yyyyMMddHHmmssSSS>             index files
+<root>/checkpoint  <root>/abort  <root>/lock
+<root>/rmqstore/<builder>.progress           our builders' durable progress (not RocketMQ's)
+"""
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqstore.errors import InvalidArgumentError
+from rmqstore.formats.javahash import utf16_len
+
+TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9_%|-]+$")
+MAX_TOPIC_LENGTH = 127
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+
+
+def validate_topic(topic: str) -> str:
+    """A topic becomes a directory name: only ``[A-Za-z0-9_%|-]``, 1..127 characters."""
+    if not topic:
+        raise InvalidArgumentError("topic is empty")
+    if utf16_len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidArgumentError(
+            f"topic is {utf16_len(topic)} characters long, at most {MAX_TOPIC_LENGTH}"
+        )
+    if not TOPIC_PATTERN.match(topic):
+        raise InvalidArgumentError(
+            f"topic {topic!r} has characters outside [A-Za-z0-9_%|-]"
+        )
+    return topic
+
+
+def index_file_name(timestamp_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` of a store time, in UTC (a rebuild must reproduce it)."""
+    t = dt.datetime.fromtimestamp(timestamp_ms / 1000, tz=dt.UTC)
+    return t.strftime("%Y%m%d%H%M%S") + f"{timestamp_ms % 1000:03d}"
+
+
+_INDEX_NAME = re.compile(r"^\d{17}$")
+
+
+def is_index_file_name(name: str) -> bool:
+    return bool(_INDEX_NAME.match(name))
+
+
+@dataclass(frozen=True)
+class StoreLayout:
+    root: Path
+
+    @classmethod
+    def of(cls, root: str | Path) -> "StoreLayout":
+        return cls(Path(root))
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.root / "commitlog"
+
+    @property
+    def consumequeue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    def queue_dir(self, topic: str, queue_id: int) -> Path:
+        validate_topic(topic)
+        return self.consumequeue_dir / topic / str(queue_id)
+
+    @property
+    def index_dir(self) -> Path:
+        return self.root / "index"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def abort(self) -> Path:
+        return self.root / "abort"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    def progress(self, builder: str) -> Path:
+        return self.root / "rmqstore" / f"{builder}.progress"
+
+    def queues(self) -> list[tuple[str, int, Path]]:
+        """Every (topic, queue id, dir) under consumequeue/ whose names are valid."""
+        out = []
+        if not self.consumequeue_dir.is_dir():
+            return out
+        for tdir in sorted(self.consumequeue_dir.iterdir()):
+            if not tdir.is_dir() or not TOPIC_PATTERN.match(tdir.name):
+                continue
+            for qdir in sorted(tdir.iterdir()):
+                if qdir.is_dir() and qdir.name.isdigit():
+                    out.append((tdir.name, int(qdir.name), qdir))
+        return out
