@@ -41,6 +41,17 @@ def index_file_name(timestamp_ms: int) -> str:
     return t.strftime("%Y%m%d%H%M%S") + f"{timestamp_ms % 1000:03d}"
 
 
+def unique_index_file_name(first_timestamp_ms: int, taken: set[str]) -> str:
+    """Name of a new index file: its first entry's store time, plus 1 ms until it is unique.
+
+    The online index builder and the rebuild pipeline both name files with this rule.
+    """
+    t = first_timestamp_ms
+    while (name := index_file_name(t)) in taken:
+        t += 1
+    return name
+
+
 _INDEX_NAME = re.compile(r"^\d{17}$")
 
 

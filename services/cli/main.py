@@ -5,7 +5,7 @@ import importlib
 import sys
 
 # module name -> it defines register(subparsers) adding one or more subcommands
-COMMAND_MODULES = ("serve", "put", "inspect", "query")
+COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline")
 
 
 def build_parser() -> argparse.ArgumentParser:

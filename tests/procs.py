@@ -1,0 +1,76 @@
+"""Start real service processes for integration tests.
+
+Every service's ``__main__`` prints one line ``rmqstore <name> listening on HOST:PORT`` on
+stdout once it serves (``--listen 127.0.0.1:0`` picks a free port).
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class ServiceProcess:
+    proc: subprocess.Popen
+    address: str
+    lines: list[str] = field(default_factory=list)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 20) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def start(module: str, *args: str, timeout: float = 60.0, env: dict | None = None) -> ServiceProcess:
+    """Run ``python -m <module> <args>`` and wait for its listening line."""
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+    )
+    lines: list[str] = []
+    found = threading.Event()
+    address: list[str] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line.rstrip("\n"))
+            if not found.is_set() and " listening on " in line:
+                address.append(line.rsplit(" listening on ", 1)[1].strip())
+                found.set()
+        found.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    deadline = time.monotonic() + timeout
+    while not found.wait(0.05):
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise TimeoutError(f"{module} did not start:\n" + "\n".join(lines[-30:]))
+    if not address:
+        proc.wait(5)
+        raise RuntimeError(f"{module} exited ({proc.returncode}):\n" + "\n".join(lines[-30:]))
+    return ServiceProcess(proc, address[0], lines)
