@@ -62,11 +62,16 @@ def index_keys(d: DispatchRecord) -> list[str]:
 
     Rollback records are not indexed.
     """
-    if commitlog.transaction_type(d.sys_flag) == commitlog.TRANSACTION_ROLLBACK_TYPE:
+    return index_keys_of(d.topic, d.uniq_key, d.keys, d.sys_flag)
+
+
+def index_keys_of(topic: str, uniq_key: str, keys: str, sys_flag: int) -> list[str]:
+    """``index_keys`` from the columns of a record (builders work on columnar batches)."""
+    if commitlog.transaction_type(sys_flag) == commitlog.TRANSACTION_ROLLBACK_TYPE:
         return []
     out = []
-    if d.uniq_key:
-        out.append(f"{d.topic}#{d.uniq_key}")
-    if d.keys:
-        out.extend(f"{d.topic}#{k}" for k in d.keys.split(" ") if k)
+    if uniq_key:
+        out.append(f"{topic}#{uniq_key}")
+    if keys:
+        out.extend(f"{topic}#{k}" for k in keys.split(" ") if k)
     return out

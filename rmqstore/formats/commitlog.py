@@ -262,6 +262,50 @@ def decode(buf: bytes | memoryview | bytearray, at: int = 0, check_crc: bool = T
     )
 
 
+class RecordHead(NamedTuple):
+    """The fields of a record that locate it in its queue, read without decoding the rest."""
+
+    position: int
+    size: int
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    topic: str
+
+
+def iter_heads(buf: bytes | memoryview | bytearray, start: int = 0, end: int | None = None,
+               base_offset: int = 0):
+    """Walk records by their lengths only (no CRC, no properties) until a blank or zeros.
+
+    Raises CorruptRecordError where the walk cannot continue.
+    """
+    end = len(buf) if end is None else end
+    pos = start
+    unpack = HEAD.unpack_from
+    while pos + HEAD_SIZE <= end:
+        total, magic, _crc, qid, _flag, qo, _phy, sys_flag, _born = unpack(buf, pos)
+        if magic == BLANK_MAGIC or (magic == 0 and total == 0):
+            return
+        if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0 or pos + total > end:
+            raise CorruptRecordError(
+                f"bad record header (size {total}, magic {magic & 0xFFFFFFFF:#010x})",
+                base_offset + pos, total,
+            )
+        p = pos + 76 + host_len(sys_flag, BORNHOST_V6_FLAG) + host_len(sys_flag, STOREHOST_V6_FLAG)
+        (body_len,) = _INT.unpack_from(buf, p)
+        p += 4 + body_len
+        if magic == MAGIC_V1:
+            topic_len = buf[p]
+            p += 1
+        else:
+            (topic_len,) = _SHORT.unpack_from(buf, p)
+            p += 2
+        if body_len < 0 or p + topic_len > pos + total:
+            raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
+        yield RecordHead(pos, total, qid, qo, sys_flag, bytes(buf[p : p + topic_len]).decode())
+        pos += total
+
+
 class Blank(NamedTuple):
     """The end-of-segment marker found at ``position`` within a segment."""
 

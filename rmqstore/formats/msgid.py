@@ -16,11 +16,12 @@ import itertools
 import os
 import struct
 import time
+from typing import NamedTuple
 
 from rmqstore.errors import InvalidArgumentError
 
 _PORT_OFFSET = struct.Struct(">iq")
-_UNIQ_TAIL = struct.Struct(">HiIH")  # pid, class-loader hash, ms since month start, counter
+_UNIQ_TAIL = struct.Struct(">HIIH")  # pid, class-loader hash, ms since month start, counter
 OFFSET_ID_LENGTHS = (32, 56)
 _HEX = frozenset("0123456789abcdefABCDEF")
 
@@ -58,6 +59,31 @@ def _previous_month_start(month_start: int) -> int:
     return month_start_ms(month_start - 1)
 
 
+class UniqKeyParts(NamedTuple):
+    ip: bytes  # 4 or 16 bytes
+    pid: int  # low 16 bits of the process id
+    class_loader_hash: int  # as an unsigned 32-bit value
+    ms_since_month_start: int  # unsigned 32-bit
+    counter: int  # low 16 bits
+
+
+def uniq_key(ip: bytes, pid: int, class_loader_hash: int, ms_since_month_start: int,
+             counter: int) -> str:
+    """One UNIQ_KEY from its parts, each truncated to its field width as Java's casts do."""
+    tail = _UNIQ_TAIL.pack(pid & 0xFFFF, class_loader_hash & 0xFFFFFFFF,
+                           ms_since_month_start & 0xFFFFFFFF, counter & 0xFFFF)
+    return (ip + tail).hex().upper()
+
+
+def uniq_key_parts(key: str) -> UniqKeyParts:
+    """Split a UNIQ_KEY (32 or 56 hex characters) into its fields."""
+    if len(key) not in OFFSET_ID_LENGTHS:
+        raise InvalidArgumentError(f"unique key must have 32 or 56 hex characters, got {len(key)}")
+    raw = _hex_bytes(key)
+    ip_len = len(raw) - _UNIQ_TAIL.size
+    return UniqKeyParts(raw[:ip_len], *_UNIQ_TAIL.unpack_from(raw, ip_len))
+
+
 class UniqKeyGenerator:
     """Makes UNIQ_KEYs the way RocketMQ's client does (ip, pid, loader hash, time, counter)."""
 
@@ -75,10 +101,7 @@ class UniqKeyGenerator:
             self._month_start = month_start_ms(now)
             self._next_month = month_start_ms(self._month_start + 32 * 86_400_000)
         diff = now - self._month_start
-        tail = _UNIQ_TAIL.pack(
-            self._pid, self._loader, diff & 0xFFFFFFFF, next(self._counter) & 0xFFFF
-        )
-        return (self._prefix + tail).hex().upper()
+        return uniq_key(self._prefix, self._pid, self._loader, diff, next(self._counter))
 
 
 def uniq_key_time(uniq_key: str, now_ms: int | None = None) -> int:

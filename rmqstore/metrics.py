@@ -1,0 +1,569 @@
+"""Every Prometheus metric of every rmqstore service, defined in one place.
+
+Each service builds one registry, the metric group it owns on that registry, and serves it::
+
+    from rmqstore import metrics
+
+    registry = metrics.new_registry("commitlog")           # process metrics + build info
+    m = metrics.WriterMetrics(registry)
+    m.watch_store(store_root)                               # filesystem size/free, read at scrape
+    server = metrics.start_metrics_server(args.metrics_port, registry)   # None when port is 0
+
+    with m.put_latency.time():
+        result = appender.put(msg)
+    m.puts.labels(topic=result.topic, status="ok").inc()
+    m.max_offset.set(appender.max_offset)
+    ...
+    if server:
+        server.stop()                                       # on SIGTERM, after the gRPC drain
+
+The builders (``BuilderMetrics("consume-queue", registry)``, ``IndexBuilderMetrics(registry)``)
+and the query service (``QueryMetrics(registry)``) work the same way. Every attribute is a
+plain prometheus_client object (Counter, Gauge, Histogram, or a builder's labelled child of
+one), so services call ``inc``/``set``/``observe``/``time`` on it and nothing else.
+
+Conventions: names start with ``rmqstore_``, values are in base units (bytes, seconds, ratios
+0..1), counters end in ``_total``. Builder metrics carry a ``builder`` label equal to the
+builder's subscriber name on the dispatch stream (``consume-queue``, ``index``), the same
+value the writer uses for ``rmqstore_writer_subscriber_lag_bytes{builder=...}``, so the
+writer's view and the builder's view of one builder line up on a dashboard. Several metric
+groups may share one registry (``rmqstore serve`` runs everything in one process): builder
+families are created once per registry and each builder gets its labelled children.
+
+Nothing here runs on import; no metric lives in prometheus_client's global registry.
+"""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from http.server import ThreadingHTTPServer
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+from weakref import WeakKeyDictionary
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    start_http_server,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from rmqstore.errors import InvalidArgumentError
+
+# Put/flush latencies: 100 µs (async put in page cache) .. 10 s (a stalled disk).
+IO_LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0, 10.0,
+)
+# Query latencies: 500 µs (one consume-queue read) .. 30 s (a budget-bound key scan).
+QUERY_LATENCY_BUCKETS = (
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+)
+# Hash-chain lengths and hops: powers of two up to RocketMQ's default max hits scale.
+CHAIN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
+# Records per dispatch batch / results per query.
+COUNT_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+
+WRITER = "commitlog"
+CONSUME_QUEUE_BUILDER = "consume-queue"
+INDEX_BUILDER = "index"
+
+
+def _version() -> str:
+    try:
+        return metadata.version("rmqstore")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def new_registry(service: str, process: bool = True) -> CollectorRegistry:
+    """A fresh registry with ``rmqstore_build_info{service,version}`` and process metrics.
+
+    ``process`` adds prometheus_client's ``process_*`` (CPU, memory, fds; Linux only) and
+    ``python_info`` collectors.
+    """
+    registry = CollectorRegistry(auto_describe=True)
+    info = Gauge(
+        "rmqstore_build_info",
+        "Always 1; labels name the service and the rmqstore version.",
+        ["service", "version"],
+        registry=registry,
+    )
+    info.labels(service=service, version=_version()).set(1)
+    if process:
+        ProcessCollector(registry=registry)
+        PlatformCollector(registry=registry)
+    return registry
+
+
+class FilesystemCollector(Collector):
+    """Size and free space of the filesystem holding a directory, read at every scrape."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def collect(self) -> Iterator[Metric]:
+        size = GaugeMetricFamily(
+            "rmqstore_store_filesystem_size_bytes",
+            "Size of the filesystem holding the store.",
+            labels=["path"],
+        )
+        avail = GaugeMetricFamily(
+            "rmqstore_store_filesystem_avail_bytes",
+            "Bytes available to the store on its filesystem.",
+            labels=["path"],
+        )
+        try:
+            usage = shutil.disk_usage(self.path)
+        except OSError:
+            return
+        size.add_metric([str(self.path)], usage.total)
+        avail.add_metric([str(self.path)], usage.free)
+        yield size
+        yield avail
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+class WriterMetrics:
+    """The commitlog writer: puts, bytes, offsets, flushes, segments, subscribers, recovery."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+        self._watched: set[Path] = set()
+        r = registry
+        self.puts = Counter(
+            "rmqstore_writer_puts_total",
+            "Messages put, by topic as stored and outcome "
+            "(ok, invalid_argument, resource_exhausted, flush_timeout, error).",
+            ["topic", "status"],
+            registry=r,
+        )
+        self.put_latency = Histogram(
+            "rmqstore_writer_put_latency_seconds",
+            "Time from receiving a Put/PutBatch to answering it (includes group commit "
+            "under sync flush).",
+            buckets=IO_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.put_batch_messages = Histogram(
+            "rmqstore_writer_put_batch_messages",
+            "Messages per PutBatch call.",
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.bytes_written = Counter(
+            "rmqstore_writer_written_bytes_total",
+            "Commitlog bytes appended (records plus end-of-segment blanks).",
+            registry=r,
+        )
+        self.min_offset = Gauge(
+            "rmqstore_writer_min_offset_bytes", "First commitlog offset still on disk.", registry=r
+        )
+        self.max_offset = Gauge(
+            "rmqstore_writer_max_offset_bytes", "End of the last record written.", registry=r
+        )
+        self.flushed_offset = Gauge(
+            "rmqstore_writer_flushed_offset_bytes",
+            "End of the last record known durable.",
+            registry=r,
+        )
+        self.flush_latency = Histogram(
+            "rmqstore_writer_flush_duration_seconds",
+            "Duration of one commitlog flush (msync/fsync of dirty pages).",
+            buckets=IO_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.flushed_bytes = Counter(
+            "rmqstore_writer_flushed_bytes_total", "Commitlog bytes made durable.", registry=r
+        )
+        self.segments = Gauge(
+            "rmqstore_writer_segments", "Commitlog segment files on disk.", registry=r
+        )
+        self.commitlog_disk_bytes = Gauge(
+            "rmqstore_writer_commitlog_disk_bytes",
+            "Bytes of commitlog segment files (preallocated size).",
+            registry=r,
+        )
+        self.segment_size = Gauge(
+            "rmqstore_writer_segment_size_bytes", "Configured commitlog segment size.", registry=r
+        )
+        self.reads = Counter(
+            "rmqstore_writer_read_records_total",
+            "Records served by ReadRecords, by outcome (ok, out_of_range, error).",
+            ["status"],
+            registry=r,
+        )
+        self.read_bytes = Counter(
+            "rmqstore_writer_read_bytes_total", "Record bytes served by ReadRecords.", registry=r
+        )
+        self.subscribers = Gauge(
+            "rmqstore_writer_subscribers",
+            "Open dispatch-stream subscriptions, by subscriber name.",
+            ["builder"],
+            registry=r,
+        )
+        self.subscriber_lag = Gauge(
+            "rmqstore_writer_subscriber_lag_bytes",
+            "Writer max offset minus the offset the builder last acknowledged as durable.",
+            ["builder"],
+            registry=r,
+        )
+        self.subscriber_acked_offset = Gauge(
+            "rmqstore_writer_subscriber_acked_offset_bytes",
+            "Offset up to which a builder acknowledged durable output.",
+            ["builder"],
+            registry=r,
+        )
+        self.dispatched_records = Counter(
+            "rmqstore_writer_dispatched_records_total",
+            "Dispatch records sent on the Subscribe stream, by subscriber.",
+            ["builder"],
+            registry=r,
+        )
+        self.recovering = Gauge(
+            "rmqstore_writer_recovering", "1 while start-up recovery runs, else 0.", registry=r
+        )
+        self.recovery_progress = Gauge(
+            "rmqstore_writer_recovery_progress_ratio",
+            "Fraction (0..1) of the commitlog bytes to check that recovery has checked.",
+            registry=r,
+        )
+        self.recovery_scanned_bytes = Gauge(
+            "rmqstore_writer_recovery_scanned_bytes",
+            "Commitlog bytes recovery has checked so far.",
+            registry=r,
+        )
+        self.recovery_duration = Gauge(
+            "rmqstore_writer_recovery_duration_seconds",
+            "Duration of the last completed start-up recovery.",
+            registry=r,
+        )
+        self.recovery_truncated_bytes = Counter(
+            "rmqstore_writer_recovery_truncated_bytes_total",
+            "Bytes cut from the commitlog tail by recovery (torn or corrupt records).",
+            registry=r,
+        )
+        self.abnormal_recoveries = Counter(
+            "rmqstore_writer_abnormal_recoveries_total",
+            "Start-ups that found the abort file (previous run did not stop cleanly).",
+            registry=r,
+        )
+
+    def watch_store(self, root: str | Path) -> None:
+        """Export size and free space of the filesystem holding ``root`` (once per path)."""
+        path = Path(root)
+        if path not in self._watched:
+            self._registry.register(FilesystemCollector(path))
+            self._watched.add(path)
+
+
+@dataclass
+class _BuilderFamilies:
+    durable_offset: Gauge
+    lag_bytes: Gauge
+    lag_seconds: Gauge
+    entries: Counter
+    skipped: Counter
+    batches: Counter
+    batch_records: Histogram
+    files: Gauge
+    disk_bytes: Gauge
+    flush_latency: Histogram
+    restarts: Counter
+    repairs: Counter
+    truncated_entries: Counter
+
+
+_builder_families: WeakKeyDictionary[CollectorRegistry, _BuilderFamilies] = WeakKeyDictionary()
+_index_families: WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = WeakKeyDictionary()
+_families_lock = threading.Lock()
+
+
+def _builder_families_of(r: CollectorRegistry) -> _BuilderFamilies:
+    with _families_lock:
+        fam = _builder_families.get(r)
+        if fam is None:
+            lb = ["builder"]
+            fam = _BuilderFamilies(
+                durable_offset=Gauge(
+                    "rmqstore_builder_durable_offset_bytes",
+                    "Commitlog offset up to which the builder's output is durable.",
+                    lb, registry=r,
+                ),
+                lag_bytes=Gauge(
+                    "rmqstore_builder_lag_bytes",
+                    "Writer max offset (as last seen on the stream) minus the durable offset.",
+                    lb, registry=r,
+                ),
+                lag_seconds=Gauge(
+                    "rmqstore_builder_lag_seconds",
+                    "Store time of the newest record seen minus that of the last record built.",
+                    lb, registry=r,
+                ),
+                entries=Counter(
+                    "rmqstore_builder_entries_total",
+                    "Entries written (consume-queue units or index entries).",
+                    lb, registry=r,
+                ),
+                skipped=Counter(
+                    "rmqstore_builder_skipped_records_total",
+                    "Dispatch records that produced no entry (transaction prepare/rollback, "
+                    "no keys).",
+                    lb, registry=r,
+                ),
+                batches=Counter(
+                    "rmqstore_builder_batches_total", "Dispatch batches applied.", lb, registry=r
+                ),
+                batch_records=Histogram(
+                    "rmqstore_builder_batch_records",
+                    "Dispatch records per applied batch.",
+                    lb, buckets=COUNT_BUCKETS, registry=r,
+                ),
+                files=Gauge(
+                    "rmqstore_builder_files", "Files the builder owns on disk.", lb, registry=r
+                ),
+                disk_bytes=Gauge(
+                    "rmqstore_builder_disk_bytes",
+                    "Bytes of the files the builder owns on disk.",
+                    lb, registry=r,
+                ),
+                flush_latency=Histogram(
+                    "rmqstore_builder_flush_duration_seconds",
+                    "Duration of one builder flush (data files, then progress record).",
+                    lb, buckets=IO_LATENCY_BUCKETS, registry=r,
+                ),
+                restarts=Counter(
+                    "rmqstore_builder_restarts_total",
+                    "Times the builder (re)subscribed to the dispatch stream after an error.",
+                    lb, registry=r,
+                ),
+                repairs=Counter(
+                    "rmqstore_builder_repairs_total",
+                    "Files repaired or rebuilt from the commitlog at start-up.",
+                    lb, registry=r,
+                ),
+                truncated_entries=Counter(
+                    "rmqstore_builder_truncated_entries_total",
+                    "Entries cut because they pointed past the commitlog's end.",
+                    lb, registry=r,
+                ),
+            )
+            _builder_families[r] = fam
+        return fam
+
+
+class BuilderMetrics:
+    """One builder (``name`` = its subscriber name): progress, lag, output, flushes, repairs.
+
+    Attributes are the ``builder=name`` children of families shared by all builders of the
+    registry, so ``m.lag_bytes.set(n)`` needs no labels.
+    """
+
+    def __init__(self, name: str, registry: CollectorRegistry) -> None:
+        self.name = name
+        fam = _builder_families_of(registry)
+        self.durable_offset = fam.durable_offset.labels(builder=name)
+        self.lag_bytes = fam.lag_bytes.labels(builder=name)
+        self.lag_seconds = fam.lag_seconds.labels(builder=name)
+        self.entries = fam.entries.labels(builder=name)
+        self.skipped = fam.skipped.labels(builder=name)
+        self.batches = fam.batches.labels(builder=name)
+        self.batch_records = fam.batch_records.labels(builder=name)
+        self.files = fam.files.labels(builder=name)
+        self.disk_bytes = fam.disk_bytes.labels(builder=name)
+        self.flush_latency = fam.flush_latency.labels(builder=name)
+        self.restarts = fam.restarts.labels(builder=name)
+        self.repairs = fam.repairs.labels(builder=name)
+        self.truncated_entries = fam.truncated_entries.labels(builder=name)
+
+
+class ConsumeQueueBuilderMetrics(BuilderMetrics):
+    """The consume-queue builder: the common builder metrics plus the number of queues."""
+
+    def __init__(self, registry: CollectorRegistry, name: str = CONSUME_QUEUE_BUILDER) -> None:
+        super().__init__(name, registry)
+        self.queues = Gauge(
+            "rmqstore_consume_queue_queues",
+            "(topic, queue id) pairs that have a consume queue.",
+            registry=registry,
+        )
+
+
+class IndexBuilderMetrics(BuilderMetrics):
+    """The index builder: the common builder metrics plus index health.
+
+    The ``current`` file is the one being appended to; ``slot_occupancy`` is the fraction of
+    its hash slots in use, ``entry_fill`` the fraction of its entry capacity in use, and
+    ``chain_length`` observes, for each key put, the length of the slot's chain after the put.
+    """
+
+    def __init__(self, registry: CollectorRegistry, name: str = INDEX_BUILDER) -> None:
+        super().__init__(name, registry)
+        r = registry
+        self.keys = Counter(
+            "rmqstore_index_keys_total",
+            "Keys indexed, by kind (unique = topic#UNIQ_KEY, key = topic#KEY).",
+            ["kind"],
+            registry=r,
+        )
+        self.slots = Gauge(
+            "rmqstore_index_slots", "Hash slots per index file (configured).", registry=r
+        )
+        self.entry_capacity = Gauge(
+            "rmqstore_index_entry_capacity", "Entries per index file (configured).", registry=r
+        )
+        self.slots_used = Gauge(
+            "rmqstore_index_slots_used",
+            "Hash slots in use in the current index file.",
+            registry=r,
+        )
+        self.slot_occupancy = Gauge(
+            "rmqstore_index_slot_occupancy_ratio",
+            "Fraction of the current index file's hash slots in use.",
+            registry=r,
+        )
+        self.current_entries = Gauge(
+            "rmqstore_index_current_file_entries",
+            "Entries in the current index file.",
+            registry=r,
+        )
+        self.entry_fill = Gauge(
+            "rmqstore_index_entry_fill_ratio",
+            "Fraction of the current index file's entry capacity in use.",
+            registry=r,
+        )
+        self.chain_length = Histogram(
+            "rmqstore_index_chain_length",
+            "Length of a slot's chain right after a key was put in it.",
+            buckets=CHAIN_BUCKETS,
+            registry=r,
+        )
+        self.max_chain_length = Gauge(
+            "rmqstore_index_max_chain_length",
+            "Longest chain seen in the current index file.",
+            registry=r,
+        )
+        self.files_rolled = Counter(
+            "rmqstore_index_files_rolled_total",
+            "Index files closed because they were full.",
+            registry=r,
+        )
+
+
+class QueryMetrics:
+    """The query service: queries by kind and outcome, latency, chain hops, bounds hit.
+
+    ``kind`` is one of ``key``, ``id``, ``view``, ``queue``, ``time``; ``outcome`` one of
+    ``found``, ``not_found``, ``truncated``, ``invalid_argument``, ``out_of_range``,
+    ``error`` (or a RocketMQ pull status in lower case for queue reads).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.queries = Counter(
+            "rmqstore_query_requests_total",
+            "Queries answered, by kind and outcome.",
+            ["kind", "outcome"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "rmqstore_query_latency_seconds",
+            "Time to answer a query, by kind.",
+            ["kind"],
+            buckets=QUERY_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.chain_hops = Histogram(
+            "rmqstore_query_chain_hops",
+            "Index chain entries walked by one key or id query.",
+            ["kind"],
+            buckets=CHAIN_BUCKETS,
+            registry=r,
+        )
+        self.index_files_scanned = Histogram(
+            "rmqstore_query_index_files_scanned",
+            "Index files whose chains one key or id query walked.",
+            ["kind"],
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.candidates = Counter(
+            "rmqstore_query_candidates_total",
+            "Records fetched to check a key or id match.",
+            ["kind"],
+            registry=r,
+        )
+        self.false_candidates = Counter(
+            "rmqstore_query_false_candidates_total",
+            "Fetched records dropped (hash collision, wrong topic/key or time).",
+            ["kind"],
+            registry=r,
+        )
+        self.results = Histogram(
+            "rmqstore_query_results",
+            "Messages returned by one query.",
+            ["kind"],
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self.fetched_bytes = Counter(
+            "rmqstore_query_fetched_bytes_total",
+            "Record bytes fetched from the writer.",
+            ["kind"],
+            registry=r,
+        )
+        self.truncated = Counter(
+            "rmqstore_query_truncated_total",
+            "Queries whose result was cut at the limit (a cursor was returned).",
+            ["kind"],
+            registry=r,
+        )
+        self.budget_exhausted = Counter(
+            "rmqstore_query_budget_exhausted_total",
+            "Queries stopped by a bound, by kind and budget (hops, bytes, time).",
+            ["kind", "budget"],
+            registry=r,
+        )
+
+
+@dataclass
+class MetricsServer:
+    """A running ``/metrics`` HTTP endpoint."""
+
+    server: ThreadingHTTPServer
+    thread: threading.Thread
+
+    @property
+    def port(self) -> int:
+        return int(self.server.server_address[1])
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(5)
+
+
+def start_metrics_server(
+    port: int, registry: CollectorRegistry, host: str = "0.0.0.0"
+) -> MetricsServer | None:
+    """Serve ``registry`` as Prometheus text on ``http://host:port/metrics`` in a thread.
+
+    ``port`` 0 means metrics are off: nothing is started and None is returned.
+    """
+    if port == 0:
+        return None
+    if not 0 < port < 65536:
+        raise InvalidArgumentError(f"metrics port {port} is outside 1..65535 (0 = off)")
+    server, thread = start_http_server(port, addr=host, registry=registry)
+    return MetricsServer(server, thread)

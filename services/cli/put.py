@@ -1,0 +1,184 @@
+"""``rmqstore put``: send messages to the writer; also a load generator.
+
+Input: flags (``--topic --body/--body-file --keys --tags --count``) or ``--file`` with one JSON
+message per line (fields: topic, queueId, body | bodyB64, tags, keys, uniqKey, properties,
+flag, sysFlag, bornTimestamp, bornHost, delayLevel, reconsumeTimes, preparedTxOfMsg,
+waitStoreMsgOK). ``{i}`` in --keys/--body expands to the message number.
+"""
+
+import argparse
+import base64
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import grpc
+
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+
+
+def message_from_json(d: dict, earlier: list | None = None) -> common_pb2.Message:
+    """A message from one JSON line. ``preparedTxOfMsg`` names an earlier line (0-based) whose
+    physical offset becomes the prepared-transaction offset; ``earlier`` holds their results."""
+    ptx = 0
+    if "preparedTxOfMsg" in d:
+        ref = int(d["preparedTxOfMsg"])
+        if earlier is None or not 0 <= ref < len(earlier):
+            raise ValueError(f"preparedTxOfMsg {ref} does not name an earlier message")
+        ptx = earlier[ref].phy_offset
+    body = base64.b64decode(d["bodyB64"]) if "bodyB64" in d else d.get("body", "").encode()
+    return common_pb2.Message(
+        topic=d["topic"], queue_id=int(d.get("queueId", 0)), body=body,
+        tags=d.get("tags") or "", keys=d.get("keys") or "", unique_key=d.get("uniqKey") or "",
+        properties=[common_pb2.Property(name=k, value=str(v))
+                    for k, v in (d.get("properties") or {}).items()],
+        flag=int(d.get("flag", 0)), sys_flag=int(d.get("sysFlag", 0)),
+        born_timestamp=int(d.get("bornTimestamp", 0)), born_host=d.get("bornHost") or "",
+        delay_level=int(d.get("delayLevel", 0)), reconsume_times=int(d.get("reconsumeTimes", 0)),
+        prepared_transaction_offset=ptx,
+        no_wait_store=not d.get("waitStoreMsgOK", True),
+        without_unique_key=not d.get("uniqKey"),
+    )
+
+
+def result_json(r: commitlog_pb2.PutResult) -> str:
+    return json.dumps({
+        "msgId": r.msg_id, "uniqKey": r.unique_key, "phyOffset": r.phy_offset,
+        "queueOffset": r.queue_offset, "size": r.size, "storeTimestamp": r.store_timestamp,
+        "topic": r.topic, "queueId": r.queue_id,
+    })
+
+
+def _generated(args: argparse.Namespace, start: int, count: int) -> Iterator[common_pb2.Message]:
+    if args.body_file:
+        with open(args.body_file, "rb") as f:
+            fixed = f.read()
+    elif args.body is not None:
+        fixed = None
+    else:
+        fixed = b"x" * args.body_size
+    for i in range(start, start + count):
+        body = fixed if fixed is not None else args.body.replace("{i}", str(i)).encode()
+        q = args.queue if args.queue is not None else i % args.queues
+        yield common_pb2.Message(
+            topic=args.topic, queue_id=q, body=body, tags=args.tags or "",
+            keys=(args.keys or "").replace("{i}", str(i)), delay_level=args.delay_level,
+        )
+
+
+def _batches(msgs: Iterator[common_pb2.Message], size: int) -> Iterator[list]:
+    batch = []
+    for m in msgs:
+        batch.append(m)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _send(stub, batch: list, latencies: list[float], out: list | None) -> int:
+    t0 = time.perf_counter()
+    if len(batch) == 1:
+        results = [stub.Put(commitlog_pb2.PutRequest(message=batch[0]))]
+    else:
+        results = list(stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=batch)).results)
+    latencies.append(time.perf_counter() - t0)
+    if out is not None:
+        out.extend(results)
+    return len(results)
+
+
+def run(args: argparse.Namespace) -> int:
+    stub = commitlog_pb2_grpc.CommitLogStub(channel(args.commitlog))
+    latencies: list[float] = []
+    collected: list = []
+    t0 = time.perf_counter()
+    try:
+        if args.file:
+            src = sys.stdin if args.file == "-" else open(args.file)
+            sent = 0
+            batch: list = []
+            with src:
+                for line in src:
+                    if not line.strip():
+                        continue
+                    d = json.loads(line)
+                    if "preparedTxOfMsg" in d and int(d["preparedTxOfMsg"]) >= len(collected):
+                        sent += _send(stub, batch, latencies, collected) if batch else 0
+                        batch = []
+                    batch.append(message_from_json(d, collected))
+                    if len(batch) >= args.batch:
+                        sent += _send(stub, batch, latencies, collected)
+                        batch = []
+                if batch:
+                    sent += _send(stub, batch, latencies, collected)
+        else:
+            if not args.topic:
+                print("error: --topic (or --file) is required", file=sys.stderr)
+                return 2
+            per = [args.count // args.producers + (1 if p < args.count % args.producers else 0)
+                   for p in range(args.producers)]
+            starts = [sum(per[:p]) for p in range(args.producers)]
+            counts = [0] * args.producers
+            errors: list[BaseException] = []
+
+            def producer(p: int) -> None:
+                own = commitlog_pb2_grpc.CommitLogStub(channel(args.commitlog))
+                lat: list[float] = []
+                try:
+                    for b in _batches(_generated(args, starts[p], per[p]), args.batch):
+                        counts[p] += _send(own, b, lat, collected if args.json else None)
+                except BaseException as e:
+                    errors.append(e)
+                latencies.extend(lat)
+
+            threads = [threading.Thread(target=producer, args=(p,)) for p in range(args.producers)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            if errors:
+                raise errors[0]
+            sent = sum(counts)
+    except grpc.RpcError as e:
+        print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
+        return 1
+    elapsed = time.perf_counter() - t0
+    if args.json:
+        for r in collected:
+            print(result_json(r))
+    else:
+        lat = sorted(latencies)
+        pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: 0)
+        body_bytes = sent * (args.body_size if not args.file else 0)
+        print(
+            f"sent {sent} messages in {elapsed:.2f}s: {sent / elapsed:,.0f} msgs/s"
+            + (f", {body_bytes / elapsed / 1e6:.1f} MB/s of body" if body_bytes else "")
+            + f"; call latency p50 {pct(0.5):.2f} ms, p99 {pct(0.99):.2f} ms",
+            file=sys.stderr if args.json else sys.stdout,
+        )
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("put", help="send messages to the commitlog writer (and measure)")
+    p.add_argument("--commitlog", default="127.0.0.1:8100", help="writer address")
+    p.add_argument("--file", help="JSON lines of messages ('-' = stdin)")
+    p.add_argument("--topic")
+    p.add_argument("--queue", type=int, help="queue id (default: round robin)")
+    p.add_argument("--queues", type=int, default=4, help="queues to spread over")
+    p.add_argument("--tags")
+    p.add_argument("--keys", help="space-separated keys; {i} = message number")
+    p.add_argument("--body", help="body text; {i} = message number")
+    p.add_argument("--body-file")
+    p.add_argument("--body-size", type=int, default=128)
+    p.add_argument("--delay-level", type=int, default=0)
+    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--producers", type=int, default=1)
+    p.add_argument("--batch", type=int, default=100, help="messages per call")
+    p.add_argument("--json", action="store_true", help="print one JSON result per message")
+    p.set_defaults(run=run)

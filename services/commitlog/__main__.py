@@ -1,0 +1,70 @@
+"""``python -m services.commitlog``: run the commitlog writer."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from rmqstore.errors import StoreError
+from rmqstore.server import Service, configure_logging, wait_for_termination
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
+from services.commitlog.engine import CommitLogEngine
+from services.commitlog.servicer import CommitLogServicer
+
+log = logging.getLogger("rmqstore.commitlog")
+
+
+def add_store_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--commitlog-segment-size", type=int, default=DEFAULT_SEGMENT_SIZE)
+    p.add_argument("--flush", choices=("async", "sync"), default="async")
+    p.add_argument("--flush-interval-ms", type=int, default=500)
+    p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
+    p.add_argument("--queues-per-topic", type=int, default=8)
+    p.add_argument("--store-host", default="127.0.0.1:10911",
+                   help="address written into records and message ids")
+    p.add_argument("--cluster-name", default="DefaultCluster")
+    p.add_argument("--warmup", action="store_true", help="touch every page of new segments")
+
+
+def config_from(args: argparse.Namespace) -> WriterConfig:
+    return WriterConfig(
+        store=Path(args.store), segment_size=args.commitlog_segment_size, flush=args.flush,
+        flush_interval_ms=args.flush_interval_ms, max_message_size=args.max_message_size,
+        queues_per_topic=args.queues_per_topic, store_host=args.store_host,
+        cluster_name=args.cluster_name, warmup=args.warmup,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m services.commitlog", description=__doc__)
+    p.add_argument("--store", required=True)
+    p.add_argument("--listen", default="127.0.0.1:8100")
+    p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--log-level", default="INFO")
+    add_store_flags(p)
+    args = p.parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        engine = CommitLogEngine(config_from(args))
+    except (StoreError, ValueError, OSError) as e:
+        log.error("cannot open the store: %s", e)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    service = Service(args.listen)
+    service.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, CommitLogServicer(engine),
+                commitlog_pb2.DESCRIPTOR, "CommitLog")
+    service.start()
+    service.set_serving(True)
+    print(f"rmqstore commitlog listening on {service.address}", flush=True)
+
+    def stop() -> None:
+        service.stop()
+        engine.close()
+
+    wait_for_termination(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,38 @@
+"""Writer settings, from flags (see ``__main__``); validated on construction."""
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqstore.formats.commitlog import DEFAULT_MAX_MESSAGE_SIZE
+from rmqstore.formats.hosts import Host, parse_host
+
+DEFAULT_SEGMENT_SIZE = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    store: Path
+    segment_size: int = DEFAULT_SEGMENT_SIZE
+    flush: str = "async"  # async: periodic; sync: a put returns once durable (group commit)
+    flush_interval_ms: int = 500
+    max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE
+    queues_per_topic: int = 8
+    store_host: str = "127.0.0.1:10911"
+    cluster_name: str = "DefaultCluster"
+    warmup: bool = False
+    preallocate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.flush not in ("async", "sync"):
+            raise ValueError(f"--flush must be async or sync, not {self.flush!r}")
+        if self.segment_size < 4096 or self.segment_size % 4096:
+            raise ValueError("--commitlog-segment-size must be a multiple of 4096")
+        if self.max_message_size <= 0:
+            raise ValueError("--max-message-size must be positive")
+        if not 1 <= self.queues_per_topic <= 65536:
+            raise ValueError("--queues-per-topic must be in 1..65536")
+        parse_host(self.store_host)
+
+    @property
+    def host(self) -> Host:
+        return parse_host(self.store_host)

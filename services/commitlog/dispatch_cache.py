@@ -1,0 +1,65 @@
+"""Recent dispatch batches kept in memory, so subscribers near the head never decode files.
+
+Each put call adds one chunk (a columnar ``DispatchBatch`` covering [start, end)); chunks are
+contiguous in commitlog order. A subscriber whose offset is a chunk start gets whole chunks
+merged into one batch; anything older comes from the segment files.
+"""
+
+import bisect
+import threading
+
+from rmqstore.v1 import commitlog_pb2
+
+
+class DispatchCache:
+    def __init__(self, max_records: int = 262_144) -> None:
+        self.max_records = max_records
+        self._starts: list[int] = []
+        self._batches: list[commitlog_pb2.DispatchBatch] = []
+        self._end = -1
+        self._head = 0  # chunks before it were evicted
+        self._records = 0
+        self._lock = threading.Lock()
+
+    def add(self, start: int, end: int, batch: commitlog_pb2.DispatchBatch) -> None:
+        with self._lock:
+            if self._end != start:
+                self._starts.clear()
+                self._batches.clear()
+                self._head = self._records = 0
+            self._starts.append(start)
+            self._batches.append(batch)
+            self._end = end
+            self._records += len(batch.phy_offset)
+            while self._records > self.max_records and len(self._starts) - self._head > 1:
+                self._records -= len(self._batches[self._head].phy_offset)
+                self._batches[self._head] = None  # type: ignore[call-overload]
+                self._head += 1
+            if self._head > 1024 and self._head * 2 > len(self._starts):
+                del self._starts[: self._head]
+                del self._batches[: self._head]
+                self._head = 0
+
+    def clear(self) -> None:
+        with self._lock:
+            self._starts.clear()
+            self._batches.clear()
+            self._head = self._records = 0
+            self._end = -1
+
+    def take(self, offset: int, max_records: int) -> commitlog_pb2.DispatchBatch | None:
+        """Merged chunks from ``offset`` (a chunk start), or None if not cached."""
+        with self._lock:
+            i = bisect.bisect_left(self._starts, offset, self._head)
+            if i >= len(self._starts) or self._starts[i] != offset:
+                return None
+            first = self._batches[i]
+            if len(first.phy_offset) >= max_records or i + 1 == len(self._starts):
+                return first
+            out = commitlog_pb2.DispatchBatch()
+            n = 0
+            while i < len(self._starts) and n < max_records:
+                out.MergeFrom(self._batches[i])
+                n += len(self._batches[i].phy_offset)
+                i += 1
+            return out

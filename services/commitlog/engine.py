@@ -1,0 +1,370 @@
+"""The commitlog writer engine: append, flush, read, dispatch — no gRPC in here.
+
+One append lock assigns physical offsets, queue offsets and the store timestamp; records are
+encoded and validated before it is taken, so a bad message never leaves a byte behind, and a
+batch either fits (segments pre-created first) or nothing of it is written.
+"""
+
+import bisect
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from typing import NamedTuple
+
+from rmqstore.dispatch import from_record
+from rmqstore.errors import (
+    InvalidArgumentError,
+    OffsetOutOfRangeError,
+    StoreError,
+    UnavailableError,
+)
+from rmqstore.formats import checkpoint, commitlog
+from rmqstore.formats.msgid import offset_msg_id
+from rmqstore.layout import StoreLayout
+from rmqstore.v1 import commitlog_pb2
+from services.commitlog.config import WriterConfig
+from services.commitlog.dispatch_cache import DispatchCache
+from services.commitlog.flusher import Flusher
+from services.commitlog.messages import MessageBuilder, Prepared
+from services.commitlog.recovery import Recovered, recover, save_snapshot
+from services.commitlog.segment_files import Segment, SegmentQueue
+from services.commitlog.store_lock import StoreLock
+
+log = logging.getLogger(__name__)
+DEFAULT_BATCH_RECORDS = 4096
+INDEX_SUBSCRIBER_HINT = "index"
+
+
+class PutResult(NamedTuple):
+    msg_id: str
+    unique_key: str
+    phy_offset: int
+    queue_offset: int
+    size: int
+    store_timestamp: int
+    topic: str
+    queue_id: int
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class CommitLogEngine:
+    def __init__(self, config: WriterConfig) -> None:
+        self.config = config
+        self.layout = StoreLayout.of(config.store)
+        self.layout.root.mkdir(parents=True, exist_ok=True)
+        self._store_lock = StoreLock(self.layout.lock)
+        try:
+            self._open()
+        except BaseException:
+            self._store_lock.release()
+            raise
+
+    # -- start-up ------------------------------------------------------------------------
+    def _open(self) -> None:
+        cfg = self.config
+        self.last_exit_clean = not self.layout.abort.exists()
+        self.segments = SegmentQueue(
+            self.layout.commitlog_dir, cfg.segment_size, cfg.warmup, cfg.preallocate
+        )
+        t0 = time.perf_counter()
+        self.recovered: Recovered = recover(self.segments, self._snapshot_path)
+        self.recovery_seconds = time.perf_counter() - t0
+        r = self.recovered
+        log.info(
+            "recovered commitlog to offset %d in %.3fs (%s exit, %d queues%s)",
+            r.end, self.recovery_seconds, "clean" if self.last_exit_clean else "unclean",
+            len(r.queue_table), f"; cut: {r.corruption}" if r.corruption else "",
+        )
+        self.queue_table = r.queue_table
+        self.max_offset = r.end
+        self._head: Segment | None = next(
+            (s for s in self.segments.segments if s.start <= r.end < s.end), None
+        )
+        self._lock = threading.Lock()
+        self._appended = threading.Condition()
+        self._closed = False
+        self.builder = MessageBuilder(cfg)
+        self.cache = DispatchCache()
+        self._marks: deque[tuple[int, int]] = deque(maxlen=200_000)  # (end offset, store ts)
+        if r.last_store_timestamp:
+            self._marks.append((r.end, r.last_store_timestamp))
+        self.acks: dict[str, int] = {}
+        self._checkpoint = self._read_checkpoint()
+        self.bytes_written = 0
+        self.messages_written = 0
+        self.flusher = Flusher(
+            self._flush_all, self._housekeeping, cfg.flush == "sync",
+            cfg.flush_interval_ms / 1000 if cfg.flush == "async" else 0.01,
+        )
+        self.layout.abort.write_bytes(b"")
+        self.flusher.start(r.end)
+
+    @property
+    def _snapshot_path(self):
+        return self.layout.progress("commitlog-queues")
+
+    def _read_checkpoint(self) -> checkpoint.Checkpoint:
+        try:
+            return checkpoint.decode(self.layout.checkpoint.read_bytes())
+        except OSError:
+            return checkpoint.Checkpoint()
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments.min_offset
+
+    @property
+    def flushed_offset(self) -> int:
+        return self.flusher.flushed
+
+    # -- appending -----------------------------------------------------------------------
+    def put(self, messages: Sequence, now_ms: int | None = None) -> list[PutResult]:
+        """Validate, then append all messages or none; durable first under sync flush."""
+        prepared = [self.builder.build(m, now_ms) for m in messages]
+        if not prepared:
+            return []
+        with self._lock:
+            if self._closed:
+                raise UnavailableError("the commitlog writer is shutting down")
+            self._ensure_segments(prepared)
+            results, end = self._append(prepared, now_ms or _now_ms())
+        with self._appended:
+            self._appended.notify_all()
+        if self.config.flush == "sync" and not self.flusher.wait_durable(end):
+            raise StoreError(f"flush did not reach offset {end} within 5 s (FLUSH_DISK_TIMEOUT)")
+        return results
+
+    def _ensure_segments(self, prepared: list[Prepared]) -> None:
+        """Create every segment file this batch will need before writing any of it."""
+        size = self.config.segment_size
+        head = self._head
+        start = head.start if head else self.max_offset - self.max_offset % size
+        pos = head.wrote if head else self.max_offset - start
+        needed = [] if head else [start]
+        for p in prepared:
+            if pos + p.size + commitlog.BLANK_SIZE > size:
+                start += size
+                pos = 0
+                needed.append(start)
+            pos += p.size
+        for s in needed:
+            self.segments.ensure_file(s)
+
+    def _append(self, prepared: list[Prepared], ts: int) -> tuple[list[PutResult], int]:
+        seg = self._head
+        batch_start = self.max_offset
+        table = self.queue_table
+        host = self.builder.store_host
+        results = []
+        cols: tuple[list, ...] = tuple([] for _ in range(11))
+        (c_topic, c_qid, c_qo, c_phy, c_size, c_tags, c_ts, c_keys, c_uniq, c_flag, c_ptx) = cols
+        for p in prepared:
+            size = p.size
+            if seg is None or seg.wrote + size + commitlog.BLANK_SIZE > seg.size:
+                if seg is not None:
+                    seg.map[seg.wrote : seg.wrote + 8] = commitlog.blank(seg.size - seg.wrote)
+                    seg.wrote = seg.size
+                seg = self.segments.roll(seg.end if seg else self.max_offset)
+                self._head = seg
+            key = (p.topic, p.queue_id)
+            qo = table.get(key, 0) if p.advances_queue else 0
+            at = seg.wrote
+            phy = seg.start + at
+            seg.map[at : at + size] = p.data
+            commitlog.patch(seg.map, at, qo, phy, ts, p.sys_flag)
+            seg.wrote = at + size
+            if p.advances_queue:
+                table[key] = qo + 1
+            results.append(PutResult(
+                offset_msg_id(host.ip, host.port, phy), p.uniq_key, phy, qo, size, ts,
+                p.topic, p.queue_id,
+            ))
+            c_topic.append(p.topic)
+            c_qid.append(p.queue_id)
+            c_qo.append(qo)
+            c_phy.append(phy)
+            c_size.append(size)
+            c_tags.append(ts + p.delay_ms if p.delay_ms else p.tags_code)
+            c_ts.append(ts)
+            c_keys.append(p.keys)
+            c_uniq.append(p.uniq_key)
+            c_flag.append(p.sys_flag)
+            c_ptx.append(p.prepared_transaction_offset)
+        assert seg is not None
+        end = seg.start + seg.wrote
+        self.max_offset = end
+        self.bytes_written += end - batch_start
+        self.messages_written += len(prepared)
+        self._marks.append((end, ts))
+        self.cache.add(batch_start, end, commitlog_pb2.DispatchBatch(
+            topic=c_topic, queue_id=c_qid, queue_offset=c_qo, phy_offset=c_phy, size=c_size,
+            tags_code=c_tags, store_timestamp=c_ts, keys=c_keys, unique_key=c_uniq,
+            sys_flag=c_flag, prepared_transaction_offset=c_ptx, next_offset=end, max_offset=end,
+        ))
+        return results, end
+
+    # -- flushing ------------------------------------------------------------------------
+    def _flush_all(self) -> int:
+        target = self.max_offset
+        for seg in list(self.segments.segments):
+            if seg.flushed < seg.wrote:
+                seg.flush()
+        return target
+
+    def _timestamp_at(self, offset: int) -> int:
+        """Store time of the last record ending at or before ``offset`` (0 if unknown)."""
+        marks = self._marks
+        i = bisect.bisect_right(marks, (offset, 1 << 62)) - 1 if marks else -1
+        return marks[i][1] if i >= 0 else 0
+
+    def _housekeeping(self) -> None:
+        with self._lock:
+            offset, table = self.max_offset, dict(self.queue_table)
+        self.flusher.wait_durable(offset) if self.config.flush == "sync" else self._flush_all()
+        save_snapshot(self._snapshot_path, offset, table)
+        self._write_checkpoint()
+
+    def _write_checkpoint(self) -> None:
+        physic = self._timestamp_at(self.flusher.flushed) or self._checkpoint.physic_msg_timestamp
+        logics, index = self._checkpoint.logics_msg_timestamp, self._checkpoint.index_msg_timestamp
+        for name, off in self.acks.items():
+            t = self._timestamp_at(off)
+            if not t:
+                continue
+            if INDEX_SUBSCRIBER_HINT in name:
+                index = t
+            else:
+                logics = t
+        self._checkpoint = checkpoint.Checkpoint(physic, logics, index)
+        path = self.layout.checkpoint
+        tmp = path.with_name("checkpoint.tmp")
+        with open(tmp, "wb") as f:
+            f.write(checkpoint.encode(self._checkpoint))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+
+    # -- reading -------------------------------------------------------------------------
+    def _record_at(self, offset: int) -> tuple[Segment, int, int]:
+        """(segment, position, size) of the record starting at ``offset``, checked."""
+        if not self.min_offset <= offset < self.max_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the commitlog [{self.min_offset}, {self.max_offset})"
+            )
+        seg = self.segments.find(offset)
+        pos = offset - seg.start
+        size, magic = commitlog.peek(seg.map, pos)
+        if magic == commitlog.BLANK_MAGIC:
+            return seg, pos, 0
+        phy = int.from_bytes(
+            seg.map[pos + commitlog.PHYSICAL_OFFSET_AT : pos + commitlog.PHYSICAL_OFFSET_AT + 8],
+            "big", signed=True,
+        )
+        if magic not in (commitlog.MAGIC_V1, commitlog.MAGIC_V2) or phy != offset or size <= 0:
+            raise InvalidArgumentError(f"offset {offset} does not start a record")
+        return seg, pos, size
+
+    def read(self, offsets: Sequence[int]) -> list[bytes]:
+        out = []
+        for off in offsets:
+            seg, pos, size = self._record_at(off)
+            if size == 0:
+                raise InvalidArgumentError(f"offset {off} is an end-of-segment marker")
+            out.append(bytes(seg.map[pos : pos + size]))
+        return out
+
+    # -- dispatch ------------------------------------------------------------------------
+    def check_subscribe_offset(self, offset: int) -> None:
+        if offset == self.max_offset:
+            return
+        if offset > self.max_offset or offset < self.min_offset:
+            raise OffsetOutOfRangeError(
+                f"subscribe offset {offset} is outside [{self.min_offset}, {self.max_offset}]"
+            )
+        if offset % self.config.segment_size == 0:
+            return
+        self._record_at(offset)
+
+    def subscribe(self, name: str, offset: int, max_records: int,
+                  active: Callable[[], bool]) -> Iterator[commitlog_pb2.DispatchBatch]:
+        try:
+            self.check_subscribe_offset(offset)
+        except InvalidArgumentError as e:
+            raise OffsetOutOfRangeError(str(e)) from None
+        max_records = max_records or DEFAULT_BATCH_RECORDS
+        self.acks.setdefault(name, offset)
+        pos = offset
+        while active() and not self._closed:
+            with self._appended:
+                while self.max_offset <= pos and active() and not self._closed:
+                    self._appended.wait(0.25)
+            if not active() or self._closed:
+                return
+            batch = self.cache.take(pos, max_records)
+            if batch is None:
+                batch = self._decode_batch(pos, max_records)
+            pos = batch.next_offset
+            yield batch
+
+    def _decode_batch(self, pos: int, max_records: int) -> commitlog_pb2.DispatchBatch:
+        recs = []
+        end_limit = self.max_offset
+        while pos < end_limit and len(recs) < max_records:
+            seg = self.segments.find(pos)
+            limit = min(seg.wrote, end_limit - seg.start)
+            at = pos - seg.start
+            while at < limit and len(recs) < max_records:
+                size, magic = commitlog.peek(seg.map, at)
+                if magic == commitlog.BLANK_MAGIC:
+                    at = seg.size
+                    break
+                rec = commitlog.decode(seg.map, at, check_crc=False, base_offset=seg.start)
+                recs.append(from_record(rec))
+                at += size
+            pos = seg.start + at
+            if at < seg.size and len(recs) >= max_records:
+                break
+            if at >= seg.size:
+                pos = seg.end
+                continue
+            break
+        cols = list(zip(*recs, strict=True)) if recs else [[] for _ in range(11)]
+        return commitlog_pb2.DispatchBatch(
+            topic=cols[0], queue_id=cols[1], queue_offset=cols[2], phy_offset=cols[3],
+            size=cols[4], tags_code=cols[5], store_timestamp=cols[6], keys=cols[7],
+            unique_key=cols[8], sys_flag=cols[9], prepared_transaction_offset=cols[10],
+            next_offset=pos, max_offset=self.max_offset,
+        )
+
+    def ack(self, name: str, durable_offset: int) -> None:
+        if not 0 <= durable_offset <= self.max_offset:
+            raise OffsetOutOfRangeError(
+                f"acknowledged offset {durable_offset} is beyond the commitlog end {self.max_offset}"
+            )
+        self.acks[name] = durable_offset
+
+    def lag(self) -> dict[str, int]:
+        return {n: max(self.max_offset - off, 0) for n, off in self.acks.items()}
+
+    # -- shutdown ------------------------------------------------------------------------
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        with self._appended:
+            self._appended.notify_all()
+        self.flusher.stop()
+        self._flush_all()
+        save_snapshot(self._snapshot_path, self.max_offset, dict(self.queue_table))
+        self._write_checkpoint()
+        self.segments.close()
+        self.layout.abort.unlink(missing_ok=True)
+        self._store_lock.release()
+        log.info("commitlog closed cleanly at offset %d", self.max_offset)

@@ -1,0 +1,139 @@
+"""Start-up recovery of the commitlog: find where valid data ends, cut the rest.
+
+* Every segment must have the configured size and follow the previous one.
+* The last three segments are decoded fully with CRC checks; earlier ones are trusted.
+* The first bad record (torn write, bit flip, zeros) ends the data: the rest of its segment
+  is zeroed and every later segment file (e.g. one pre-created) is deleted.
+* The per-queue next offsets come from the writer's snapshot when it is still valid, and by
+  walking record headers from there (or from the start) otherwise.
+"""
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqstore.errors import CorruptRecordError
+from rmqstore.formats import commitlog
+from services.commitlog.segment_files import SegmentQueue
+
+log = logging.getLogger(__name__)
+CRC_CHECKED_SEGMENTS = 3
+_ZERO = bytes(1 << 20)
+
+
+@dataclass
+class Recovered:
+    end: int = 0
+    queue_table: dict[tuple[str, int], int] = field(default_factory=dict)
+    last_store_timestamp: int = 0
+    removed_files: list[str] = field(default_factory=list)
+    corruption: str = ""
+    scanned_bytes: int = 0
+
+
+def load_snapshot(path: Path) -> tuple[int, dict[tuple[str, int], int]] | None:
+    try:
+        doc = json.loads(path.read_text())
+        table = {}
+        for k, v in doc["queues"].items():
+            topic, _, qid = k.rpartition("/")
+            table[(topic, int(qid))] = int(v)
+        return int(doc["offset"]), table
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def save_snapshot(path: Path, offset: int, table: dict[tuple[str, int], int]) -> None:
+    """Atomically record the queue table valid at commitlog ``offset`` (durable by then)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    doc = {"offset": offset, "queues": {f"{t}/{q}": n for (t, q), n in table.items()}}
+    with open(tmp, "w") as f:
+        json.dump(doc, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+def _zero_tail(mm, start: int) -> None:
+    """Zero [start, len) where not already zero."""
+    n = len(mm)
+    pos = start
+    while pos < n:
+        step = min(len(_ZERO), n - pos)
+        if mm[pos : pos + step] != _ZERO[:step]:
+            mm[pos : pos + step] = _ZERO[:step]
+        pos += step
+
+
+def recover(segments: SegmentQueue, snapshot: Path) -> Recovered:
+    out = Recovered()
+    segments.open_existing(segments.existing_files())
+    segs = segments.segments
+    if not segs:
+        return out
+    crc_from = max(0, len(segs) - CRC_CHECKED_SEGMENTS)
+    end = segs[0].start
+    for seg in segs[crc_from:]:
+        pos, blank, err = commitlog.scan_end(seg.map, 0, True, seg.start)
+        out.scanned_bytes += pos
+        end = seg.start + pos
+        if err is not None:
+            out.corruption = f"{seg.path.name} at offset {err.offset}: {err}"
+            log.warning("commitlog recovery: cutting at %s", out.corruption)
+            break
+        if blank is None:
+            break
+        end = seg.end  # a blank record fills the segment: data goes on in the next one
+    out.end = end
+    head = None
+    for seg in segs:
+        if seg.start <= end < seg.end:
+            head = seg
+    if head is not None:
+        tail_at = end - head.start
+        _zero_tail(head.map, tail_at)
+        head.map.flush()
+        head.wrote = head.flushed = tail_at
+    out.removed_files = [p.name for p in segments.remove_beyond(end)]
+    for seg in segments.segments:
+        if seg is not head:
+            seg.wrote = seg.flushed = seg.size
+    _rebuild_queue_table(segments, snapshot, out)
+    return out
+
+
+def _rebuild_queue_table(segments: SegmentQueue, snapshot: Path, out: Recovered) -> None:
+    snap = load_snapshot(snapshot)
+    start = segments.min_offset
+    table: dict[tuple[str, int], int] = {}
+    if snap is not None and segments.min_offset <= snap[0] <= out.end:
+        start, table = snap[0], dict(snap[1])
+    last_ts_pos = None
+    for seg in segments.segments:
+        if seg.end <= start:
+            continue
+        if seg.start >= out.end:
+            break
+        begin = max(start - seg.start, 0)
+        limit = min(out.end - seg.start, seg.size)
+        try:
+            for h in commitlog.iter_heads(seg.map, begin, limit, seg.start):
+                if commitlog.transaction_type(h.sys_flag) in (
+                    commitlog.TRANSACTION_NOT_TYPE, commitlog.TRANSACTION_COMMIT_TYPE
+                ):
+                    key = (h.topic, h.queue_id)
+                    nxt = h.queue_offset + 1
+                    if table.get(key, 0) < nxt:
+                        table[key] = nxt
+                last_ts_pos = (seg, h.position)
+        except CorruptRecordError as e:
+            log.error("commitlog recovery: %s; queue offsets after it are not counted", e)
+        out.scanned_bytes += limit - begin
+    if last_ts_pos is not None:
+        seg, pos = last_ts_pos
+        hdr = commitlog.decode(seg.map, pos, check_crc=False)
+        out.last_store_timestamp = hdr.store_timestamp
+    out.queue_table = table

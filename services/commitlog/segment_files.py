@@ -1,0 +1,198 @@
+"""Commitlog segment files: fixed-size, fully allocated, memory-mapped, named by start offset.
+
+A segment is created with ``posix_fallocate`` so that a full disk fails at creation with a
+clear error instead of a SIGBUS on a later write into a sparse mapping.
+"""
+
+import logging
+import mmap
+import os
+import threading
+from pathlib import Path
+
+from rmqstore.errors import DiskFullError, OffsetOutOfRangeError, StoreError
+from rmqstore.segments import parse_segment_name, segment_name
+
+log = logging.getLogger(__name__)
+PAGE = mmap.PAGESIZE
+
+
+class Segment:
+    """One mapped segment. ``wrote`` is the write position inside it."""
+
+    def __init__(self, path: Path, start: int, size: int) -> None:
+        self.path = path
+        self.start = start
+        self.size = size
+        self.fd = os.open(path, os.O_RDWR)
+        try:
+            self.map = mmap.mmap(self.fd, size, access=mmap.ACCESS_WRITE)
+        except BaseException:
+            os.close(self.fd)
+            raise
+        self.view = memoryview(self.map)
+        self.wrote = 0
+        self.flushed = 0
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def flush(self, upto: int | None = None) -> None:
+        """msync [flushed, upto) (page-aligned start)."""
+        upto = self.wrote if upto is None else upto
+        if upto <= self.flushed:
+            return
+        begin = self.flushed - self.flushed % PAGE
+        self.map.flush(begin, upto - begin)
+        self.flushed = upto
+
+    def close(self) -> None:
+        self.view.release()
+        try:
+            self.map.close()
+        except BufferError:  # a reader still holds a view; the mapping dies with it
+            log.warning("segment %s still referenced at close", self.path.name)
+        os.close(self.fd)
+
+
+def create_segment_file(path: Path, size: int, warmup: bool = False) -> None:
+    """Create a zero-filled, fully allocated segment file atomically (temp name, rename)."""
+    tmp = path.with_name(path.name + ".creating")
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            os.close(fd)
+            fd = -1
+            tmp.unlink(missing_ok=True)
+            if e.errno in (28, 122):  # ENOSPC, EDQUOT
+                raise DiskFullError(f"no space for commitlog segment {path.name} ({size} bytes)") from e
+            raise StoreError(f"cannot create commitlog segment {path.name}: {e}") from e
+        if warmup:
+            with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as m:
+                for off in range(0, size, PAGE):
+                    m[off] = 0
+        os.fsync(fd)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    os.rename(tmp, path)
+
+
+class SegmentQueue:
+    """The ordered segments of a commitlog directory, plus a pre-created next one."""
+
+    def __init__(self, directory: Path, segment_size: int, warmup: bool = False,
+                 preallocate: bool = True) -> None:
+        self.dir = directory
+        self.size = segment_size
+        self.warmup = warmup
+        self.preallocate = preallocate
+        self.segments: list[Segment] = []
+        self._prealloc: threading.Thread | None = None
+        self._prealloc_error: BaseException | None = None
+        directory.mkdir(parents=True, exist_ok=True)
+        for stray in directory.glob("*.creating"):
+            stray.unlink()
+
+    def existing_files(self) -> list[tuple[int, Path]]:
+        out = []
+        for p in self.dir.iterdir():
+            start = parse_segment_name(p.name)
+            if start is not None and p.is_file():
+                out.append((start, p))
+        out.sort()
+        return out
+
+    def open_existing(self, files: list[tuple[int, Path]]) -> None:
+        for start, path in files:
+            actual = path.stat().st_size
+            if actual != self.size:
+                raise StoreError(
+                    f"commitlog segment {path} is {actual} bytes but the segment size is "
+                    f"{self.size} (check --commitlog-segment-size)"
+                )
+            if start % self.size:
+                raise StoreError(f"commitlog segment {path.name} does not start on a segment boundary")
+            if self.segments and start != self.segments[-1].end:
+                raise StoreError(
+                    f"commitlog segment {path.name} does not follow {self.segments[-1].path.name}"
+                )
+            self.segments.append(Segment(path, start, self.size))
+
+    @property
+    def min_offset(self) -> int:
+        return self.segments[0].start if self.segments else 0
+
+    def last(self) -> Segment | None:
+        return self.segments[-1] if self.segments else None
+
+    def find(self, offset: int) -> Segment:
+        if not self.segments or not self.segments[0].start <= offset < self.segments[-1].end:
+            raise OffsetOutOfRangeError(f"offset {offset} is outside the commitlog segments")
+        i = (offset - self.segments[0].start) // self.size
+        seg = self.segments[i]
+        assert seg.start <= offset < seg.end
+        return seg
+
+    def ensure_file(self, start: int) -> None:
+        """Make sure the segment file starting at ``start`` exists (raises DiskFullError)."""
+        path = self.dir / segment_name(start)
+        if not path.exists():
+            self._join_prealloc()
+            if not path.exists():
+                create_segment_file(path, self.size, self.warmup)
+
+    def roll(self, start: int) -> Segment:
+        """Make the segment starting at ``start`` the last one (create it if needed)."""
+        self._join_prealloc()
+        path = self.dir / segment_name(start)
+        if not path.exists():
+            create_segment_file(path, self.size, self.warmup)
+        seg = Segment(path, start, self.size)
+        self.segments.append(seg)
+        if self.preallocate:
+            self._start_prealloc(start + self.size)
+        return seg
+
+    def _start_prealloc(self, start: int) -> None:
+        path = self.dir / segment_name(start)
+        if path.exists():
+            return
+
+        def work() -> None:
+            try:
+                create_segment_file(path, self.size, self.warmup)
+            except BaseException as e:  # reported on the next roll, which retries itself
+                log.warning("pre-creating segment %s failed: %s", path.name, e)
+                self._prealloc_error = e
+
+        self._prealloc = threading.Thread(target=work, name="segment-prealloc", daemon=True)
+        self._prealloc.start()
+
+    def _join_prealloc(self) -> None:
+        if self._prealloc is not None:
+            self._prealloc.join()
+            self._prealloc = None
+            self._prealloc_error = None
+
+    def remove_beyond(self, end: int) -> list[Path]:
+        """Delete every segment file that starts after ``end`` (the end of valid data)."""
+        self._join_prealloc()
+        removed = []
+        for start, path in self.existing_files():
+            if start > end:
+                for seg in [s for s in self.segments if s.path == path]:
+                    self.segments.remove(seg)
+                    seg.close()
+                path.unlink()
+                removed.append(path)
+        return removed
+
+    def close(self) -> None:
+        self._join_prealloc()
+        for seg in self.segments:
+            seg.close()
+        self.segments.clear()

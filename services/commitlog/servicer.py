@@ -1,0 +1,57 @@
+"""gRPC face of the writer: translates protos to engine calls and back, nothing else."""
+
+import grpc
+
+from rmqstore.errors import InvalidArgumentError
+
+from rmqstore.server import grpc_errors
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.commitlog.engine import CommitLogEngine, PutResult
+
+
+def _result(r: PutResult) -> commitlog_pb2.PutResult:
+    return commitlog_pb2.PutResult(
+        msg_id=r.msg_id, unique_key=r.unique_key, phy_offset=r.phy_offset,
+        queue_offset=r.queue_offset, size=r.size, store_timestamp=r.store_timestamp,
+        topic=r.topic, queue_id=r.queue_id,
+    )
+
+
+class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
+    def __init__(self, engine: CommitLogEngine) -> None:
+        self.engine = engine
+
+    @grpc_errors
+    def Put(self, request, context):
+        return _result(self.engine.put([request.message])[0])
+
+    @grpc_errors
+    def PutBatch(self, request, context):
+        results = self.engine.put(request.messages)
+        return commitlog_pb2.PutBatchResponse(results=[_result(r) for r in results])
+
+    @grpc_errors
+    def ReadRecords(self, request, context):
+        return commitlog_pb2.ReadRecordsResponse(records=self.engine.read(request.offsets))
+
+    @grpc_errors
+    def GetOffsets(self, request, context):
+        e = self.engine
+        return commitlog_pb2.Offsets(
+            min_offset=e.min_offset, max_offset=e.max_offset, flushed_offset=e.flushed_offset,
+            segment_size=e.config.segment_size, store_host=e.config.store_host,
+        )
+
+    @grpc_errors
+    def Subscribe(self, request, context: grpc.ServicerContext):
+        if not request.subscriber:
+            raise InvalidArgumentError("subscriber name is empty")
+        yield from self.engine.subscribe(
+            request.subscriber, request.from_offset, request.max_batch_records,
+            context.is_active,
+        )
+
+    @grpc_errors
+    def Ack(self, request, context):
+        self.engine.ack(request.subscriber, request.durable_offset)
+        return commitlog_pb2.AckResponse()
