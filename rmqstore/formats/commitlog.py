@@ -51,6 +51,8 @@ _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
 _TAIL = struct.Struct(">iqi")  # reconsume times, prepared tx offset, body length
+# body length sits at this + both host lengths: head, store timestamp, reconsume, prepared tx
+BODY_LENGTH_BASE = HEAD_SIZE + 8 + 4 + 8  # 68
 
 COMPRESSED_FLAG = 0x1
 MULTI_TAGS_FLAG = 0x2
@@ -291,16 +293,19 @@ def iter_heads(buf: bytes | memoryview | bytearray, start: int = 0, end: int | N
                 f"bad record header (size {total}, magic {magic & 0xFFFFFFFF:#010x})",
                 base_offset + pos, total,
             )
-        p = pos + 76 + host_len(sys_flag, BORNHOST_V6_FLAG) + host_len(sys_flag, STOREHOST_V6_FLAG)
+        p = pos + BODY_LENGTH_BASE + host_len(sys_flag, BORNHOST_V6_FLAG) + host_len(
+            sys_flag, STOREHOST_V6_FLAG)
         (body_len,) = _INT.unpack_from(buf, p)
         p += 4 + body_len
+        if body_len < 0 or p + 2 > pos + total:
+            raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
         if magic == MAGIC_V1:
             topic_len = buf[p]
             p += 1
         else:
             (topic_len,) = _SHORT.unpack_from(buf, p)
             p += 2
-        if body_len < 0 or p + topic_len > pos + total:
+        if p + topic_len > pos + total:
             raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
         yield RecordHead(pos, total, qid, qo, sys_flag, bytes(buf[p : p + topic_len]).decode())
         pos += total

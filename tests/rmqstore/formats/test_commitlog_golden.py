@@ -60,3 +60,10 @@ def test_properties_reserialize_in_hashmap_order(golden_expected):
     for m in golden_expected["messages"]:
         s = m["stored"]["propertiesString"]
         assert props_fmt.encode(props_fmt.parse(s)) == s
+
+
+def test_iter_heads_agrees_with_full_decode(golden_store):
+    for base, data in _segments(golden_store):
+        full = [(pos, r.total_size, r.queue_id, r.queue_offset, r.sys_flag, r.topic)
+                for pos, r in commitlog.iter_segment(data, base_offset=base)]
+        assert [tuple(h) for h in commitlog.iter_heads(data, base_offset=base)] == full

@@ -1,0 +1,106 @@
+"""Recovery cuts a damaged tail at the last good record and keeps queue offsets right."""
+
+import os
+
+import pytest
+
+from rmqstore.errors import StoreError
+from rmqstore.formats import commitlog
+from rmqstore.segments import segment_name
+from rmqstore.v1 import common_pb2
+from services.commitlog.config import WriterConfig
+from services.commitlog.engine import CommitLogEngine
+
+SEGMENT = 64 * 1024
+
+
+def _open(store):
+    return CommitLogEngine(WriterConfig(store=store, segment_size=SEGMENT))
+
+
+def _msgs(n, start=0):
+    return [common_pb2.Message(topic="T", queue_id=0, body=f"message {i}".encode() * 20,
+                               keys=f"k{i}") for i in range(start, start + n)]
+
+
+@pytest.fixture
+def store(tmp_path):
+    e = _open(tmp_path / "s")
+    results = e.put(_msgs(300))  # spans several segments
+    e.close()
+    return tmp_path / "s", results
+
+
+def _damage(store_dir, offset, at, data):
+    path = store_dir / "commitlog" / segment_name(offset - offset % SEGMENT)
+    with open(path, "r+b") as f:
+        f.seek(offset % SEGMENT + at)
+        f.write(data)
+
+
+def _reopen_and_check(store_dir, results, keep, corrupt=True):
+    e = _open(store_dir)
+    try:
+        assert e.max_offset == results[keep].phy_offset
+        assert bool(e.recovered.corruption) == corrupt  # zeros just look like the end of data
+        for r in results[:keep]:
+            assert commitlog.decode(e.read([r.phy_offset])[0]).keys == f"k{r.queue_offset}"
+        nxt = e.put(_msgs(1, 10_000))[0]
+        assert nxt.queue_offset == keep  # queue offsets continue right after the cut
+        assert nxt.phy_offset == results[keep].phy_offset
+    finally:
+        e.close()
+    return nxt
+
+
+@pytest.mark.parametrize("what", ["body", "header", "properties", "torn", "zeros"])
+def test_damaged_last_record_is_cut(store, what):
+    store_dir, results = store
+    last = results[-1]
+    if what == "body":
+        _damage(store_dir, last.phy_offset, 90, b"\xff")
+    elif what == "header":
+        _damage(store_dir, last.phy_offset, 4, b"\x00\x00")  # magic
+    elif what == "properties":
+        _damage(store_dir, last.phy_offset, last.size - 3, b"\xff\xff")
+    elif what == "zeros":
+        _damage(store_dir, last.phy_offset, 0, bytes(last.size))
+    else:
+        _damage(store_dir, last.phy_offset, last.size // 2, bytes(last.size - last.size // 2))
+    _reopen_and_check(store_dir, results, len(results) - 1, corrupt=what != "zeros")
+
+
+def test_damage_in_the_middle_cuts_everything_after_it(store):
+    store_dir, results = store
+    mid = len(results) - 40
+    _damage(store_dir, results[mid].phy_offset, 95, b"\x00\x01\x02")
+    nxt = _reopen_and_check(store_dir, results, mid)
+    # the cut records are gone for good (zeroed): after one more put they cannot come back
+    e = _open(store_dir)
+    try:
+        assert e.max_offset == nxt.phy_offset + nxt.size
+        assert not e.recovered.corruption
+    finally:
+        e.close()
+
+
+def test_stray_preallocated_segments_are_removed(store):
+    store_dir, results = store
+    end = results[-1].phy_offset + results[-1].size
+    stray = store_dir / "commitlog" / segment_name(end - end % SEGMENT + 3 * SEGMENT)
+    with open(stray, "wb") as f:
+        f.truncate(SEGMENT)
+    e = _open(store_dir)
+    try:
+        assert not stray.exists()
+        assert e.max_offset == end
+    finally:
+        e.close()
+
+
+def test_a_segment_of_the_wrong_size_stops_the_start(store):
+    store_dir, _ = store
+    path = store_dir / "commitlog" / segment_name(0)
+    os.truncate(path, SEGMENT // 2)
+    with pytest.raises(StoreError, match="segment size"):
+        _open(store_dir)

@@ -1,0 +1,186 @@
+"""The writer as a real process over gRPC: puts, reads, bad input, locking, crashes."""
+
+import threading
+
+import grpc
+import pytest
+
+from rmqstore.formats import commitlog
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from tests import procs
+
+pytestmark = pytest.mark.integration
+SEGMENT = 1 << 20
+
+
+def _start(store, *extra):
+    return procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
+                       "--commitlog-segment-size", str(SEGMENT), *extra)
+
+
+@pytest.fixture
+def writer(tmp_path):
+    p = _start(tmp_path / "store")
+    yield p
+    p.stop()
+
+
+def _stub(p):
+    return commitlog_pb2_grpc.CommitLogStub(channel(p.address))
+
+
+def _msg(i=0, **kw):
+    base = dict(topic="Orders", queue_id=i % 4, body=f"body-{i}".encode(), tags="TagA",
+                keys=f"order-{i} customer-{i % 7}")
+    base.update(kw)
+    return common_pb2.Message(**base)
+
+
+def test_put_read_and_offsets(writer):
+    stub = _stub(writer)
+    r = stub.Put(commitlog_pb2.PutRequest(message=_msg(0)))
+    batch = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(1, 50)]))
+    results = [r, *batch.results]
+    assert [x.phy_offset for x in results] == sorted(x.phy_offset for x in results)
+    per_queue = {}
+    for x in results:
+        per_queue.setdefault(x.queue_id, []).append(x.queue_offset)
+    assert all(v == list(range(len(v))) for v in per_queue.values())
+    recs = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+        offsets=[x.phy_offset for x in results])).records
+    for i, (raw, x) in enumerate(zip(recs, results, strict=True)):
+        rec = commitlog.decode(raw)
+        assert rec.body == f"body-{i}".encode() and rec.keys == f"order-{i} customer-{i % 7}"
+        assert rec.uniq_key == x.unique_key and len(x.unique_key) == 32
+        assert rec.physical_offset == x.phy_offset and rec.store_timestamp == x.store_timestamp
+    off = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())
+    assert off.min_offset == 0 and off.max_offset == results[-1].phy_offset + results[-1].size
+
+
+BAD = [
+    ("empty topic", dict(topic=""), "topic is empty"),
+    ("path topic", dict(topic="../x"), "outside"),
+    ("slash topic", dict(topic="a/b"), "outside"),
+    ("control char", dict(topic="a\nb"), "outside"),
+    ("long topic", dict(topic="T" * 128), "128 characters"),
+    ("reserved topic", dict(topic="SCHEDULE_TOPIC_XXXX"), "reserved"),
+    ("negative queue", dict(queue_id=-1), "queue id -1"),
+    ("queue too big", dict(queue_id=8), "queue id 8"),
+    ("separator in keys", dict(keys="a\x01b"), "separator"),
+    ("separator in tags", dict(tags="a\x02"), "separator"),
+    ("separator in property", dict(properties=[common_pb2.Property(name="p", value="\x01")]),
+     "separator"),
+    ("reserved property", dict(properties=[common_pb2.Property(name="KEYS", value="x")]),
+     "own field"),
+    ("empty property value", dict(properties=[common_pb2.Property(name="p", value="")]), "empty"),
+    ("huge properties", dict(properties=[common_pb2.Property(name="p", value="v" * 40000)]),
+     "32767"),
+    ("body too large", dict(body=b"x" * (4 * 1024 * 1024 + 1)), "limit is 4194304"),
+    ("writer-owned sys flag", dict(sys_flag=0x10), "sys flag"),
+    ("negative delay", dict(delay_level=-1), "delay level"),
+    ("bad born host", dict(born_host="nohost"), "ip:port"),
+]
+
+
+@pytest.mark.parametrize(("case", "fields", "text"), BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_refused_and_nothing_written(writer, case, fields, text):
+    stub = _stub(writer)
+    before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+    with pytest.raises(grpc.RpcError) as err:
+        # the bad message comes second: the good first one must not be written either
+        stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(1), _msg(2, **fields)]))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, case
+    assert text in err.value.details()
+    assert stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset == before
+    assert stub.Put(commitlog_pb2.PutRequest(message=_msg(3))).phy_offset == before
+
+
+def test_reads_and_subscriptions_check_offsets(writer):
+    stub = _stub(writer)
+    rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)])).results
+    for bad, code in ((rs[1].phy_offset + 3, grpc.StatusCode.INVALID_ARGUMENT),
+                      (-1, grpc.StatusCode.OUT_OF_RANGE), (10**9, grpc.StatusCode.OUT_OF_RANGE)):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[bad]))
+        assert err.value.code() == code
+        with pytest.raises(grpc.RpcError) as err:
+            next(iter(stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="t",
+                                                                    from_offset=bad))))
+        assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE
+
+
+def test_subscribe_streams_every_record_in_order(writer):
+    stub = _stub(writer)
+    sent = []
+    for k in range(5):
+        sent += stub.PutBatch(commitlog_pb2.PutBatchRequest(
+            messages=[_msg(k * 20 + i) for i in range(20)])).results
+    stream = stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="t", from_offset=0,
+                                                           max_batch_records=30))
+    got = []
+    for batch in stream:
+        got += list(zip(batch.phy_offset, batch.queue_offset, batch.keys, batch.unique_key,
+                        strict=True))
+        if batch.next_offset >= sent[-1].phy_offset + sent[-1].size:
+            stream.cancel()
+            break
+    assert got == [(r.phy_offset, r.queue_offset, f"order-{i} customer-{i % 7}", r.unique_key)
+                   for i, r in enumerate(sent)]
+    # from the middle: a record boundary that is no longer in a put's first position
+    mid = sent[33].phy_offset
+    batch = next(iter(stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="u",
+                                                                    from_offset=mid))))
+    assert batch.phy_offset[0] == mid
+    stub.Ack(commitlog_pb2.AckRequest(subscriber="u", durable_offset=mid))
+
+
+def test_second_writer_on_the_same_store_is_refused(writer, tmp_path):
+    p = procs.ServiceProcess
+    with pytest.raises(RuntimeError, match="locked by another writer"):
+        _start(tmp_path / "store")
+    assert p is not None
+
+
+@pytest.mark.parametrize("flush", ["sync", "async"])
+def test_kill_9_during_puts_keeps_every_acknowledged_record(tmp_path, flush):
+    store = tmp_path / "store"
+    w = _start(store, "--flush", flush)
+    acked: list = []
+    stop = threading.Event()
+
+    def produce(n):
+        stub = _stub(w)
+        i = 0
+        while not stop.is_set():
+            try:
+                rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(
+                    messages=[_msg(n * 10**6 + i + j) for j in range(20)]), timeout=10)
+            except grpc.RpcError:
+                return
+            acked.extend(rs.results)
+            i += 20
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(3)]
+    for t in threads:
+        t.start()
+    while len(acked) < 3000:
+        threads[0].join(0.01)
+    w.kill()
+    stop.set()
+    for t in threads:
+        t.join()
+    w2 = _start(store, "--flush", flush)
+    try:
+        stub = _stub(w2)
+        recs = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+            offsets=[r.phy_offset for r in acked])).records
+        for raw, r in zip(recs, acked, strict=True):
+            rec = commitlog.decode(raw)
+            assert (rec.uniq_key, rec.queue_offset) == (r.unique_key, r.queue_offset)
+        # queue offsets continue without gaps after the restart
+        nxt = stub.Put(commitlog_pb2.PutRequest(message=_msg(0)))
+        same_queue = [r.queue_offset for r in acked if r.queue_id == nxt.queue_id]
+        assert nxt.queue_offset >= max(same_queue) + 1
+    finally:
+        w2.stop()
