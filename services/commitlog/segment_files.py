@@ -56,6 +56,11 @@ class Segment:
         os.close(self.fd)
 
 
+def _starts_with_data(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(8) != bytes(8)
+
+
 def create_segment_file(path: Path, size: int, warmup: bool = False) -> None:
     """Create a zero-filled, fully allocated segment file atomically (temp name, rename)."""
     tmp = path.with_name(path.name + ".creating")
@@ -107,7 +112,8 @@ class SegmentQueue:
         return out
 
     def open_existing(self, files: list[tuple[int, Path]]) -> None:
-        for start, path in files:
+        """Map every segment; a gap is allowed only before never-written (stray) files."""
+        for i, (start, path) in enumerate(files):
             actual = path.stat().st_size
             if actual != self.size:
                 raise StoreError(
@@ -115,11 +121,18 @@ class SegmentQueue:
                     f"{self.size} (check --commitlog-segment-size)"
                 )
             if start % self.size:
-                raise StoreError(f"commitlog segment {path.name} does not start on a segment boundary")
+                raise StoreError(f"commitlog segment {path.name} is not on a segment boundary")
             if self.segments and start != self.segments[-1].end:
-                raise StoreError(
-                    f"commitlog segment {path.name} does not follow {self.segments[-1].path.name}"
-                )
+                rest = [p for _, p in files[i:]]
+                if any(_starts_with_data(p) for p in rest):
+                    raise StoreError(
+                        f"commitlog segment {path.name} does not follow "
+                        f"{self.segments[-1].path.name}: a segment is missing"
+                    )
+                for p in rest:
+                    log.warning("removing stray pre-created segment %s", p.name)
+                    p.unlink()
+                return
             self.segments.append(Segment(path, start, self.size))
 
     @property
