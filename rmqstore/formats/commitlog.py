@@ -142,34 +142,48 @@ class Record:
         return self.property_map.get(props_fmt.UNIQ_KEY, "")
 
 
-def encode(r: Record) -> bytes:
-    """Encode a record; ``total_size`` and ``body_crc`` are computed, the v6 bits set."""
-    sys_flag = r.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-    if r.born_host.is_v6:
-        sys_flag |= BORNHOST_V6_FLAG
-    if r.store_host.is_v6:
-        sys_flag |= STOREHOST_V6_FLAG
-    topic = r.topic.encode()
-    props = r.properties.encode()
+def _fixed_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
+    """Everything from TOTALSIZE through BODYLENGTH as one struct."""
+    b, st = ("16s" if born_v6 else "4s"), ("16s" if store_v6 else "4s")
+    return struct.Struct(f">iiiiiqqiq{b}iq{st}iiqi")
+
+
+_FIXED = {(bv6, sv6): _fixed_struct(bv6, sv6) for bv6 in (False, True) for sv6 in (False, True)}
+
+
+def encode_parts(topic: bytes, queue_id: int, body: bytes, properties: bytes, flag: int,
+                 sys_flag: int, born_timestamp: int, born_host: Host, store_host: Host,
+                 reconsume_times: int = 0, prepared_transaction_offset: int = 0,
+                 queue_offset: int = 0, physical_offset: int = 0,
+                 store_timestamp: int = 0) -> bytes:
+    """Encode a v1 record from already-encoded topic and properties (the put hot path).
+
+    The v6 bits of ``sys_flag`` are set from the hosts; the size and CRC are computed.
+    """
+    bv6, sv6 = len(born_host.ip) == 16, len(store_host.ip) == 16
+    sys_flag = (sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)) | (
+        (BORNHOST_V6_FLAG if bv6 else 0) | (STOREHOST_V6_FLAG if sv6 else 0))
     if len(topic) > MAX_TOPIC_BYTES:
         raise CorruptRecordError(f"topic is {len(topic)} bytes, v1 records hold at most 127")
-    if len(props) > props_fmt.MAX_PROPERTIES_LENGTH:
-        raise CorruptRecordError(f"properties are {len(props)} bytes, at most 32767")
-    total = record_size(len(r.body), len(topic), len(props), sys_flag)
-    return b"".join(
-        (
-            HEAD.pack(total, MAGIC_V1, body_crc(r.body), r.queue_id, r.flag, r.queue_offset,
-                      r.physical_offset, sys_flag, r.born_timestamp),
-            r.born_host.pack(),
-            _LONG.pack(r.store_timestamp),
-            r.store_host.pack(),
-            _TAIL.pack(r.reconsume_times, r.prepared_transaction_offset, len(r.body)),
-            r.body,
-            bytes((len(topic),)),
-            topic,
-            _SHORT.pack(len(props)),
-            props,
-        )
+    if len(properties) > props_fmt.MAX_PROPERTIES_LENGTH:
+        raise CorruptRecordError(f"properties are {len(properties)} bytes, at most 32767")
+    fixed = _FIXED[(bv6, sv6)]
+    total = fixed.size + len(body) + 1 + len(topic) + 2 + len(properties)
+    return b"".join((
+        fixed.pack(total, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
+                   physical_offset, sys_flag, born_timestamp, born_host.ip, born_host.port,
+                   store_timestamp, store_host.ip, store_host.port, reconsume_times,
+                   prepared_transaction_offset, len(body)),
+        body, bytes((len(topic),)), topic, _SHORT.pack(len(properties)), properties,
+    ))
+
+
+def encode(r: Record) -> bytes:
+    """Encode a record; ``total_size`` and ``body_crc`` are computed, the v6 bits set."""
+    return encode_parts(
+        r.topic.encode(), r.queue_id, r.body, r.properties.encode(), r.flag, r.sys_flag,
+        r.born_timestamp, r.born_host, r.store_host, r.reconsume_times,
+        r.prepared_transaction_offset, r.queue_offset, r.physical_offset, r.store_timestamp,
     )
 
 

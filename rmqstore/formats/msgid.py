@@ -94,14 +94,17 @@ class UniqKeyGenerator:
         self._counter = itertools.count()
         self._month_start = 0
         self._next_month = 0
+        self._head = ""
 
     def next(self, now_ms: int | None = None) -> str:
-        now = int(time.time() * 1000) if now_ms is None else now_ms
+        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
         if not self._month_start <= now < self._next_month:
             self._month_start = month_start_ms(now)
             self._next_month = month_start_ms(self._month_start + 32 * 86_400_000)
-        diff = now - self._month_start
-        return uniq_key(self._prefix, self._pid, self._loader, diff, next(self._counter))
+            self._head = uniq_key(self._prefix, self._pid, self._loader, 0, 0)[:-12]
+        # same bytes as uniq_key(...), formatted directly: this runs once per message
+        return f"{self._head}{(now - self._month_start) & 0xFFFFFFFF:08X}" \
+               f"{next(self._counter) & 0xFFFF:04X}"
 
 
 def uniq_key_time(uniq_key: str, now_ms: int | None = None) -> int:

@@ -6,6 +6,7 @@ broker always re-serializes into: entries sorted stably by bucket, where
 depends on the largest size the map ever reached.
 """
 
+import functools
 from collections.abc import Iterable, Mapping
 
 from rmqstore.formats.javahash import java_hash
@@ -33,6 +34,7 @@ def hashmap_capacity(max_size: int, initial: int = 16) -> int:
     return cap
 
 
+@functools.lru_cache(maxsize=4096)
 def _bucket(name: str, cap: int) -> int:
     h = java_hash(name) & 0xFFFFFFFF
     return (h ^ (h >> 16)) & (cap - 1)

@@ -6,6 +6,7 @@ batch either fits (segments pre-created first) or nothing of it is written.
 """
 
 import bisect
+import struct
 import logging
 import os
 import threading
@@ -34,6 +35,7 @@ from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
 
 log = logging.getLogger(__name__)
+_LONG = struct.Struct(">q")
 DEFAULT_BATCH_RECORDS = 4096
 INDEX_SUBSCRIBER_HINT = "index"
 
@@ -90,6 +92,8 @@ class CommitLogEngine:
         self._appended = threading.Condition()
         self._closed = False
         self.builder = MessageBuilder(cfg)
+        host = self.builder.store_host
+        self._msg_id_prefix = offset_msg_id(host.ip, host.port, 0)[:-16]
         self.cache = DispatchCache()
         self._marks: deque[tuple[int, int]] = deque(maxlen=200_000)  # (end offset, store ts)
         if r.last_store_timestamp:
@@ -160,52 +164,56 @@ class CommitLogEngine:
         seg = self._head
         batch_start = self.max_offset
         table = self.queue_table
-        host = self.builder.store_host
-        results = []
-        cols: tuple[list, ...] = tuple([] for _ in range(11))
-        (c_topic, c_qid, c_qo, c_phy, c_size, c_tags, c_ts, c_keys, c_uniq, c_flag, c_ptx) = cols
+        pack_long = _LONG.pack_into
+        phys: list[int] = []
+        qos: list[int] = []
+        mm = seg.map if seg else None
+        wrote = seg.wrote if seg else 0
+        limit = seg.size - commitlog.BLANK_SIZE if seg else -1
         for p in prepared:
             size = p.size
-            if seg is None or seg.wrote + size + commitlog.BLANK_SIZE > seg.size:
+            if wrote + size > limit:
                 if seg is not None:
-                    seg.map[seg.wrote : seg.wrote + 8] = commitlog.blank(seg.size - seg.wrote)
+                    seg.map[wrote : wrote + 8] = commitlog.blank(seg.size - wrote)
                     seg.wrote = seg.size
                 seg = self.segments.roll(seg.end if seg else self.max_offset)
                 self._head = seg
-            key = (p.topic, p.queue_id)
-            qo = table.get(key, 0) if p.advances_queue else 0
-            at = seg.wrote
-            phy = seg.start + at
-            seg.map[at : at + size] = p.data
-            commitlog.patch(seg.map, at, qo, phy, ts, p.sys_flag)
-            seg.wrote = at + size
+                mm, wrote, limit = seg.map, 0, seg.size - commitlog.BLANK_SIZE
             if p.advances_queue:
+                key = (p.topic, p.queue_id)
+                qo = table.get(key, 0)
                 table[key] = qo + 1
-            results.append(PutResult(
-                offset_msg_id(host.ip, host.port, phy), p.uniq_key, phy, qo, size, ts,
-                p.topic, p.queue_id,
-            ))
-            c_topic.append(p.topic)
-            c_qid.append(p.queue_id)
-            c_qo.append(qo)
-            c_phy.append(phy)
-            c_size.append(size)
-            c_tags.append(ts + p.delay_ms if p.delay_ms else p.tags_code)
-            c_ts.append(ts)
-            c_keys.append(p.keys)
-            c_uniq.append(p.uniq_key)
-            c_flag.append(p.sys_flag)
-            c_ptx.append(p.prepared_transaction_offset)
+            else:
+                qo = 0
+            phy = seg.start + wrote
+            mm[wrote : wrote + size] = p.data
+            pack_long(mm, wrote + commitlog.QUEUE_OFFSET_AT, qo)
+            pack_long(mm, wrote + commitlog.PHYSICAL_OFFSET_AT, phy)
+            pack_long(mm, wrote + p.store_timestamp_at, ts)
+            wrote += size
+            seg.wrote = wrote
+            phys.append(phy)
+            qos.append(qo)
         assert seg is not None
-        end = seg.start + seg.wrote
+        end = seg.start + wrote
         self.max_offset = end
         self.bytes_written += end - batch_start
         self.messages_written += len(prepared)
         self._marks.append((end, ts))
+        id_prefix = self._msg_id_prefix
+        results = [
+            PutResult(f"{id_prefix}{phy:016X}", p.uniq_key, phy, qo, p.size, ts, p.topic,
+                      p.queue_id)
+            for p, phy, qo in zip(prepared, phys, qos, strict=True)
+        ]
         self.cache.add(batch_start, end, commitlog_pb2.DispatchBatch(
-            topic=c_topic, queue_id=c_qid, queue_offset=c_qo, phy_offset=c_phy, size=c_size,
-            tags_code=c_tags, store_timestamp=c_ts, keys=c_keys, unique_key=c_uniq,
-            sys_flag=c_flag, prepared_transaction_offset=c_ptx, next_offset=end, max_offset=end,
+            topic=[p.topic for p in prepared], queue_id=[p.queue_id for p in prepared],
+            queue_offset=qos, phy_offset=phys, size=[p.size for p in prepared],
+            tags_code=[ts + p.delay_ms if p.delay_ms else p.tags_code for p in prepared],
+            store_timestamp=[ts] * len(prepared), keys=[p.keys for p in prepared],
+            unique_key=[p.uniq_key for p in prepared], sys_flag=[p.sys_flag for p in prepared],
+            prepared_transaction_offset=[p.prepared_transaction_offset for p in prepared],
+            next_offset=end, max_offset=end,
         ))
         return results, end
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 
 from rmqstore import delay
-from rmqstore.errors import MessageIllegalError
+from rmqstore.errors import CorruptRecordError, MessageIllegalError
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
 from rmqstore.formats.hosts import Host, parse_host
@@ -22,6 +22,7 @@ from services.commitlog.config import WriterConfig
 RESERVED = frozenset(
     (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
 )
+_QUEUED_TX_TYPES = (commitlog.TRANSACTION_NOT_TYPE, commitlog.TRANSACTION_COMMIT_TYPE)
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 
 
@@ -29,7 +30,7 @@ CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 class Prepared:
     """An encoded record waiting for its offsets, plus what dispatch needs."""
 
-    data: bytearray
+    data: bytes
     topic: str
     queue_id: int
     sys_flag: int
@@ -38,17 +39,9 @@ class Prepared:
     uniq_key: str
     delay_ms: int  # > 0 for the schedule topic: tags code = store time + this
     prepared_transaction_offset: int
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    @property
-    def advances_queue(self) -> bool:
-        return commitlog.transaction_type(self.sys_flag) in (
-            commitlog.TRANSACTION_NOT_TYPE,
-            commitlog.TRANSACTION_COMMIT_TYPE,
-        )
+    size: int
+    advances_queue: bool  # not a prepared/rollback record: takes the next queue offset
+    store_timestamp_at: int
 
 
 def _check_text(what: str, value: str) -> None:
@@ -57,12 +50,25 @@ def _check_text(what: str, value: str) -> None:
 
 
 class MessageBuilder:
+    """Turns producer messages into encoded records; one per writer (it caches per topic)."""
+
     def __init__(self, config: WriterConfig) -> None:
         self.config = config
         self.store_host: Host = config.host
         self.uniq = UniqKeyGenerator(self.store_host.ip if len(self.store_host.ip) == 4 else
                                      b"\x7f\x00\x00\x01")
         self._born_cache: dict[str, Host] = {}
+        self._topics: dict[str, bytes] = {}
+        # property order of the common case (no user properties, no delay) per present fields;
+        # WAIT was in the client's map too, so the map once held one more entry
+        self._orders: dict[tuple[bool, bool, bool], list[str]] = {}
+        for has_tags in (False, True):
+            for has_keys in (False, True):
+                for has_uniq in (False, True):
+                    names = [n for n, on in ((P.TAGS, has_tags), (P.KEYS, has_keys),
+                                             (P.UNIQ_KEY, has_uniq), (P.CLUSTER, True)) if on]
+                    self._orders[(has_tags, has_keys, has_uniq)] = P.hashmap_order(
+                        names, len(names) + 1)
 
     def _born(self, text: str) -> Host:
         if not text:
@@ -74,36 +80,91 @@ class MessageBuilder:
                 self._born_cache[text] = host
         return host
 
+    def _topic_bytes(self, topic: str) -> bytes:
+        tb = self._topics.get(topic)
+        if tb is None:
+            try:
+                validate_topic(topic)
+            except Exception as e:
+                raise MessageIllegalError(str(e)) from None
+            if topic == SCHEDULE_TOPIC:
+                raise MessageIllegalError(f"topic {SCHEDULE_TOPIC} is reserved for delayed messages")
+            tb = topic.encode()
+            if len(self._topics) < 100_000:
+                self._topics[topic] = tb
+        return tb
+
     def build(self, m, now_ms: int | None = None) -> Prepared:
         """Validate and encode one ``rmqstore.v1.Message``; raises MessageIllegalError."""
         cfg = self.config
         topic = m.topic
-        try:
-            validate_topic(topic)
-        except Exception as e:
-            raise MessageIllegalError(str(e)) from None
-        if topic == SCHEDULE_TOPIC:
-            raise MessageIllegalError(f"topic {SCHEDULE_TOPIC} is reserved for delayed messages")
-        if not 0 <= m.queue_id < cfg.queues_per_topic:
+        topic_bytes = self._topic_bytes(topic)
+        queue_id = m.queue_id
+        if not 0 <= queue_id < cfg.queues_per_topic:
             raise MessageIllegalError(
-                f"queue id {m.queue_id} is outside 0..{cfg.queues_per_topic - 1}"
+                f"queue id {queue_id} is outside 0..{cfg.queues_per_topic - 1}"
             )
         body = m.body
         if len(body) > cfg.max_message_size:
             raise MessageIllegalError(
                 f"body is {len(body)} bytes, the limit is {cfg.max_message_size}"
             )
-        if m.sys_flag & ~CLIENT_SYS_FLAGS:
-            raise MessageIllegalError(f"sys flag {m.sys_flag:#x} sets bits the writer owns")
-        if m.delay_level < 0:
-            raise MessageIllegalError(f"delay level {m.delay_level} is negative")
-        tx = commitlog.transaction_type(m.sys_flag)
+        sys_flag = m.sys_flag
+        if sys_flag & ~CLIENT_SYS_FLAGS:
+            raise MessageIllegalError(f"sys flag {sys_flag:#x} sets bits the writer owns")
+        level = m.delay_level
+        if level < 0:
+            raise MessageIllegalError(f"delay level {level} is negative")
+        tags, keys, uniq = m.tags, m.keys, m.unique_key
+        for what, text in (("tags", tags), ("keys", keys), ("unique key", uniq)):
+            if "\x01" in text or "\x02" in text:
+                _check_text(what, text)
+        if not uniq and not m.without_unique_key:
+            uniq = self.uniq.next(now_ms)
+        delay_ms = 0
+        if m.properties or level > 0:
+            prop_str, topic, queue_id, delay_ms = self._general_properties(m, uniq)
+            if delay_ms:
+                topic_bytes = topic.encode()
+        else:
+            values = {P.TAGS: tags, P.KEYS: keys, P.UNIQ_KEY: uniq, P.CLUSTER: cfg.cluster_name}
+            prop_str = "\x02".join(
+                f"{n}\x01{values[n]}" for n in self._orders[(bool(tags), bool(keys), bool(uniq))]
+            )
+        props = prop_str.encode()
+        if len(props) > P.MAX_PROPERTIES_LENGTH:
+            raise MessageIllegalError(
+                f"properties are {len(props)} bytes, the limit is {P.MAX_PROPERTIES_LENGTH}"
+            )
+        born_ts = m.born_timestamp or (now_ms if now_ms is not None else int(time.time() * 1000))
+        try:
+            data = commitlog.encode_parts(
+                topic_bytes, queue_id, body, props, m.flag, sys_flag, born_ts,
+                self._born(m.born_host), self.store_host, m.reconsume_times,
+                m.prepared_transaction_offset,
+            )
+        except CorruptRecordError as e:
+            raise MessageIllegalError(str(e)) from None
+        if len(data) > cfg.max_message_size + 64 * 1024 or len(data) + 8 > cfg.segment_size:
+            raise MessageIllegalError(
+                f"record is {len(data)} bytes, too large for the limit "
+                f"({cfg.max_message_size}) or the segment size ({cfg.segment_size})"
+            )
+        stored_flag = int.from_bytes(data[commitlog.SYS_FLAG_AT : commitlog.SYS_FLAG_AT + 4])
+        return Prepared(
+            data, topic, queue_id, stored_flag, 0 if delay_ms else tags_code(tags), keys, uniq,
+            delay_ms, m.prepared_transaction_offset, len(data),
+            commitlog.transaction_type(stored_flag) in _QUEUED_TX_TYPES,
+            commitlog.store_timestamp_at(stored_flag),
+        )
+
+    def _general_properties(self, m, uniq: str) -> tuple[str, str, int, int]:
+        """User properties and/or delay: (properties, stored topic, stored queue, delay ms)."""
+        cfg = self.config
         props: dict[str, str] = {}
         if m.tags:
-            _check_text("tags", m.tags)
             props[P.TAGS] = m.tags
         if m.keys:
-            _check_text("keys", m.keys)
             props[P.KEYS] = m.keys
         for prop in m.properties:
             if not prop.name or not prop.value:
@@ -113,21 +174,15 @@ class MessageBuilder:
             _check_text(f"property {prop.name!r}", prop.name + prop.value)
             props[prop.name] = prop.value
         level = m.delay_level
+        tx = commitlog.transaction_type(m.sys_flag)
         delayed = level > 0 and tx in (commitlog.TRANSACTION_NOT_TYPE,
                                        commitlog.TRANSACTION_COMMIT_TYPE)
         if level > 0:
             props[P.DELAY] = str(level)
         props[P.WAIT] = "false" if m.no_wait_store else "true"
-        uniq = m.unique_key
-        if uniq:
-            _check_text("unique key", uniq)
-        elif not m.without_unique_key:
-            uniq = self.uniq.next(now_ms)
         if uniq:
             props[P.UNIQ_KEY] = uniq
-        max_size = len(props) + 1
-        queue_id = m.queue_id
-        delay_ms = 0
+        topic, queue_id, delay_ms = m.topic, m.queue_id, 0
         if delayed:
             level = delay.clamp_level(level)
             props[P.CLUSTER] = cfg.cluster_name
@@ -137,6 +192,7 @@ class MessageBuilder:
             topic, queue_id = SCHEDULE_TOPIC, level - 1
             delay_ms = delay.delay_ms(level)
         else:
+            max_size = len(props) + 1
             del props[P.WAIT]
             props[P.CLUSTER] = cfg.cluster_name
         prop_str = P.encode(props, max_size)
@@ -144,25 +200,4 @@ class MessageBuilder:
             raise MessageIllegalError(
                 f"properties are {utf16_len(prop_str)} characters, the limit is 32767"
             )
-        born_ts = m.born_timestamp or (now_ms if now_ms is not None else int(time.time() * 1000))
-        rec = commitlog.Record(
-            topic=topic, queue_id=queue_id, body=body, properties=prop_str, flag=m.flag,
-            sys_flag=m.sys_flag, born_timestamp=born_ts, born_host=self._born(m.born_host),
-            store_host=self.store_host, reconsume_times=m.reconsume_times,
-            prepared_transaction_offset=m.prepared_transaction_offset,
-        )
-        try:
-            data = bytearray(commitlog.encode(rec))
-        except Exception as e:
-            raise MessageIllegalError(str(e)) from None
-        if len(data) > cfg.max_message_size + 64 * 1024 or len(data) + 8 > cfg.segment_size:
-            raise MessageIllegalError(
-                f"record is {len(data)} bytes, too large for the limit "
-                f"({cfg.max_message_size}) or the segment size ({cfg.segment_size})"
-            )
-        sys_flag = int.from_bytes(data[commitlog.SYS_FLAG_AT:commitlog.SYS_FLAG_AT + 4], "big")
-        return Prepared(
-            data=data, topic=topic, queue_id=queue_id, sys_flag=sys_flag,
-            tags_code=tags_code(m.tags) if not delay_ms else 0, keys=m.keys, uniq_key=uniq,
-            delay_ms=delay_ms, prepared_transaction_offset=m.prepared_transaction_offset,
-        )
+        return prop_str, topic, queue_id, delay_ms

@@ -39,12 +39,12 @@ class Segment:
         return self.start + self.size
 
     def flush(self, upto: int | None = None) -> None:
-        """msync [flushed, upto) (page-aligned start)."""
+        """Make [flushed, upto) durable. Linux writes back pages dirtied through a shared
+        mapping on fdatasync, which (unlike mmap.flush) releases the GIL while it waits."""
         upto = self.wrote if upto is None else upto
         if upto <= self.flushed:
             return
-        begin = self.flushed - self.flushed % PAGE
-        self.map.flush(begin, upto - begin)
+        os.fdatasync(self.fd)
         self.flushed = upto
 
     def close(self) -> None:

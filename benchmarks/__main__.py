@@ -1,0 +1,53 @@
+"""``make bench``: run every ``benchmarks/bench_*.py`` and print one Markdown table each.
+
+``python -m benchmarks [--quick] [NAME ...]``; results also go to benchmarks/results/NAME.json.
+"""
+
+import argparse
+import importlib
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).parent
+
+
+def table(rows: list[dict]) -> str:
+    if not rows:
+        return "(no rows)"
+    cols = list(dict.fromkeys(k for r in rows for k in r))
+    fmt = lambda v: f"{v:,.0f}" if isinstance(v, float) and abs(v) >= 100 else (  # noqa: E731
+        f"{v:.3g}" if isinstance(v, float) else str(v))
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m benchmarks")
+    p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    p.add_argument("names", nargs="*", help="e.g. put builders query rebuild")
+    args = p.parse_args()
+    names = args.names or sorted(f.stem[6:] for f in HERE.glob("bench_*.py"))
+    (HERE / "results").mkdir(exist_ok=True)
+    print(f"machine: {platform.machine()}, {platform.processor() or '?'}, "
+          f"python {platform.python_version()}, {__import__('os').cpu_count()} cores")
+    failed = 0
+    for name in names:
+        mod = importlib.import_module(f"benchmarks.bench_{name}")
+        t0 = time.time()
+        try:
+            rows = mod.run(quick=args.quick)
+        except Exception as e:  # keep going: one broken scenario must not hide the others
+            print(f"\n## {name}: FAILED: {e!r}", flush=True)
+            failed += 1
+            continue
+        print(f"\n## {name} ({time.time() - t0:.0f}s)\n\n{table(rows)}", flush=True)
+        (HERE / "results" / f"{name}.json").write_text(json.dumps(rows, indent=1))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
