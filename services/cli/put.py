@@ -151,16 +151,18 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         for r in collected:
             print(result_json(r))
-    else:
-        lat = sorted(latencies)
-        pct = (lambda q: lat[min(len(lat) - 1, int(q * len(lat)))] * 1000) if lat else (lambda q: 0)
-        body_bytes = sent * (args.body_size if not args.file else 0)
-        print(
-            f"sent {sent} messages in {elapsed:.2f}s: {sent / elapsed:,.0f} msgs/s"
-            + (f", {body_bytes / elapsed / 1e6:.1f} MB/s of body" if body_bytes else "")
-            + f"; call latency p50 {pct(0.5):.2f} ms, p99 {pct(0.99):.2f} ms",
-            file=sys.stderr if args.json else sys.stdout,
-        )
+    lat = sorted(latencies)
+
+    def pct(q: float) -> float:
+        return lat[min(len(lat) - 1, int(q * len(lat)))] * 1000 if lat else 0.0
+
+    body_bytes = sent * (args.body_size if not (args.file or args.body or args.body_file) else 0)
+    print(
+        f"sent {sent} messages in {elapsed:.2f}s: {sent / elapsed:,.0f} msgs/s"
+        + (f", {body_bytes / elapsed / 1e6:.1f} MB/s of body" if body_bytes else "")
+        + f"; call latency p50 {pct(0.5):.2f} ms, p99 {pct(0.99):.2f} ms",
+        file=sys.stderr if args.json else sys.stdout,
+    )
     return 0
 
 

@@ -184,3 +184,19 @@ def test_kill_9_during_puts_keeps_every_acknowledged_record(tmp_path, flush):
         assert nxt.queue_offset >= max(same_queue) + 1
     finally:
         w2.stop()
+
+
+def test_health_and_reflection(writer):
+    from grpc_health.v1 import health_pb2, health_pb2_grpc
+    from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+    ch = channel(writer.address)
+    health = health_pb2_grpc.HealthStub(ch)
+    for name in ("", "rmqstore.v1.CommitLog"):
+        status = health.Check(health_pb2.HealthCheckRequest(service=name)).status
+        assert status == health_pb2.HealthCheckResponse.SERVING
+    refl = reflection_pb2_grpc.ServerReflectionStub(ch)
+    resp = next(iter(refl.ServerReflectionInfo(iter([
+        reflection_pb2.ServerReflectionRequest(list_services="")]))))
+    names = {s.name for s in resp.list_services_response.service}
+    assert {"rmqstore.v1.CommitLog", "grpc.health.v1.Health"} <= names

@@ -1,0 +1,72 @@
+"""``rmqstore serve`` starts every service on one store and stops them all on SIGTERM."""
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from tests import procs
+
+pytestmark = pytest.mark.integration
+
+
+def _free_base() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + 13 < 65535 and all(_free(base + k) for k in (0, 1, 2, 3, 10, 11, 12, 13)):
+            return base
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_serve_runs_everything_and_stops_cleanly(tmp_path):
+    base = _free_base()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "services.cli.main", "serve", "--store", str(tmp_path / "s"),
+         "--port-base", str(base), "--commitlog-segment-size", str(1 << 20),
+         "--index-slots", "1000", "--index-entries", "4000", "--cq-entries-per-file", "100"],
+        cwd=procs.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    lines: list[str] = []
+    ready = threading.Event()
+
+    def pump():
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("serving"):
+                ready.set()
+        ready.set()
+
+    threading.Thread(target=pump, daemon=True).start()
+    try:
+        assert ready.wait(60), "".join(lines)
+        out = "".join(lines)
+        assert re.search(rf"commitlog\s+grpc 127\.0\.0\.1:{base}\b", out), out
+        stub = commitlog_pb2_grpc.CommitLogStub(channel(f"127.0.0.1:{base}"))
+        r = stub.Put(commitlog_pb2.PutRequest(message=common_pb2.Message(
+            topic="T", body=b"hi", keys="k1")))
+        assert r.phy_offset == 0
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    assert proc.returncode == 0, "".join(lines)
+    assert "stopped" in "".join(lines)
+    assert not (tmp_path / "s" / "abort").exists()  # the writer shut down cleanly
