@@ -5,11 +5,13 @@ import logging
 import sys
 from pathlib import Path
 
+from rmqstore import metrics
 from rmqstore.errors import StoreError
 from rmqstore.server import Service, configure_logging, wait_for_termination
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import CommitLogEngine
+from services.commitlog.observe import WriterObserver
 from services.commitlog.servicer import CommitLogServicer
 
 log = logging.getLogger("rmqstore.commitlog")
@@ -51,16 +53,22 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot open the store: %s", e)
         print(f"error: {e}", file=sys.stderr)
         return 2
+    registry = metrics.new_registry("commitlog")
+    observer = WriterObserver(engine, metrics.WriterMetrics(registry))
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
     service = Service(args.listen)
-    service.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, CommitLogServicer(engine),
-                commitlog_pb2.DESCRIPTOR, "CommitLog")
+    service.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server,
+                CommitLogServicer(engine, observer), commitlog_pb2.DESCRIPTOR, "CommitLog")
     service.start()
     service.set_serving(True)
     print(f"rmqstore commitlog listening on {service.address}", flush=True)
 
     def stop() -> None:
         service.stop()
+        observer.stop()
         engine.close()
+        if metrics_server is not None:
+            metrics_server.stop()
 
     wait_for_termination(stop)
     return 0

@@ -99,6 +99,7 @@ class CommitLogEngine:
         if r.last_store_timestamp:
             self._marks.append((r.end, r.last_store_timestamp))
         self.acks: dict[str, int] = {}
+        self._subscriptions: dict[str, int] = {}
         self._checkpoint = self._read_checkpoint()
         self.bytes_written = 0
         self.messages_written = 0
@@ -307,6 +308,17 @@ class CommitLogEngine:
             raise OffsetOutOfRangeError(str(e)) from None
         max_records = max_records or DEFAULT_BATCH_RECORDS
         self.acks.setdefault(name, offset)
+        self._subscriptions[name] = self._subscriptions.get(name, 0) + 1
+        try:
+            yield from self._stream(offset, max_records, active)
+        finally:
+            self._subscriptions[name] -= 1
+
+    def active_subscriptions(self) -> dict[str, int]:
+        return dict(self._subscriptions)
+
+    def _stream(self, offset: int, max_records: int,
+                active: Callable[[], bool]) -> Iterator[commitlog_pb2.DispatchBatch]:
         pos = offset
         while active() and not self._closed:
             with self._appended:

@@ -1,12 +1,15 @@
 """gRPC face of the writer: translates protos to engine calls and back, nothing else."""
 
+import time
+
 import grpc
 
-from rmqstore.errors import InvalidArgumentError
+from rmqstore.errors import InvalidArgumentError, StoreError
 
 from rmqstore.server import grpc_errors
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.engine import CommitLogEngine, PutResult
+from services.commitlog.observe import WriterObserver
 
 
 def _result(r: PutResult) -> commitlog_pb2.PutResult:
@@ -18,21 +21,34 @@ def _result(r: PutResult) -> commitlog_pb2.PutResult:
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
-    def __init__(self, engine: CommitLogEngine) -> None:
+    def __init__(self, engine: CommitLogEngine, observer: WriterObserver | None = None) -> None:
         self.engine = engine
+        self.observer = observer or WriterObserver(engine, None)
+
+    def _put(self, messages) -> list[PutResult]:
+        t0 = time.perf_counter()
+        try:
+            results = self.engine.put(messages)
+        except StoreError as e:
+            self.observer.put_failed(e.grpc_status.lower())
+            raise
+        self.observer.puts(results, time.perf_counter() - t0)
+        return results
 
     @grpc_errors
     def Put(self, request, context):
-        return _result(self.engine.put([request.message])[0])
+        return _result(self._put([request.message])[0])
 
     @grpc_errors
     def PutBatch(self, request, context):
-        results = self.engine.put(request.messages)
-        return commitlog_pb2.PutBatchResponse(results=[_result(r) for r in results])
+        return commitlog_pb2.PutBatchResponse(results=[_result(r) for r in self._put(
+            request.messages)])
 
     @grpc_errors
     def ReadRecords(self, request, context):
-        return commitlog_pb2.ReadRecordsResponse(records=self.engine.read(request.offsets))
+        records = self.engine.read(request.offsets)
+        self.observer.reads(records)
+        return commitlog_pb2.ReadRecordsResponse(records=records)
 
     @grpc_errors
     def GetOffsets(self, request, context):
@@ -46,10 +62,12 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def Subscribe(self, request, context: grpc.ServicerContext):
         if not request.subscriber:
             raise InvalidArgumentError("subscriber name is empty")
-        yield from self.engine.subscribe(
+        for batch in self.engine.subscribe(
             request.subscriber, request.from_offset, request.max_batch_records,
             context.is_active,
-        )
+        ):
+            self.observer.dispatched(request.subscriber, len(batch.phy_offset))
+            yield batch
 
     @grpc_errors
     def Ack(self, request, context):

@@ -200,3 +200,29 @@ def test_health_and_reflection(writer):
         reflection_pb2.ServerReflectionRequest(list_services="")]))))
     names = {s.name for s in resp.list_services_response.service}
     assert {"rmqstore.v1.CommitLog", "grpc.health.v1.Health"} <= names
+
+
+def test_metrics_endpoint(tmp_path):
+    import socket
+    import time
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    w = _start(tmp_path / "store", "--metrics-port", str(port))
+    try:
+        stub = _stub(w)
+        stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(10)]))
+        deadline = time.monotonic() + 10
+        text = ""
+        while time.monotonic() < deadline:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+            if 'rmqstore_writer_puts_total{status="ok",topic="Orders"} 10.0' in text and \
+                    "rmqstore_writer_max_offset_bytes 0.0" not in text:
+                break
+            time.sleep(0.1)
+        assert 'rmqstore_writer_puts_total{status="ok",topic="Orders"} 10.0' in text
+        assert "rmqstore_writer_max_offset_bytes 0.0" not in text
+    finally:
+        w.stop()

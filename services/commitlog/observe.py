@@ -1,0 +1,80 @@
+"""Feeds the writer's Prometheus metrics from the engine: gauges refreshed once a second,
+counters and latencies recorded by the servicer around each call."""
+
+import threading
+from collections import Counter as Tally
+
+from rmqstore.metrics import WriterMetrics
+from services.commitlog.engine import CommitLogEngine, PutResult
+
+
+class WriterObserver:
+    def __init__(self, engine: CommitLogEngine, metrics: WriterMetrics | None) -> None:
+        self.engine = engine
+        self.m = metrics
+        self._stop = threading.Event()
+        self._flushes_seen = 0
+        self._bytes_seen = 0
+        if metrics is None:
+            return
+        metrics.segment_size.set(engine.config.segment_size)
+        metrics.recovery_duration.set(engine.recovery_seconds)
+        metrics.recovery_scanned_bytes.set(engine.recovered.scanned_bytes)
+        metrics.recovery_progress.set(1.0)
+        metrics.recovering.set(0)
+        if not engine.last_exit_clean:
+            metrics.abnormal_recoveries.inc()
+        metrics.watch_store(engine.layout.root)
+        self._thread = threading.Thread(target=self._loop, name="metrics", daemon=True)
+        self._thread.start()
+
+    def puts(self, results: list[PutResult], seconds: float) -> None:
+        m = self.m
+        if m is None:
+            return
+        m.put_latency.observe(seconds)
+        m.put_batch_messages.observe(len(results))
+        for topic, n in Tally(r.topic for r in results).items():
+            m.puts.labels(topic=topic, status="ok").inc(n)
+
+    def put_failed(self, status: str) -> None:
+        if self.m is not None:
+            self.m.puts.labels(topic="", status=status).inc()
+
+    def reads(self, records: list[bytes]) -> None:
+        if self.m is not None:
+            self.m.reads.labels(status="ok").inc(len(records))
+            self.m.read_bytes.inc(sum(map(len, records)))
+
+    def dispatched(self, subscriber: str, n: int) -> None:
+        if self.m is not None:
+            self.m.dispatched_records.labels(builder=subscriber).inc(n)
+
+    def refresh(self) -> None:
+        e, m = self.engine, self.m
+        if m is None:
+            return
+        m.min_offset.set(e.min_offset)
+        m.max_offset.set(e.max_offset)
+        m.flushed_offset.set(e.flushed_offset)
+        segs = len(e.segments.segments)
+        m.segments.set(segs)
+        m.commitlog_disk_bytes.set(segs * e.config.segment_size)
+        m.bytes_written.inc(max(e.bytes_written - self._bytes_seen, 0))
+        self._bytes_seen = e.bytes_written
+        f = e.flusher
+        if f.flushes != self._flushes_seen:
+            m.flush_latency.observe(f.last_flush_seconds)
+            self._flushes_seen = f.flushes
+        for name, lag in e.lag().items():
+            m.subscriber_lag.labels(builder=name).set(lag)
+            m.subscriber_acked_offset.labels(builder=name).set(e.acks.get(name, 0))
+        for name, n in e.active_subscriptions().items():
+            m.subscribers.labels(builder=name).set(n)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            self.refresh()
+
+    def stop(self) -> None:
+        self._stop.set()
