@@ -61,14 +61,23 @@ class MessageBuilder:
         self._topics: dict[str, bytes] = {}
         # property order of the common case (no user properties, no delay) per present fields;
         # WAIT was in the client's map too, so the map once held one more entry
-        self._orders: dict[tuple[bool, bool, bool], list[str]] = {}
+        # as a %-template over (tags, keys, unique key) per combination of present fields
+        self._templates: dict[tuple[bool, bool, bool], tuple[str, tuple[int, ...]]] = {}
         for has_tags in (False, True):
             for has_keys in (False, True):
                 for has_uniq in (False, True):
                     names = [n for n, on in ((P.TAGS, has_tags), (P.KEYS, has_keys),
                                              (P.UNIQ_KEY, has_uniq), (P.CLUSTER, True)) if on]
-                    self._orders[(has_tags, has_keys, has_uniq)] = P.hashmap_order(
-                        names, len(names) + 1)
+                    order = P.hashmap_order(names, len(names) + 1)
+                    slot = {P.TAGS: 0, P.KEYS: 1, P.UNIQ_KEY: 2}
+                    template = P.PROPERTY_SEPARATOR.join(
+                        f"{n}{P.NAME_VALUE_SEPARATOR}"
+                        + (config.cluster_name.replace("%", "%%") if n == P.CLUSTER else "%s")
+                        for n in order
+                    )
+                    self._templates[(has_tags, has_keys, has_uniq)] = (
+                        template, tuple(slot[n] for n in order if n != P.CLUSTER))
+        self._tag_codes: dict[str, int] = {}
 
     def _born(self, text: str) -> Host:
         if not text:
@@ -79,6 +88,14 @@ class MessageBuilder:
             if len(self._born_cache) < 10_000:
                 self._born_cache[text] = host
         return host
+
+    def _tags_code(self, tags: str) -> int:
+        code = self._tag_codes.get(tags)
+        if code is None:
+            code = tags_code(tags)
+            if len(self._tag_codes) < 100_000:
+                self._tag_codes[tags] = code
+        return code
 
     def _topic_bytes(self, topic: str) -> bytes:
         tb = self._topics.get(topic)
@@ -116,9 +133,12 @@ class MessageBuilder:
         if level < 0:
             raise MessageIllegalError(f"delay level {level} is negative")
         tags, keys, uniq = m.tags, m.keys, m.unique_key
-        for what, text in (("tags", tags), ("keys", keys), ("unique key", uniq)):
-            if "\x01" in text or "\x02" in text:
-                _check_text(what, text)
+        if "\x01" in tags or "\x02" in tags:
+            _check_text("tags", tags)
+        if "\x01" in keys or "\x02" in keys:
+            _check_text("keys", keys)
+        if "\x01" in uniq or "\x02" in uniq:
+            _check_text("unique key", uniq)
         if not uniq and not m.without_unique_key:
             uniq = self.uniq.next(now_ms)
         delay_ms = 0
@@ -127,10 +147,9 @@ class MessageBuilder:
             if delay_ms:
                 topic_bytes = topic.encode()
         else:
-            values = {P.TAGS: tags, P.KEYS: keys, P.UNIQ_KEY: uniq, P.CLUSTER: cfg.cluster_name}
-            prop_str = "\x02".join(
-                f"{n}\x01{values[n]}" for n in self._orders[(bool(tags), bool(keys), bool(uniq))]
-            )
+            template, slots = self._templates[(bool(tags), bool(keys), bool(uniq))]
+            values = (tags, keys, uniq)
+            prop_str = template % tuple([values[i] for i in slots])
         props = prop_str.encode()
         if len(props) > P.MAX_PROPERTIES_LENGTH:
             raise MessageIllegalError(
@@ -152,7 +171,7 @@ class MessageBuilder:
             )
         stored_flag = int.from_bytes(data[commitlog.SYS_FLAG_AT : commitlog.SYS_FLAG_AT + 4])
         return Prepared(
-            data, topic, queue_id, stored_flag, 0 if delay_ms else tags_code(tags), keys, uniq,
+            data, topic, queue_id, stored_flag, 0 if delay_ms else self._tags_code(tags), keys, uniq,
             delay_ms, m.prepared_transaction_offset, len(data),
             commitlog.transaction_type(stored_flag) in _QUEUED_TX_TYPES,
             commitlog.store_timestamp_at(stored_flag),
