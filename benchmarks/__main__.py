@@ -18,8 +18,12 @@ def table(rows: list[dict]) -> str:
     if not rows:
         return "(no rows)"
     cols = list(dict.fromkeys(k for r in rows for k in r))
-    fmt = lambda v: f"{v:,.0f}" if isinstance(v, float) and abs(v) >= 100 else (  # noqa: E731
-        f"{v:.3g}" if isinstance(v, float) else str(v))
+
+    def fmt(v: object) -> str:
+        if isinstance(v, float):
+            return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.3g}"
+        return str(v)
+
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c, "")) for c in cols) + " |" for r in rows]
     return "\n".join(lines)
@@ -32,8 +36,10 @@ def main() -> int:
     args = p.parse_args()
     names = args.names or sorted(f.stem[6:] for f in HERE.glob("bench_*.py"))
     (HERE / "results").mkdir(exist_ok=True)
-    print(f"machine: {platform.machine()}, {platform.processor() or '?'}, "
-          f"python {platform.python_version()}, {__import__('os').cpu_count()} cores")
+    print(
+        f"machine: {platform.machine()}, {platform.processor() or '?'}, "
+        f"python {platform.python_version()}, {__import__('os').cpu_count()} cores"
+    )
     failed = 0
     for name in names:
         mod = importlib.import_module(f"benchmarks.bench_{name}")

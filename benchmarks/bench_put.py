@@ -16,14 +16,19 @@ BATCH = 100
 
 def _messages(n: int, body_size: int, offset: int = 0) -> list:
     body = b"x" * body_size
-    return [common_pb2.Message(topic="BenchTopic", queue_id=i % 8, body=body, tags="TagA",
-                               keys=f"order-{offset + i}") for i in range(n)]
+    return [
+        common_pb2.Message(
+            topic="BenchTopic", queue_id=i % 8, body=body, tags="TagA", keys=f"order-{offset + i}"
+        )
+        for i in range(n)
+    ]
 
 
 def in_process(body_size: int, flush: str, count: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
-        e = CommitLogEngine(WriterConfig(store=Path(d), flush=flush,
-                                         segment_size=256 * 1024 * 1024))
+        e = CommitLogEngine(
+            WriterConfig(store=Path(d), flush=flush, segment_size=256 * 1024 * 1024)
+        )
         batches = [_messages(BATCH, body_size, k * BATCH) for k in range(count // BATCH)]
         t0 = time.perf_counter()
         for b in batches:
@@ -31,14 +36,19 @@ def in_process(body_size: int, flush: str, count: int) -> dict:
         dt = time.perf_counter() - t0
         e.close()
     n = len(batches) * BATCH
-    return {"scenario": f"in-process {body_size} B {flush}", "msgs/s": n / dt,
-            "MB/s": n * body_size / dt / 1e6}
+    return {
+        "scenario": f"in-process {body_size} B {flush}",
+        "msgs/s": n / dt,
+        "MB/s": n * body_size / dt / 1e6,
+    }
 
 
 def _producer(address: str, body_size: int, count: int, pid: int, q) -> None:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
-    reqs = [commitlog_pb2.PutBatchRequest(messages=_messages(BATCH, body_size, pid * 10**8 + k))
-            for k in range(0, count, BATCH)]
+    reqs = [
+        commitlog_pb2.PutBatchRequest(messages=_messages(BATCH, body_size, pid * 10**8 + k))
+        for k in range(0, count, BATCH)
+    ]
     stub.PutBatch(reqs[0])  # connect
     lat = []
     t0 = time.perf_counter()
@@ -52,8 +62,10 @@ def _producer(address: str, body_size: int, count: int, pid: int, q) -> None:
 def over_grpc(address: str, body_size: int, producers: int, count: int) -> dict:
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
-    ps = [ctx.Process(target=_producer, args=(address, body_size, count // producers, i, q))
-          for i in range(producers)]
+    ps = [
+        ctx.Process(target=_producer, args=(address, body_size, count // producers, i, q))
+        for i in range(producers)
+    ]
     t0 = time.perf_counter()
     for p in ps:
         p.start()
@@ -64,8 +76,12 @@ def over_grpc(address: str, body_size: int, producers: int, count: int) -> dict:
     n = sum(r[0] for r in res)
     busy = max(r[1] for r in res)
     lat = sorted(x for r in res for x in r[2])
-    return {"msgs/s": n / min(busy, wall), "MB/s": n * body_size / busy / 1e6,
-            "p50 ms": lat[len(lat) // 2] * 1000, "p99 ms": lat[int(len(lat) * 0.99)] * 1000}
+    return {
+        "msgs/s": n / min(busy, wall),
+        "MB/s": n * body_size / busy / 1e6,
+        "p50 ms": lat[len(lat) // 2] * 1000,
+        "p99 ms": lat[int(len(lat) * 0.99)] * 1000,
+    }
 
 
 def run(quick: bool = False) -> list[dict]:
@@ -76,22 +92,41 @@ def run(quick: bool = False) -> list[dict]:
     rows.append(in_process(1024, "sync", count // 4))
     noop = start("benchmarks.noop_server", "127.0.0.1:0")
     try:
-        ceiling = {(s, p): over_grpc(noop.address, s, p, count)["msgs/s"]
-                   for s in (128, 1024, 4096) for p in (1, 4)}
+        ceiling = {
+            (s, p): over_grpc(noop.address, s, p, count)["msgs/s"]
+            for s in (128, 1024, 4096)
+            for p in (1, 4)
+        }
     finally:
         noop.stop()
     for flush in ("async", "sync"):
         with tempfile.TemporaryDirectory() as d:
-            w = start("services.commitlog", "--store", d, "--listen", "127.0.0.1:0",
-                      "--flush", flush, "--commitlog-segment-size", str(256 * 1024 * 1024))
+            w = start(
+                "services.commitlog",
+                "--store",
+                d,
+                "--listen",
+                "127.0.0.1:0",
+                "--flush",
+                flush,
+                "--commitlog-segment-size",
+                str(256 * 1024 * 1024),
+            )
             try:
                 sizes = (128, 1024, 4096) if flush == "async" else (1024,)
                 for size in sizes:
                     for prod in (1, 4):
-                        r = over_grpc(w.address, size, prod, count if flush == "async" else count // 4)
-                        rows.append({"scenario": f"gRPC {size} B {flush}, {prod} producer(s)", **r,
-                                     "no-op ceiling msgs/s": ceiling[(size, prod)],
-                                     "ratio": r["msgs/s"] / ceiling[(size, prod)]})
+                        r = over_grpc(
+                            w.address, size, prod, count if flush == "async" else count // 4
+                        )
+                        rows.append(
+                            {
+                                "scenario": f"gRPC {size} B {flush}, {prod} producer(s)",
+                                **r,
+                                "no-op ceiling msgs/s": ceiling[(size, prod)],
+                                "ratio": r["msgs/s"] / ceiling[(size, prod)],
+                            }
+                        )
             finally:
                 w.stop()
     return rows

@@ -8,19 +8,31 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
     def PutBatch(self, request, context):
-        return commitlog_pb2.PutBatchResponse(results=[
-            commitlog_pb2.PutResult(msg_id="7F00000100002A9F0000000000000000",
-                                    unique_key=m.unique_key or "7F000001000000000000000000000000",
-                                    phy_offset=i, queue_offset=i, size=len(m.body),
-                                    store_timestamp=1, topic=m.topic, queue_id=m.queue_id)
-            for i, m in enumerate(request.messages)
-        ])
+        return commitlog_pb2.PutBatchResponse(
+            results=[
+                commitlog_pb2.PutResult(
+                    msg_id="7F00000100002A9F0000000000000000",
+                    unique_key=m.unique_key or "7F000001000000000000000000000000",
+                    phy_offset=i,
+                    queue_offset=i,
+                    size=len(m.body),
+                    store_timestamp=1,
+                    topic=m.topic,
+                    queue_id=m.queue_id,
+                )
+                for i, m in enumerate(request.messages)
+            ]
+        )
 
 
 def main() -> int:
     service = Service(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:0")
-    service.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server, NoopCommitLog(),
-                commitlog_pb2.DESCRIPTOR, "CommitLog")
+    service.add(
+        commitlog_pb2_grpc.add_CommitLogServicer_to_server,
+        NoopCommitLog(),
+        commitlog_pb2.DESCRIPTOR,
+        "CommitLog",
+    )
     service.start()
     service.set_serving(True)
     print(f"rmqstore noop listening on {service.address}", flush=True)

@@ -29,9 +29,7 @@ def validate_topic(topic: str) -> str:
             f"topic is {utf16_len(topic)} characters long, at most {MAX_TOPIC_LENGTH}"
         )
     if not TOPIC_PATTERN.match(topic):
-        raise InvalidArgumentError(
-            f"topic {topic!r} has characters outside [A-Za-z0-9_%|-]"
-        )
+        raise InvalidArgumentError(f"topic {topic!r} has characters outside [A-Za-z0-9_%|-]")
     return topic
 
 
@@ -100,7 +98,7 @@ class StoreLayout:
 
     def queues(self) -> list[tuple[str, int, Path]]:
         """Every (topic, queue id, dir) under consumequeue/ whose names are valid."""
-        out = []
+        out: list[tuple[str, int, Path]] = []
         if not self.consumequeue_dir.is_dir():
             return out
         for tdir in sorted(self.consumequeue_dir.iterdir()):

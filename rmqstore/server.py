@@ -113,6 +113,4 @@ def wait_for_termination(on_stop: Callable[[], None]) -> None:
 
 
 def configure_logging(level: str = "INFO") -> None:
-    logging.basicConfig(
-        level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -40,7 +40,9 @@ class ServiceProcess:
         return self.proc.returncode
 
 
-def start(module: str, *args: str, timeout: float = 60.0, env: dict | None = None) -> ServiceProcess:
+def start(
+    module: str, *args: str, timeout: float = 60.0, env: dict | None = None
+) -> ServiceProcess:
     """Run ``python -m <module> <args>`` and wait for its listening line."""
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.Popen(

@@ -8,6 +8,8 @@
 import struct
 from typing import NamedTuple
 
+from rmqstore.formats import BytesLike
+
 FIELDS = struct.Struct(">qqq")
 FILE_SIZE = 4096
 
@@ -31,7 +33,7 @@ def encode(cp: Checkpoint) -> bytes:
     return FIELDS.pack(*cp).ljust(FILE_SIZE, b"\0")
 
 
-def decode(buf: bytes | memoryview | bytearray) -> Checkpoint:
+def decode(buf: BytesLike) -> Checkpoint:
     if len(buf) < FIELDS.size:
         return Checkpoint()
     return Checkpoint(*FIELDS.unpack_from(buf, 0))

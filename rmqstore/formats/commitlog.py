@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from rmqstore.errors import CorruptRecordError
+from rmqstore.formats import BytesLike
 from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.hosts import Host, unpack_host
 
@@ -82,17 +83,23 @@ def store_timestamp_at(sys_flag: int) -> int:
     return HEAD_SIZE + host_len(sys_flag, BORNHOST_V6_FLAG)
 
 
-def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0,
-                magic: int = MAGIC_V1) -> int:
+def record_size(
+    body_len: int, topic_len: int, props_len: int, sys_flag: int = 0, magic: int = MAGIC_V1
+) -> int:
     """``calMsgLength``: 91 + body + topic + properties for v1 with IPv4 hosts."""
     return (
         HEAD_SIZE
         + host_len(sys_flag, BORNHOST_V6_FLAG)
         + 8
         + host_len(sys_flag, STOREHOST_V6_FLAG)
-        + 4 + 8 + 4 + max(body_len, 0)
-        + (1 if magic == MAGIC_V1 else 2) + topic_len
-        + 2 + max(props_len, 0)
+        + 4
+        + 8
+        + 4
+        + max(body_len, 0)
+        + (1 if magic == MAGIC_V1 else 2)
+        + topic_len
+        + 2
+        + max(props_len, 0)
     )
 
 
@@ -151,44 +158,94 @@ def _fixed_struct(born_v6: bool, store_v6: bool) -> struct.Struct:
 _FIXED = {(bv6, sv6): _fixed_struct(bv6, sv6) for bv6 in (False, True) for sv6 in (False, True)}
 
 
-def encode_parts(topic: bytes, queue_id: int, body: bytes, properties: bytes, flag: int,
-                 sys_flag: int, born_timestamp: int, born_host: Host, store_host: Host,
-                 reconsume_times: int = 0, prepared_transaction_offset: int = 0,
-                 queue_offset: int = 0, physical_offset: int = 0,
-                 store_timestamp: int = 0) -> bytes:
+def encode_parts(
+    topic: bytes,
+    queue_id: int,
+    body: bytes,
+    properties: bytes,
+    flag: int,
+    sys_flag: int,
+    born_timestamp: int,
+    born_host: Host,
+    store_host: Host,
+    reconsume_times: int = 0,
+    prepared_transaction_offset: int = 0,
+    queue_offset: int = 0,
+    physical_offset: int = 0,
+    store_timestamp: int = 0,
+) -> bytes:
     """Encode a v1 record from already-encoded topic and properties (the put hot path).
 
     The v6 bits of ``sys_flag`` are set from the hosts; the size and CRC are computed.
     """
     bv6, sv6 = len(born_host.ip) == 16, len(store_host.ip) == 16
     sys_flag = (sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)) | (
-        (BORNHOST_V6_FLAG if bv6 else 0) | (STOREHOST_V6_FLAG if sv6 else 0))
+        (BORNHOST_V6_FLAG if bv6 else 0) | (STOREHOST_V6_FLAG if sv6 else 0)
+    )
     if len(topic) > MAX_TOPIC_BYTES:
         raise CorruptRecordError(f"topic is {len(topic)} bytes, v1 records hold at most 127")
     if len(properties) > props_fmt.MAX_PROPERTIES_LENGTH:
         raise CorruptRecordError(f"properties are {len(properties)} bytes, at most 32767")
     fixed = _FIXED[(bv6, sv6)]
     total = fixed.size + len(body) + 1 + len(topic) + 2 + len(properties)
-    return b"".join((
-        fixed.pack(total, MAGIC_V1, zlib.crc32(body) & 0x7FFFFFFF, queue_id, flag, queue_offset,
-                   physical_offset, sys_flag, born_timestamp, born_host.ip, born_host.port,
-                   store_timestamp, store_host.ip, store_host.port, reconsume_times,
-                   prepared_transaction_offset, len(body)),
-        body, bytes((len(topic),)), topic, _SHORT.pack(len(properties)), properties,
-    ))
+    return b"".join(
+        (
+            fixed.pack(
+                total,
+                MAGIC_V1,
+                zlib.crc32(body) & 0x7FFFFFFF,
+                queue_id,
+                flag,
+                queue_offset,
+                physical_offset,
+                sys_flag,
+                born_timestamp,
+                born_host.ip,
+                born_host.port,
+                store_timestamp,
+                store_host.ip,
+                store_host.port,
+                reconsume_times,
+                prepared_transaction_offset,
+                len(body),
+            ),
+            body,
+            bytes((len(topic),)),
+            topic,
+            _SHORT.pack(len(properties)),
+            properties,
+        )
+    )
 
 
 def encode(r: Record) -> bytes:
     """Encode a record; ``total_size`` and ``body_crc`` are computed, the v6 bits set."""
     return encode_parts(
-        r.topic.encode(), r.queue_id, r.body, r.properties.encode(), r.flag, r.sys_flag,
-        r.born_timestamp, r.born_host, r.store_host, r.reconsume_times,
-        r.prepared_transaction_offset, r.queue_offset, r.physical_offset, r.store_timestamp,
+        r.topic.encode(),
+        r.queue_id,
+        r.body,
+        r.properties.encode(),
+        r.flag,
+        r.sys_flag,
+        r.born_timestamp,
+        r.born_host,
+        r.store_host,
+        r.reconsume_times,
+        r.prepared_transaction_offset,
+        r.queue_offset,
+        r.physical_offset,
+        r.store_timestamp,
     )
 
 
-def patch(buf: bytearray | memoryview, at: int, queue_offset: int, physical_offset: int,
-          store_timestamp: int, sys_flag: int) -> None:
+def patch(
+    buf: bytearray | memoryview,
+    at: int,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    sys_flag: int,
+) -> None:
     """Fill the fields the writer assigns under its append lock, in place."""
     _LONG.pack_into(buf, at + QUEUE_OFFSET_AT, queue_offset)
     _LONG.pack_into(buf, at + PHYSICAL_OFFSET_AT, physical_offset)
@@ -200,7 +257,7 @@ class Header(NamedTuple):
     magic: int
 
 
-def peek(buf: bytes | memoryview | bytearray, at: int = 0) -> Header:
+def peek(buf: BytesLike, at: int = 0) -> Header:
     """Total size and magic at ``at``; raises CorruptRecordError if fewer than 8 bytes."""
     if len(buf) - at < 8:
         raise CorruptRecordError("fewer than 8 bytes left for a record header", at)
@@ -212,8 +269,12 @@ def blank(bytes_left: int) -> bytes:
     return BLANK.pack(bytes_left, BLANK_MAGIC)
 
 
-def decode(buf: bytes | memoryview | bytearray, at: int = 0, check_crc: bool = True,
-           base_offset: int | None = None) -> Record:
+def decode(
+    buf: BytesLike,
+    at: int = 0,
+    check_crc: bool = True,
+    base_offset: int | None = None,
+) -> Record:
     """Decode the record starting at ``buf[at]`` with every sanity check RocketMQ makes.
 
     ``base_offset`` (the segment's start offset) names the position in errors.
@@ -270,11 +331,23 @@ def decode(buf: bytes | memoryview | bytearray, at: int = 0, check_crc: bool = T
     if check_crc and body_len > 0 and body_crc(body) != crc:
         raise CorruptRecordError(f"body CRC {crc} does not match the body", where, total)
     return Record(
-        topic=topic, queue_id=queue_id, body=body, properties=properties, flag=flag,
-        queue_offset=queue_offset, physical_offset=phy, sys_flag=sys_flag,
-        born_timestamp=born_ts, born_host=born, store_timestamp=store_ts, store_host=store,
-        reconsume_times=reconsume, prepared_transaction_offset=prep_tx, body_crc=crc,
-        total_size=total, magic=magic,
+        topic=topic,
+        queue_id=queue_id,
+        body=body,
+        properties=properties,
+        flag=flag,
+        queue_offset=queue_offset,
+        physical_offset=phy,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born,
+        store_timestamp=store_ts,
+        store_host=store,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prep_tx,
+        body_crc=crc,
+        total_size=total,
+        magic=magic,
     )
 
 
@@ -289,8 +362,12 @@ class RecordHead(NamedTuple):
     topic: str
 
 
-def iter_heads(buf: bytes | memoryview | bytearray, start: int = 0, end: int | None = None,
-               base_offset: int = 0):
+def iter_heads(
+    buf: BytesLike,
+    start: int = 0,
+    end: int | None = None,
+    base_offset: int = 0,
+):
     """Walk records by their lengths only (no CRC, no properties) until a blank or zeros.
 
     Raises CorruptRecordError where the walk cannot continue.
@@ -305,10 +382,15 @@ def iter_heads(buf: bytes | memoryview | bytearray, start: int = 0, end: int | N
         if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0 or pos + total > end:
             raise CorruptRecordError(
                 f"bad record header (size {total}, magic {magic & 0xFFFFFFFF:#010x})",
-                base_offset + pos, total,
+                base_offset + pos,
+                total,
             )
-        p = pos + BODY_LENGTH_BASE + host_len(sys_flag, BORNHOST_V6_FLAG) + host_len(
-            sys_flag, STOREHOST_V6_FLAG)
+        p = (
+            pos
+            + BODY_LENGTH_BASE
+            + host_len(sys_flag, BORNHOST_V6_FLAG)
+            + host_len(sys_flag, STOREHOST_V6_FLAG)
+        )
         (body_len,) = _INT.unpack_from(buf, p)
         p += 4 + body_len
         if body_len < 0 or p + 2 > pos + total:
@@ -332,8 +414,13 @@ class Blank(NamedTuple):
     declared_size: int
 
 
-def iter_segment(buf: bytes | memoryview | bytearray, start: int = 0, limit: int | None = None,
-                 check_crc: bool = True, base_offset: int = 0):
+def iter_segment(
+    buf: BytesLike,
+    start: int = 0,
+    limit: int | None = None,
+    check_crc: bool = True,
+    base_offset: int = 0,
+):
     """Yield (position, Record) then stop at a blank record, zeros or the limit.
 
     A corrupt record raises CorruptRecordError carrying its offset (base_offset + position),
@@ -352,8 +439,12 @@ def iter_segment(buf: bytes | memoryview | bytearray, start: int = 0, limit: int
         pos += rec.total_size
 
 
-def scan_end(buf: bytes | memoryview | bytearray, start: int = 0, check_crc: bool = True,
-             base_offset: int = 0) -> tuple[int, Blank | None, CorruptRecordError | None]:
+def scan_end(
+    buf: BytesLike,
+    start: int = 0,
+    check_crc: bool = True,
+    base_offset: int = 0,
+) -> tuple[int, Blank | None, CorruptRecordError | None]:
     """Where the valid data of a segment ends: (end position, blank marker, first error)."""
     pos = start
     try:

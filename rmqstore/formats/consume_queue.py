@@ -9,11 +9,12 @@ preallocated, so the first unit with size <= 0 or a negative offset ends the dat
 A unit written by RocketMQ's ``fillPreBlank`` is (0, 0x7FFFFFFF, 0).
 """
 
+import struct
 from typing import NamedTuple
 
 import numpy as np
 
-import struct
+from rmqstore.formats import BytesLike
 
 UNIT = struct.Struct(">qiq")
 UNIT_SIZE = UNIT.size  # 20
@@ -44,7 +45,7 @@ def encode_many(offsets: np.ndarray, sizes: np.ndarray, tags_codes: np.ndarray) 
     return arr.tobytes()
 
 
-def decode(buf: bytes | memoryview | bytearray, at: int = 0) -> CqUnit:
+def decode(buf: BytesLike, at: int = 0) -> CqUnit:
     return CqUnit(*UNIT.unpack_from(buf, at))
 
 
@@ -53,12 +54,12 @@ def is_valid(unit: CqUnit) -> bool:
     return unit.commitlog_offset >= 0 and unit.size > 0
 
 
-def units(buf: bytes | memoryview | bytearray) -> np.ndarray:
+def units(buf: BytesLike) -> np.ndarray:
     """All whole units of a buffer as a structured array (no copy for bytes/mmap)."""
     return np.frombuffer(buf, dtype=UNIT_DTYPE, count=len(buf) // UNIT_SIZE)
 
 
-def valid_count(buf: bytes | memoryview | bytearray) -> int:
+def valid_count(buf: BytesLike) -> int:
     """Number of leading valid units (where the data of a preallocated segment ends)."""
     arr = units(buf)
     bad = np.flatnonzero((arr["offset"] < 0) | (arr["size"] <= 0))

@@ -8,6 +8,7 @@ import struct
 from typing import NamedTuple
 
 from rmqstore.errors import InvalidArgumentError
+from rmqstore.formats import BytesLike
 
 _PORT = struct.Struct(">i")
 
@@ -49,7 +50,7 @@ def parse_host(text: str) -> Host:
     return Host(addr.packed, port)
 
 
-def unpack_host(buf: bytes | memoryview, offset: int, v6: bool) -> Host:
+def unpack_host(buf: BytesLike, offset: int, v6: bool) -> Host:
     n = 16 if v6 else 4
     ip = bytes(buf[offset : offset + n])
     (port,) = _PORT.unpack_from(buf, offset + n)

@@ -100,8 +100,15 @@ class IndexFile:
         fb, fe = self.header.begin_timestamp, self.header.end_timestamp
         return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
 
-    def walk(self, key_hash: int, begin: int, end: int, max_hits: int,
-             slack_ms: int = 0, max_hops: int | None = None) -> tuple[list[Hit], int]:
+    def walk(
+        self,
+        key_hash: int,
+        begin: int,
+        end: int,
+        max_hits: int,
+        slack_ms: int = 0,
+        max_hops: int | None = None,
+    ) -> tuple[list[Hit], int]:
         """Follow the slot chain of ``key_hash`` newest first; return (hits, hops walked).
 
         ``slack_ms=0`` is RocketMQ's ``selectPhyOffset``: an entry's time is its truncated
@@ -146,14 +153,18 @@ class IndexFile:
 
     def put(self, key_hash: int, phy_offset: int, store_timestamp: int) -> bool:
         """Add one entry; False when the file is full (roll to a new one)."""
-        return self.put_many(
-            np.array([key_hash], dtype=np.int64),
-            np.array([phy_offset], dtype=np.int64),
-            np.array([store_timestamp], dtype=np.int64),
-        ) == 1
+        return (
+            self.put_many(
+                np.array([key_hash], dtype=np.int64),
+                np.array([phy_offset], dtype=np.int64),
+                np.array([store_timestamp], dtype=np.int64),
+            )
+            == 1
+        )
 
-    def put_many(self, key_hashes: np.ndarray, phy_offsets: np.ndarray,
-                 store_timestamps: np.ndarray) -> int:
+    def put_many(
+        self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray
+    ) -> int:
         """Add entries in order, as repeated ``putKey`` would; return how many fit."""
         h = self.header
         count = max(h.index_count, 1)
@@ -196,12 +207,14 @@ class IndexFile:
         start = self._entry_base + ENTRY_SIZE * count
         self.buf[start : start + n * ENTRY_SIZE] = arr.tobytes()
         slot_view[s_slots[last]] = s_numbers[last]
-        self._write_header(IndexHeader(
-            begin_timestamp=begin_ts,
-            end_timestamp=int(times[-1]),
-            begin_phy_offset=begin_phy,
-            end_phy_offset=int(phys[-1]),
-            hash_slot_count=h.hash_slot_count + int(np.count_nonzero(old == 0)),
-            index_count=count + n,
-        ))
+        self._write_header(
+            IndexHeader(
+                begin_timestamp=begin_ts,
+                end_timestamp=int(times[-1]),
+                begin_phy_offset=begin_phy,
+                end_phy_offset=int(phys[-1]),
+                hash_slot_count=h.hash_slot_count + int(np.count_nonzero(old == 0)),
+                index_count=count + n,
+            )
+        )
         return n

@@ -67,11 +67,16 @@ class UniqKeyParts(NamedTuple):
     counter: int  # low 16 bits
 
 
-def uniq_key(ip: bytes, pid: int, class_loader_hash: int, ms_since_month_start: int,
-             counter: int) -> str:
+def uniq_key(
+    ip: bytes, pid: int, class_loader_hash: int, ms_since_month_start: int, counter: int
+) -> str:
     """One UNIQ_KEY from its parts, each truncated to its field width as Java's casts do."""
-    tail = _UNIQ_TAIL.pack(pid & 0xFFFF, class_loader_hash & 0xFFFFFFFF,
-                           ms_since_month_start & 0xFFFFFFFF, counter & 0xFFFF)
+    tail = _UNIQ_TAIL.pack(
+        pid & 0xFFFF,
+        class_loader_hash & 0xFFFFFFFF,
+        ms_since_month_start & 0xFFFFFFFF,
+        counter & 0xFFFF,
+    )
     return (ip + tail).hex().upper()
 
 
@@ -103,8 +108,10 @@ class UniqKeyGenerator:
             self._next_month = month_start_ms(self._month_start + 32 * 86_400_000)
             self._head = uniq_key(self._prefix, self._pid, self._loader, 0, 0)[:-12]
         # same bytes as uniq_key(...), formatted directly: this runs once per message
-        return f"{self._head}{(now - self._month_start) & 0xFFFFFFFF:08X}" \
-               f"{next(self._counter) & 0xFFFF:04X}"
+        return (
+            f"{self._head}{(now - self._month_start) & 0xFFFFFFFF:08X}"
+            f"{next(self._counter) & 0xFFFF:04X}"
+        )
 
 
 def uniq_key_time(uniq_key: str, now_ms: int | None = None) -> int:

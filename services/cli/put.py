@@ -31,13 +31,22 @@ def message_from_json(d: dict, earlier: list | None = None) -> common_pb2.Messag
         ptx = earlier[ref].phy_offset
     body = base64.b64decode(d["bodyB64"]) if "bodyB64" in d else d.get("body", "").encode()
     return common_pb2.Message(
-        topic=d["topic"], queue_id=int(d.get("queueId", 0)), body=body,
-        tags=d.get("tags") or "", keys=d.get("keys") or "", unique_key=d.get("uniqKey") or "",
-        properties=[common_pb2.Property(name=k, value=str(v))
-                    for k, v in (d.get("properties") or {}).items()],
-        flag=int(d.get("flag", 0)), sys_flag=int(d.get("sysFlag", 0)),
-        born_timestamp=int(d.get("bornTimestamp", 0)), born_host=d.get("bornHost") or "",
-        delay_level=int(d.get("delayLevel", 0)), reconsume_times=int(d.get("reconsumeTimes", 0)),
+        topic=d["topic"],
+        queue_id=int(d.get("queueId", 0)),
+        body=body,
+        tags=d.get("tags") or "",
+        keys=d.get("keys") or "",
+        unique_key=d.get("uniqKey") or "",
+        properties=[
+            common_pb2.Property(name=k, value=str(v))
+            for k, v in (d.get("properties") or {}).items()
+        ],
+        flag=int(d.get("flag", 0)),
+        sys_flag=int(d.get("sysFlag", 0)),
+        born_timestamp=int(d.get("bornTimestamp", 0)),
+        born_host=d.get("bornHost") or "",
+        delay_level=int(d.get("delayLevel", 0)),
+        reconsume_times=int(d.get("reconsumeTimes", 0)),
         prepared_transaction_offset=ptx,
         no_wait_store=not d.get("waitStoreMsgOK", True),
         without_unique_key=not d.get("uniqKey"),
@@ -45,11 +54,18 @@ def message_from_json(d: dict, earlier: list | None = None) -> common_pb2.Messag
 
 
 def result_json(r: commitlog_pb2.PutResult) -> str:
-    return json.dumps({
-        "msgId": r.msg_id, "uniqKey": r.unique_key, "phyOffset": r.phy_offset,
-        "queueOffset": r.queue_offset, "size": r.size, "storeTimestamp": r.store_timestamp,
-        "topic": r.topic, "queueId": r.queue_id,
-    })
+    return json.dumps(
+        {
+            "msgId": r.msg_id,
+            "uniqKey": r.unique_key,
+            "phyOffset": r.phy_offset,
+            "queueOffset": r.queue_offset,
+            "size": r.size,
+            "storeTimestamp": r.store_timestamp,
+            "topic": r.topic,
+            "queueId": r.queue_id,
+        }
+    )
 
 
 def _generated(args: argparse.Namespace, start: int, count: int) -> Iterator[common_pb2.Message]:
@@ -64,8 +80,12 @@ def _generated(args: argparse.Namespace, start: int, count: int) -> Iterator[com
         body = fixed if fixed is not None else args.body.replace("{i}", str(i)).encode()
         q = args.queue if args.queue is not None else i % args.queues
         yield common_pb2.Message(
-            topic=args.topic, queue_id=q, body=body, tags=args.tags or "",
-            keys=(args.keys or "").replace("{i}", str(i)), delay_level=args.delay_level,
+            topic=args.topic,
+            queue_id=q,
+            body=body,
+            tags=args.tags or "",
+            keys=(args.keys or "").replace("{i}", str(i)),
+            delay_level=args.delay_level,
         )
 
 
@@ -99,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     try:
         if args.file:
-            src = sys.stdin if args.file == "-" else open(args.file)
+            src = sys.stdin if args.file == "-" else open(args.file)  # noqa: SIM115
             sent = 0
             batch: list = []
             with src:
@@ -120,8 +140,10 @@ def run(args: argparse.Namespace) -> int:
             if not args.topic:
                 print("error: --topic (or --file) is required", file=sys.stderr)
                 return 2
-            per = [args.count // args.producers + (1 if p < args.count % args.producers else 0)
-                   for p in range(args.producers)]
+            per = [
+                args.count // args.producers + (1 if p < args.count % args.producers else 0)
+                for p in range(args.producers)
+            ]
             starts = [sum(per[:p]) for p in range(args.producers)]
             counts = [0] * args.producers
             errors: list[BaseException] = []

@@ -26,27 +26,52 @@ def _exists(module: str) -> bool:
 
 def _command(name: str, module: str, extra: tuple, args: argparse.Namespace, ports: dict) -> list:
     host = args.host
-    cmd = [sys.executable, "-m", module, *extra, "--store", args.store,
-           "--listen", f"{host}:{ports[name]}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        module,
+        *extra,
+        "--store",
+        args.store,
+        "--listen",
+        f"{host}:{ports[name]}",
+    ]
     if args.metrics:
         cmd += ["--metrics-port", str(ports[name] + 10)]
     writer = f"{host}:{ports['commitlog']}"
     if name == "commitlog":
-        cmd += ["--commitlog-segment-size", str(args.commitlog_segment_size), "--flush", args.flush,
-                "--max-message-size", str(args.max_message_size),
-                "--queues-per-topic", str(args.queues_per_topic)]
+        cmd += [
+            "--commitlog-segment-size",
+            str(args.commitlog_segment_size),
+            "--flush",
+            args.flush,
+            "--max-message-size",
+            str(args.max_message_size),
+            "--queues-per-topic",
+            str(args.queues_per_topic),
+        ]
     elif name == "consume-queue":
         cmd += ["--commitlog", writer, "--cq-entries-per-file", str(args.cq_entries_per_file)]
     else:
-        cmd += ["--commitlog", writer, "--index-slots", str(args.index_slots),
-                "--index-entries", str(args.index_entries)]
+        cmd += [
+            "--commitlog",
+            writer,
+            "--index-slots",
+            str(args.index_slots),
+            "--index-entries",
+            str(args.index_entries),
+        ]
     return cmd
 
 
 def run(args: argparse.Namespace) -> int:
     base = args.port_base
-    ports = {"commitlog": args.commitlog_port or base, "query": args.query_port or base + 1,
-             "consume-queue": args.cq_port or base + 2, "index": args.index_port or base + 3}
+    ports = {
+        "commitlog": args.commitlog_port or base,
+        "query": args.query_port or base + 1,
+        "consume-queue": args.cq_port or base + 2,
+        "index": args.index_port or base + 3,
+    }
     procs: list[tuple[str, subprocess.Popen]] = []
     stopping = threading.Event()
 
@@ -68,9 +93,11 @@ def run(args: argparse.Namespace) -> int:
             procs.append((name, proc))
             stop_all()
             break
-        print(f"{name:14s} grpc {line.rsplit(' listening on ', 1)[1].strip()}"
-              + (f"  metrics http://{args.host}:{ports[name] + 10}/metrics" if args.metrics else ""),
-              flush=True)
+        print(
+            f"{name:14s} grpc {line.rsplit(' listening on ', 1)[1].strip()}"
+            + (f"  metrics http://{args.host}:{ports[name] + 10}/metrics" if args.metrics else ""),
+            flush=True,
+        )
         threading.Thread(target=lambda s=proc.stdout: [None for _ in s], daemon=True).start()
         procs.append((name, proc))
     if not stopping.is_set():

@@ -23,18 +23,26 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--flush-interval-ms", type=int, default=500)
     p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
     p.add_argument("--queues-per-topic", type=int, default=8)
-    p.add_argument("--store-host", default="127.0.0.1:10911",
-                   help="address written into records and message ids")
+    p.add_argument(
+        "--store-host",
+        default="127.0.0.1:10911",
+        help="address written into records and message ids",
+    )
     p.add_argument("--cluster-name", default="DefaultCluster")
     p.add_argument("--warmup", action="store_true", help="touch every page of new segments")
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
     return WriterConfig(
-        store=Path(args.store), segment_size=args.commitlog_segment_size, flush=args.flush,
-        flush_interval_ms=args.flush_interval_ms, max_message_size=args.max_message_size,
-        queues_per_topic=args.queues_per_topic, store_host=args.store_host,
-        cluster_name=args.cluster_name, warmup=args.warmup,
+        store=Path(args.store),
+        segment_size=args.commitlog_segment_size,
+        flush=args.flush,
+        flush_interval_ms=args.flush_interval_ms,
+        max_message_size=args.max_message_size,
+        queues_per_topic=args.queues_per_topic,
+        store_host=args.store_host,
+        cluster_name=args.cluster_name,
+        warmup=args.warmup,
     )
 
 
@@ -57,8 +65,12 @@ def main(argv: list[str] | None = None) -> int:
     observer = WriterObserver(engine, metrics.WriterMetrics(registry))
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
     service = Service(args.listen)
-    service.add(commitlog_pb2_grpc.add_CommitLogServicer_to_server,
-                CommitLogServicer(engine, observer), commitlog_pb2.DESCRIPTOR, "CommitLog")
+    service.add(
+        commitlog_pb2_grpc.add_CommitLogServicer_to_server,
+        CommitLogServicer(engine, observer),
+        commitlog_pb2.DESCRIPTOR,
+        "CommitLog",
+    )
     service.start()
     service.set_serving(True)
     print(f"rmqstore commitlog listening on {service.address}", flush=True)

@@ -6,16 +6,16 @@ batch either fits (segments pre-created first) or nothing of it is written.
 """
 
 import bisect
-import struct
 import logging
 import os
+import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-from rmqstore.dispatch import from_record
+from rmqstore.dispatch import DispatchRecord, from_record
 from rmqstore.errors import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
@@ -80,8 +80,11 @@ class CommitLogEngine:
         r = self.recovered
         log.info(
             "recovered commitlog to offset %d in %.3fs (%s exit, %d queues%s)",
-            r.end, self.recovery_seconds, "clean" if self.last_exit_clean else "unclean",
-            len(r.queue_table), f"; cut: {r.corruption}" if r.corruption else "",
+            r.end,
+            self.recovery_seconds,
+            "clean" if self.last_exit_clean else "unclean",
+            len(r.queue_table),
+            f"; cut: {r.corruption}" if r.corruption else "",
         )
         self.queue_table = r.queue_table
         self.max_offset = r.end
@@ -104,7 +107,9 @@ class CommitLogEngine:
         self.bytes_written = 0
         self.messages_written = 0
         self.flusher = Flusher(
-            self._flush_all, self._housekeeping, cfg.flush == "sync",
+            self._flush_all,
+            self._housekeeping,
+            cfg.flush == "sync",
             cfg.flush_interval_ms / 1000 if cfg.flush == "async" else 0.01,
         )
         self.layout.abort.write_bytes(b"")
@@ -162,24 +167,23 @@ class CommitLogEngine:
             self.segments.ensure_file(s)
 
     def _append(self, prepared: list[Prepared], ts: int) -> tuple[list[PutResult], int]:
-        seg = self._head
         batch_start = self.max_offset
+        seg = self._head
+        if seg is None:  # a fresh store, or the last segment ended with a blank record
+            seg = self._head = self.segments.roll(batch_start)
         table = self.queue_table
         pack_long = _LONG.pack_into
         phys: list[int] = []
         qos: list[int] = []
-        mm = seg.map if seg else None
-        wrote = seg.wrote if seg else 0
-        limit = seg.size - commitlog.BLANK_SIZE if seg else -1
+        mm, wrote = seg.map, seg.wrote
+        limit = seg.size - commitlog.BLANK_SIZE
         for p in prepared:
             size = p.size
             if wrote + size > limit:
-                if seg is not None:
-                    seg.map[wrote : wrote + 8] = commitlog.blank(seg.size - wrote)
-                    seg.wrote = seg.size
-                seg = self.segments.roll(seg.end if seg else self.max_offset)
-                self._head = seg
-                mm, wrote, limit = seg.map, 0, seg.size - commitlog.BLANK_SIZE
+                mm[wrote : wrote + 8] = commitlog.blank(seg.size - wrote)
+                seg.wrote = seg.size
+                seg = self._head = self.segments.roll(seg.end)
+                mm, wrote = seg.map, 0
             if p.advances_queue:
                 key = (p.topic, p.queue_id)
                 qo = table.get(key, 0)
@@ -195,7 +199,6 @@ class CommitLogEngine:
             seg.wrote = wrote
             phys.append(phy)
             qos.append(qo)
-        assert seg is not None
         end = seg.start + wrote
         self.max_offset = end
         self.bytes_written += end - batch_start
@@ -203,19 +206,30 @@ class CommitLogEngine:
         self._marks.append((end, ts))
         id_prefix = self._msg_id_prefix
         results = [
-            PutResult(f"{id_prefix}{phy:016X}", p.uniq_key, phy, qo, p.size, ts, p.topic,
-                      p.queue_id)
+            PutResult(
+                f"{id_prefix}{phy:016X}", p.uniq_key, phy, qo, p.size, ts, p.topic, p.queue_id
+            )
             for p, phy, qo in zip(prepared, phys, qos, strict=True)
         ]
-        self.cache.add(batch_start, end, commitlog_pb2.DispatchBatch(
-            topic=[p.topic for p in prepared], queue_id=[p.queue_id for p in prepared],
-            queue_offset=qos, phy_offset=phys, size=[p.size for p in prepared],
-            tags_code=[ts + p.delay_ms if p.delay_ms else p.tags_code for p in prepared],
-            store_timestamp=[ts] * len(prepared), keys=[p.keys for p in prepared],
-            unique_key=[p.uniq_key for p in prepared], sys_flag=[p.sys_flag for p in prepared],
-            prepared_transaction_offset=[p.prepared_transaction_offset for p in prepared],
-            next_offset=end, max_offset=end,
-        ))
+        self.cache.add(
+            batch_start,
+            end,
+            commitlog_pb2.DispatchBatch(
+                topic=[p.topic for p in prepared],
+                queue_id=[p.queue_id for p in prepared],
+                queue_offset=qos,
+                phy_offset=phys,
+                size=[p.size for p in prepared],
+                tags_code=[ts + p.delay_ms if p.delay_ms else p.tags_code for p in prepared],
+                store_timestamp=[ts] * len(prepared),
+                keys=[p.keys for p in prepared],
+                unique_key=[p.uniq_key for p in prepared],
+                sys_flag=[p.sys_flag for p in prepared],
+                prepared_transaction_offset=[p.prepared_transaction_offset for p in prepared],
+                next_offset=end,
+                max_offset=end,
+            ),
+        )
         return results, end
 
     # -- flushing ------------------------------------------------------------------------
@@ -273,7 +287,8 @@ class CommitLogEngine:
             return seg, pos, 0
         phy = int.from_bytes(
             seg.map[pos + commitlog.PHYSICAL_OFFSET_AT : pos + commitlog.PHYSICAL_OFFSET_AT + 8],
-            "big", signed=True,
+            "big",
+            signed=True,
         )
         if magic not in (commitlog.MAGIC_V1, commitlog.MAGIC_V2) or phy != offset or size <= 0:
             raise InvalidArgumentError(f"offset {offset} does not start a record")
@@ -300,8 +315,9 @@ class CommitLogEngine:
             return
         self._record_at(offset)
 
-    def subscribe(self, name: str, offset: int, max_records: int,
-                  active: Callable[[], bool]) -> Iterator[commitlog_pb2.DispatchBatch]:
+    def subscribe(
+        self, name: str, offset: int, max_records: int, active: Callable[[], bool]
+    ) -> Iterator[commitlog_pb2.DispatchBatch]:
         try:
             self.check_subscribe_offset(offset)
         except InvalidArgumentError as e:
@@ -317,8 +333,9 @@ class CommitLogEngine:
     def active_subscriptions(self) -> dict[str, int]:
         return dict(self._subscriptions)
 
-    def _stream(self, offset: int, max_records: int,
-                active: Callable[[], bool]) -> Iterator[commitlog_pb2.DispatchBatch]:
+    def _stream(
+        self, offset: int, max_records: int, active: Callable[[], bool]
+    ) -> Iterator[commitlog_pb2.DispatchBatch]:
         pos = offset
         while active() and not self._closed:
             with self._appended:
@@ -333,7 +350,7 @@ class CommitLogEngine:
             yield batch
 
     def _decode_batch(self, pos: int, max_records: int) -> commitlog_pb2.DispatchBatch:
-        recs = []
+        recs: list[DispatchRecord] = []
         end_limit = self.max_offset
         while pos < end_limit and len(recs) < max_records:
             seg = self.segments.find(pos)
@@ -354,18 +371,27 @@ class CommitLogEngine:
                 pos = seg.end
                 continue
             break
-        cols = list(zip(*recs, strict=True)) if recs else [[] for _ in range(11)]
+        cols: list = list(zip(*recs, strict=True)) if recs else [[] for _ in range(11)]
         return commitlog_pb2.DispatchBatch(
-            topic=cols[0], queue_id=cols[1], queue_offset=cols[2], phy_offset=cols[3],
-            size=cols[4], tags_code=cols[5], store_timestamp=cols[6], keys=cols[7],
-            unique_key=cols[8], sys_flag=cols[9], prepared_transaction_offset=cols[10],
-            next_offset=pos, max_offset=self.max_offset,
+            topic=cols[0],
+            queue_id=cols[1],
+            queue_offset=cols[2],
+            phy_offset=cols[3],
+            size=cols[4],
+            tags_code=cols[5],
+            store_timestamp=cols[6],
+            keys=cols[7],
+            unique_key=cols[8],
+            sys_flag=cols[9],
+            prepared_transaction_offset=cols[10],
+            next_offset=pos,
+            max_offset=self.max_offset,
         )
 
     def ack(self, name: str, durable_offset: int) -> None:
         if not 0 <= durable_offset <= self.max_offset:
             raise OffsetOutOfRangeError(
-                f"acknowledged offset {durable_offset} is beyond the commitlog end {self.max_offset}"
+                f"acknowledged offset {durable_offset} is outside [0, {self.max_offset}]"
             )
         self.acks[name] = durable_offset
 

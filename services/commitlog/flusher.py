@@ -12,8 +12,14 @@ log = logging.getLogger(__name__)
 
 
 class Flusher:
-    def __init__(self, flush: Callable[[], int], housekeeping: Callable[[], None], sync: bool,
-                 interval_s: float, snapshot_interval_s: float = 10.0) -> None:
+    def __init__(
+        self,
+        flush: Callable[[], int],
+        housekeeping: Callable[[], None],
+        sync: bool,
+        interval_s: float,
+        snapshot_interval_s: float = 10.0,
+    ) -> None:
         self._flush = flush
         self._housekeeping = housekeeping
         self.sync = sync

@@ -55,8 +55,9 @@ class MessageBuilder:
     def __init__(self, config: WriterConfig) -> None:
         self.config = config
         self.store_host: Host = config.host
-        self.uniq = UniqKeyGenerator(self.store_host.ip if len(self.store_host.ip) == 4 else
-                                     b"\x7f\x00\x00\x01")
+        self.uniq = UniqKeyGenerator(
+            self.store_host.ip if len(self.store_host.ip) == 4 else b"\x7f\x00\x00\x01"
+        )
         self._born_cache: dict[str, Host] = {}
         self._topics: dict[str, bytes] = {}
         # property order of the common case (no user properties, no delay) per present fields;
@@ -66,8 +67,16 @@ class MessageBuilder:
         for has_tags in (False, True):
             for has_keys in (False, True):
                 for has_uniq in (False, True):
-                    names = [n for n, on in ((P.TAGS, has_tags), (P.KEYS, has_keys),
-                                             (P.UNIQ_KEY, has_uniq), (P.CLUSTER, True)) if on]
+                    names = [
+                        n
+                        for n, on in (
+                            (P.TAGS, has_tags),
+                            (P.KEYS, has_keys),
+                            (P.UNIQ_KEY, has_uniq),
+                            (P.CLUSTER, True),
+                        )
+                        if on
+                    ]
                     order = P.hashmap_order(names, len(names) + 1)
                     slot = {P.TAGS: 0, P.KEYS: 1, P.UNIQ_KEY: 2}
                     template = P.PROPERTY_SEPARATOR.join(
@@ -76,7 +85,9 @@ class MessageBuilder:
                         for n in order
                     )
                     self._templates[(has_tags, has_keys, has_uniq)] = (
-                        template, tuple(slot[n] for n in order if n != P.CLUSTER))
+                        template,
+                        tuple(slot[n] for n in order if n != P.CLUSTER),
+                    )
         self._tag_codes: dict[str, int] = {}
 
     def _born(self, text: str) -> Host:
@@ -105,7 +116,9 @@ class MessageBuilder:
             except Exception as e:
                 raise MessageIllegalError(str(e)) from None
             if topic == SCHEDULE_TOPIC:
-                raise MessageIllegalError(f"topic {SCHEDULE_TOPIC} is reserved for delayed messages")
+                raise MessageIllegalError(
+                    f"topic {SCHEDULE_TOPIC} is reserved for delayed messages"
+                )
             tb = topic.encode()
             if len(self._topics) < 100_000:
                 self._topics[topic] = tb
@@ -158,8 +171,16 @@ class MessageBuilder:
         born_ts = m.born_timestamp or (now_ms if now_ms is not None else int(time.time() * 1000))
         try:
             data = commitlog.encode_parts(
-                topic_bytes, queue_id, body, props, m.flag, sys_flag, born_ts,
-                self._born(m.born_host), self.store_host, m.reconsume_times,
+                topic_bytes,
+                queue_id,
+                body,
+                props,
+                m.flag,
+                sys_flag,
+                born_ts,
+                self._born(m.born_host),
+                self.store_host,
+                m.reconsume_times,
                 m.prepared_transaction_offset,
             )
         except CorruptRecordError as e:
@@ -171,8 +192,16 @@ class MessageBuilder:
             )
         stored_flag = int.from_bytes(data[commitlog.SYS_FLAG_AT : commitlog.SYS_FLAG_AT + 4])
         return Prepared(
-            data, topic, queue_id, stored_flag, 0 if delay_ms else self._tags_code(tags), keys, uniq,
-            delay_ms, m.prepared_transaction_offset, len(data),
+            data,
+            topic,
+            queue_id,
+            stored_flag,
+            0 if delay_ms else self._tags_code(tags),
+            keys,
+            uniq,
+            delay_ms,
+            m.prepared_transaction_offset,
+            len(data),
             commitlog.transaction_type(stored_flag) in _QUEUED_TX_TYPES,
             commitlog.store_timestamp_at(stored_flag),
         )
@@ -194,8 +223,10 @@ class MessageBuilder:
             props[prop.name] = prop.value
         level = m.delay_level
         tx = commitlog.transaction_type(m.sys_flag)
-        delayed = level > 0 and tx in (commitlog.TRANSACTION_NOT_TYPE,
-                                       commitlog.TRANSACTION_COMMIT_TYPE)
+        delayed = level > 0 and tx in (
+            commitlog.TRANSACTION_NOT_TYPE,
+            commitlog.TRANSACTION_COMMIT_TYPE,
+        )
         if level > 0:
             props[P.DELAY] = str(level)
         props[P.WAIT] = "false" if m.no_wait_store else "true"

@@ -122,7 +122,8 @@ def _rebuild_queue_table(segments: SegmentQueue, snapshot: Path, out: Recovered)
         try:
             for h in commitlog.iter_heads(seg.map, begin, limit, seg.start):
                 if commitlog.transaction_type(h.sys_flag) in (
-                    commitlog.TRANSACTION_NOT_TYPE, commitlog.TRANSACTION_COMMIT_TYPE
+                    commitlog.TRANSACTION_NOT_TYPE,
+                    commitlog.TRANSACTION_COMMIT_TYPE,
                 ):
                     key = (h.topic, h.queue_id)
                     nxt = h.queue_offset + 1

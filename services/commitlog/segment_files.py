@@ -73,7 +73,9 @@ def create_segment_file(path: Path, size: int, warmup: bool = False) -> None:
             fd = -1
             tmp.unlink(missing_ok=True)
             if e.errno in (28, 122):  # ENOSPC, EDQUOT
-                raise DiskFullError(f"no space for commitlog segment {path.name} ({size} bytes)") from e
+                raise DiskFullError(
+                    f"no space for commitlog segment {path.name} ({size} bytes)"
+                ) from e
             raise StoreError(f"cannot create commitlog segment {path.name}: {e}") from e
         if warmup:
             with mmap.mmap(fd, size, access=mmap.ACCESS_WRITE) as m:
@@ -89,8 +91,9 @@ def create_segment_file(path: Path, size: int, warmup: bool = False) -> None:
 class SegmentQueue:
     """The ordered segments of a commitlog directory, plus a pre-created next one."""
 
-    def __init__(self, directory: Path, segment_size: int, warmup: bool = False,
-                 preallocate: bool = True) -> None:
+    def __init__(
+        self, directory: Path, segment_size: int, warmup: bool = False, preallocate: bool = True
+    ) -> None:
         self.dir = directory
         self.size = segment_size
         self.warmup = warmup

@@ -5,7 +5,6 @@ import time
 import grpc
 
 from rmqstore.errors import InvalidArgumentError, StoreError
-
 from rmqstore.server import grpc_errors
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.engine import CommitLogEngine, PutResult
@@ -14,9 +13,14 @@ from services.commitlog.observe import WriterObserver
 
 def _result(r: PutResult) -> commitlog_pb2.PutResult:
     return commitlog_pb2.PutResult(
-        msg_id=r.msg_id, unique_key=r.unique_key, phy_offset=r.phy_offset,
-        queue_offset=r.queue_offset, size=r.size, store_timestamp=r.store_timestamp,
-        topic=r.topic, queue_id=r.queue_id,
+        msg_id=r.msg_id,
+        unique_key=r.unique_key,
+        phy_offset=r.phy_offset,
+        queue_offset=r.queue_offset,
+        size=r.size,
+        store_timestamp=r.store_timestamp,
+        topic=r.topic,
+        queue_id=r.queue_id,
     )
 
 
@@ -41,8 +45,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def PutBatch(self, request, context):
-        return commitlog_pb2.PutBatchResponse(results=[_result(r) for r in self._put(
-            request.messages)])
+        return commitlog_pb2.PutBatchResponse(
+            results=[_result(r) for r in self._put(request.messages)]
+        )
 
     @grpc_errors
     def ReadRecords(self, request, context):
@@ -54,8 +59,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def GetOffsets(self, request, context):
         e = self.engine
         return commitlog_pb2.Offsets(
-            min_offset=e.min_offset, max_offset=e.max_offset, flushed_offset=e.flushed_offset,
-            segment_size=e.config.segment_size, store_host=e.config.store_host,
+            min_offset=e.min_offset,
+            max_offset=e.max_offset,
+            flushed_offset=e.flushed_offset,
+            segment_size=e.config.segment_size,
+            store_host=e.config.store_host,
         )
 
     @grpc_errors
@@ -63,7 +71,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         if not request.subscriber:
             raise InvalidArgumentError("subscriber name is empty")
         for batch in self.engine.subscribe(
-            request.subscriber, request.from_offset, request.max_batch_records,
+            request.subscriber,
+            request.from_offset,
+            request.max_batch_records,
             context.is_active,
         ):
             self.observer.dispatched(request.subscriber, len(batch.phy_offset))

@@ -16,36 +16,64 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def writer(tmp_path):
-    p = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
-                    "127.0.0.1:0", "--commitlog-segment-size", "65536",
-                    "--store-host", "198.51.100.7:10911")
+    p = procs.start(
+        "services.commitlog",
+        "--store",
+        str(tmp_path / "store"),
+        "--listen",
+        "127.0.0.1:0",
+        "--commitlog-segment-size",
+        "65536",
+        "--store-host",
+        "198.51.100.7:10911",
+    )
     yield p
     p.stop()
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "services.cli.main", *args], cwd=procs.ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", *args],
+        cwd=procs.ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 @pytest.mark.golden
 def test_put_golden_file_stores_the_same_records(writer, golden_dir, golden_expected):
-    out = _cli("put", "--commitlog", writer.address, "--file",
-               str(golden_dir / "messages.jsonl"), "--batch", "16", "--json")
+    out = _cli(
+        "put",
+        "--commitlog",
+        writer.address,
+        "--file",
+        str(golden_dir / "messages.jsonl"),
+        "--batch",
+        "16",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     results = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(results) == 200
     stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))
-    raws = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
-        offsets=[r["phyOffset"] for r in results])).records
+    raws = stub.ReadRecords(
+        commitlog_pb2.ReadRecordsRequest(offsets=[r["phyOffset"] for r in results])
+    ).records
     for raw, r, m in zip(raws, results, golden_expected["messages"], strict=True):
         rec, exp = commitlog.decode(raw), m["stored"]
         assert (rec.topic, rec.queue_id, rec.queue_offset) == (
-            exp["topic"], exp["queueId"], exp["queueOffset"])
+            exp["topic"],
+            exp["queueId"],
+            exp["queueOffset"],
+        )
         assert rec.properties == exp["propertiesString"]
         assert rec.sys_flag & ~commitlog.STOREHOST_V6_FLAG == exp["sysFlag"] & ~0x20
         assert (rec.flag, rec.reconsume_times, rec.body_crc) == (
-            exp["flag"], exp["reconsumeTimes"], exp["bodyCRC"])
+            exp["flag"],
+            exp["reconsumeTimes"],
+            exp["bodyCRC"],
+        )
         assert str(rec.born_host) == exp["bornHost"]
         assert r["uniqKey"] == (exp["uniqKey"] or "")
         assert r["msgId"].startswith("C633640700002A9F")
@@ -54,9 +82,24 @@ def test_put_golden_file_stores_the_same_records(writer, golden_dir, golden_expe
 
 
 def test_put_flags_and_load_generator(writer):
-    out = _cli("put", "--commitlog", writer.address, "--topic", "Orders", "--keys",
-               "order-{i}", "--body", "hello {i}", "--count", "250", "--producers", "2",
-               "--batch", "50", "--json")
+    out = _cli(
+        "put",
+        "--commitlog",
+        writer.address,
+        "--topic",
+        "Orders",
+        "--keys",
+        "order-{i}",
+        "--body",
+        "hello {i}",
+        "--count",
+        "250",
+        "--producers",
+        "2",
+        "--batch",
+        "50",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     results = [json.loads(line) for line in out.stdout.splitlines()]
     assert len(results) == 250 and len({r["phyOffset"] for r in results}) == 250

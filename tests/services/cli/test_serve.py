@@ -38,10 +38,28 @@ def _free(port: int) -> bool:
 def test_serve_runs_everything_and_stops_cleanly(tmp_path):
     base = _free_base()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "services.cli.main", "serve", "--store", str(tmp_path / "s"),
-         "--port-base", str(base), "--commitlog-segment-size", str(1 << 20),
-         "--index-slots", "1000", "--index-entries", "4000", "--cq-entries-per-file", "100"],
-        cwd=procs.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "services.cli.main",
+            "serve",
+            "--store",
+            str(tmp_path / "s"),
+            "--port-base",
+            str(base),
+            "--commitlog-segment-size",
+            str(1 << 20),
+            "--index-slots",
+            "1000",
+            "--index-entries",
+            "4000",
+            "--cq-entries-per-file",
+            "100",
+        ],
+        cwd=procs.ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     lines: list[str] = []
     ready = threading.Event()
@@ -59,8 +77,9 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
         out = "".join(lines)
         assert re.search(rf"commitlog\s+grpc 127\.0\.0\.1:{base}\b", out), out
         stub = commitlog_pb2_grpc.CommitLogStub(channel(f"127.0.0.1:{base}"))
-        r = stub.Put(commitlog_pb2.PutRequest(message=common_pb2.Message(
-            topic="T", body=b"hi", keys="k1")))
+        r = stub.Put(
+            commitlog_pb2.PutRequest(message=common_pb2.Message(topic="T", body=b"hi", keys="k1"))
+        )
         assert r.phy_offset == 0
     finally:
         proc.send_signal(signal.SIGTERM)

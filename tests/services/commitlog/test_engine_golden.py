@@ -70,8 +70,9 @@ def test_records_match_rocketmq_bytes_except_store_time(put_golden, golden_dir, 
         # byte for byte, once RocketMQ's store time and our own physical offset are aligned
         g_rec, g_bytes = golden[exp["phyOffset"]]
         patched = bytearray(ours)
-        commitlog.patch(patched, 0, rec.queue_offset, g_rec.physical_offset,
-                        g_rec.store_timestamp, rec.sys_flag)
+        commitlog.patch(
+            patched, 0, rec.queue_offset, g_rec.physical_offset, g_rec.store_timestamp, rec.sys_flag
+        )
         assert bytes(patched) == g_bytes
         checked += 1
     assert checked == 200

@@ -19,8 +19,10 @@ def _open(store):
 
 
 def _msgs(n, start=0):
-    return [common_pb2.Message(topic="T", queue_id=0, body=f"message {i}".encode() * 20,
-                               keys=f"k{i}") for i in range(start, start + n)]
+    return [
+        common_pb2.Message(topic="T", queue_id=0, body=f"message {i}".encode() * 20, keys=f"k{i}")
+        for i in range(start, start + n)
+    ]
 
 
 @pytest.fixture

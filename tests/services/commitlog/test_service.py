@@ -15,8 +15,16 @@ SEGMENT = 1 << 20
 
 
 def _start(store, *extra):
-    return procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
-                       "--commitlog-segment-size", str(SEGMENT), *extra)
+    return procs.start(
+        "services.commitlog",
+        "--store",
+        str(store),
+        "--listen",
+        "127.0.0.1:0",
+        "--commitlog-segment-size",
+        str(SEGMENT),
+        *extra,
+    )
 
 
 @pytest.fixture
@@ -31,8 +39,13 @@ def _stub(p):
 
 
 def _msg(i=0, **kw):
-    base = dict(topic="Orders", queue_id=i % 4, body=f"body-{i}".encode(), tags="TagA",
-                keys=f"order-{i} customer-{i % 7}")
+    base = dict(
+        topic="Orders",
+        queue_id=i % 4,
+        body=f"body-{i}".encode(),
+        tags="TagA",
+        keys=f"order-{i} customer-{i % 7}",
+    )
     base.update(kw)
     return common_pb2.Message(**base)
 
@@ -47,8 +60,9 @@ def test_put_read_and_offsets(writer):
     for x in results:
         per_queue.setdefault(x.queue_id, []).append(x.queue_offset)
     assert all(v == list(range(len(v))) for v in per_queue.values())
-    recs = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
-        offsets=[x.phy_offset for x in results])).records
+    recs = stub.ReadRecords(
+        commitlog_pb2.ReadRecordsRequest(offsets=[x.phy_offset for x in results])
+    ).records
     for i, (raw, x) in enumerate(zip(recs, results, strict=True)):
         rec = commitlog.decode(raw)
         assert rec.body == f"body-{i}".encode() and rec.keys == f"order-{i} customer-{i % 7}"
@@ -69,13 +83,22 @@ BAD = [
     ("queue too big", dict(queue_id=8), "queue id 8"),
     ("separator in keys", dict(keys="a\x01b"), "separator"),
     ("separator in tags", dict(tags="a\x02"), "separator"),
-    ("separator in property", dict(properties=[common_pb2.Property(name="p", value="\x01")]),
-     "separator"),
-    ("reserved property", dict(properties=[common_pb2.Property(name="KEYS", value="x")]),
-     "own field"),
+    (
+        "separator in property",
+        dict(properties=[common_pb2.Property(name="p", value="\x01")]),
+        "separator",
+    ),
+    (
+        "reserved property",
+        dict(properties=[common_pb2.Property(name="KEYS", value="x")]),
+        "own field",
+    ),
     ("empty property value", dict(properties=[common_pb2.Property(name="p", value="")]), "empty"),
-    ("huge properties", dict(properties=[common_pb2.Property(name="p", value="v" * 40000)]),
-     "32767"),
+    (
+        "huge properties",
+        dict(properties=[common_pb2.Property(name="p", value="v" * 40000)]),
+        "32767",
+    ),
     ("body too large", dict(body=b"x" * (4 * 1024 * 1024 + 1)), "limit is 4194304"),
     ("writer-owned sys flag", dict(sys_flag=0x10), "sys flag"),
     ("negative delay", dict(delay_level=-1), "delay level"),
@@ -99,14 +122,20 @@ def test_bad_input_is_refused_and_nothing_written(writer, case, fields, text):
 def test_reads_and_subscriptions_check_offsets(writer):
     stub = _stub(writer)
     rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)])).results
-    for bad, code in ((rs[1].phy_offset + 3, grpc.StatusCode.INVALID_ARGUMENT),
-                      (-1, grpc.StatusCode.OUT_OF_RANGE), (10**9, grpc.StatusCode.OUT_OF_RANGE)):
+    for bad, code in (
+        (rs[1].phy_offset + 3, grpc.StatusCode.INVALID_ARGUMENT),
+        (-1, grpc.StatusCode.OUT_OF_RANGE),
+        (10**9, grpc.StatusCode.OUT_OF_RANGE),
+    ):
         with pytest.raises(grpc.RpcError) as err:
             stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[bad]))
         assert err.value.code() == code
         with pytest.raises(grpc.RpcError) as err:
-            next(iter(stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="t",
-                                                                    from_offset=bad))))
+            next(
+                iter(
+                    stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="t", from_offset=bad))
+                )
+            )
         assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE
 
 
@@ -114,23 +143,29 @@ def test_subscribe_streams_every_record_in_order(writer):
     stub = _stub(writer)
     sent = []
     for k in range(5):
-        sent += stub.PutBatch(commitlog_pb2.PutBatchRequest(
-            messages=[_msg(k * 20 + i) for i in range(20)])).results
-    stream = stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="t", from_offset=0,
-                                                           max_batch_records=30))
+        sent += stub.PutBatch(
+            commitlog_pb2.PutBatchRequest(messages=[_msg(k * 20 + i) for i in range(20)])
+        ).results
+    stream = stub.Subscribe(
+        commitlog_pb2.SubscribeRequest(subscriber="t", from_offset=0, max_batch_records=30)
+    )
     got = []
     for batch in stream:
-        got += list(zip(batch.phy_offset, batch.queue_offset, batch.keys, batch.unique_key,
-                        strict=True))
+        got += list(
+            zip(batch.phy_offset, batch.queue_offset, batch.keys, batch.unique_key, strict=True)
+        )
         if batch.next_offset >= sent[-1].phy_offset + sent[-1].size:
             stream.cancel()
             break
-    assert got == [(r.phy_offset, r.queue_offset, f"order-{i} customer-{i % 7}", r.unique_key)
-                   for i, r in enumerate(sent)]
+    assert got == [
+        (r.phy_offset, r.queue_offset, f"order-{i} customer-{i % 7}", r.unique_key)
+        for i, r in enumerate(sent)
+    ]
     # from the middle: a record boundary that is no longer in a put's first position
     mid = sent[33].phy_offset
-    batch = next(iter(stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="u",
-                                                                    from_offset=mid))))
+    batch = next(
+        iter(stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="u", from_offset=mid)))
+    )
     assert batch.phy_offset[0] == mid
     stub.Ack(commitlog_pb2.AckRequest(subscriber="u", durable_offset=mid))
 
@@ -154,8 +189,12 @@ def test_kill_9_during_puts_keeps_every_acknowledged_record(tmp_path, flush):
         i = 0
         while not stop.is_set():
             try:
-                rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(
-                    messages=[_msg(n * 10**6 + i + j) for j in range(20)]), timeout=10)
+                rs = stub.PutBatch(
+                    commitlog_pb2.PutBatchRequest(
+                        messages=[_msg(n * 10**6 + i + j) for j in range(20)]
+                    ),
+                    timeout=10,
+                )
             except grpc.RpcError:
                 return
             acked.extend(rs.results)
@@ -173,8 +212,9 @@ def test_kill_9_during_puts_keeps_every_acknowledged_record(tmp_path, flush):
     w2 = _start(store, "--flush", flush)
     try:
         stub = _stub(w2)
-        recs = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
-            offsets=[r.phy_offset for r in acked])).records
+        recs = stub.ReadRecords(
+            commitlog_pb2.ReadRecordsRequest(offsets=[r.phy_offset for r in acked])
+        ).records
         for raw, r in zip(recs, acked, strict=True):
             rec = commitlog.decode(raw)
             assert (rec.uniq_key, rec.queue_offset) == (r.unique_key, r.queue_offset)
@@ -196,8 +236,13 @@ def test_health_and_reflection(writer):
         status = health.Check(health_pb2.HealthCheckRequest(service=name)).status
         assert status == health_pb2.HealthCheckResponse.SERVING
     refl = reflection_pb2_grpc.ServerReflectionStub(ch)
-    resp = next(iter(refl.ServerReflectionInfo(iter([
-        reflection_pb2.ServerReflectionRequest(list_services="")]))))
+    resp = next(
+        iter(
+            refl.ServerReflectionInfo(
+                iter([reflection_pb2.ServerReflectionRequest(list_services="")])
+            )
+        )
+    )
     names = {s.name for s in resp.list_services_response.service}
     assert {"rmqstore.v1.CommitLog", "grpc.health.v1.Health"} <= names
 
@@ -218,8 +263,10 @@ def test_metrics_endpoint(tmp_path):
         text = ""
         while time.monotonic() < deadline:
             text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
-            if 'rmqstore_writer_puts_total{status="ok",topic="Orders"} 10.0' in text and \
-                    "rmqstore_writer_max_offset_bytes 0.0" not in text:
+            if (
+                'rmqstore_writer_puts_total{status="ok",topic="Orders"} 10.0' in text
+                and "rmqstore_writer_max_offset_bytes 0.0" not in text
+            ):
                 break
             time.sleep(0.1)
         assert 'rmqstore_writer_puts_total{status="ok",topic="Orders"} 10.0' in text
