@@ -1,0 +1,94 @@
+"""Message ids (spec §4, TV6, TV7): offset ids and UNIQ_KEY layout."""
+
+import datetime as dt
+
+import pytest
+
+from rmqstore.errors import InvalidArgumentError
+from rmqstore.formats.hosts import Host, parse_host
+from rmqstore.formats.msgid import (
+    UniqKeyGenerator,
+    decode_offset_msg_id,
+    month_start_ms,
+    offset_msg_id,
+    uniq_key,
+    uniq_key_parts,
+    uniq_key_time,
+)
+
+
+@pytest.mark.parametrize(
+    ("host", "offset", "msg_id"),
+    [
+        ("192.168.0.1:10911", 1073741924, "C0A8000100002A9F0000000040000064"),
+        ("127.0.0.1:9103", 123456, "7F0000010000238F000000000001E240"),
+        ("[::1]:10911", 3232, "0000000000000000000000000000000100002A9F0000000000000CA0"),
+    ],
+)
+def test_tv6_offset_msg_id_encode_and_decode(host, offset, msg_id):
+    h = parse_host(host)
+    assert offset_msg_id(h.ip, h.port, offset) == msg_id
+    ip, port, off = decode_offset_msg_id(msg_id)
+    assert (ip, port, off) == (h.ip, h.port, offset)
+    assert decode_offset_msg_id(msg_id.lower()) == (ip, port, off)  # lower case is accepted
+
+
+def test_tv6_decoded_hosts_print_like_java():
+    ip, port, off = decode_offset_msg_id("C0A8000100002A9F0000000040000064")
+    assert (str(Host(ip, port)), off) == ("192.168.0.1:10911", 1073741924)
+    ip, port, off = decode_offset_msg_id(
+        "0000000000000000000000000000000100002A9F0000000000000CA0"
+    )
+    assert (str(Host(ip, port)), off) == ("[0:0:0:0:0:0:0:1]:10911", 3232)
+
+
+@pytest.mark.parametrize("bad", ["", "C0A8", "Z" * 32, "C0A8000100002A9F000000004000006", "0" * 40])
+def test_malformed_offset_ids_are_invalid_argument(bad):
+    with pytest.raises(InvalidArgumentError):
+        decode_offset_msg_id(bad)
+
+
+def test_tv7_uniq_key_layout():
+    key = uniq_key(bytes([10, 0, 0, 1]), 12345, 0x12345678, 0xABCD, 1)
+    assert key == "0A0000013039123456780000ABCD0001"
+    parts = uniq_key_parts(key)
+    assert parts.ip == bytes([10, 0, 0, 1]) and parts.pid == 12345
+    assert parts.class_loader_hash == 0x12345678
+    assert parts.ms_since_month_start == 0xABCD and parts.counter == 1
+
+
+def test_tv7_truncation():
+    key = uniq_key(bytes([10, 0, 0, 1]), 70000, 0x12345678, 2592000000, 65537)
+    parts = uniq_key_parts(key)
+    assert parts.pid == 0x1170
+    assert parts.ms_since_month_start == 0x9A7EC800  # (int)2592000000, read back unsigned
+    assert parts.counter == 0x0001
+    assert key[8:12] == "1170" and key[20:28] == "9A7EC800" and key[28:] == "0001"
+
+
+def test_tv7_negative_class_loader_hash_and_ipv6():
+    key = uniq_key(bytes(range(16)), 1, -1, 5, 2)
+    assert len(key) == 56
+    assert uniq_key_parts(key).class_loader_hash == 0xFFFFFFFF
+    assert uniq_key_parts(key).ip == bytes(range(16))
+
+
+def test_generator_counts_and_embeds_time():
+    now = int(dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
+    gen = UniqKeyGenerator(ip=bytes([10, 0, 0, 1]), pid=70000)
+    a, b = gen.next(now), gen.next(now + 5)
+    pa, pb = uniq_key_parts(a), uniq_key_parts(b)
+    assert pa.pid == pb.pid == 70000 & 0xFFFF
+    assert pb.counter == (pa.counter + 1) & 0xFFFF
+    assert pa.ms_since_month_start == now - month_start_ms(now)
+    assert uniq_key_time(a, now_ms=now + 1000) == now
+    # read back early in the next month: the span points past "now", so the month before is used
+    next_month = month_start_ms(month_start_ms(now) + 32 * 86_400_000)
+    assert uniq_key_time(a, now_ms=next_month + 1000) == now
+
+
+def test_uniq_key_time_rejects_bad_ids():
+    with pytest.raises(InvalidArgumentError):
+        uniq_key_time("abc")
+    with pytest.raises(InvalidArgumentError):
+        uniq_key_parts("G" * 32)
