@@ -12,8 +12,9 @@ from rmqstore.v1 import commitlog_pb2
 
 
 class DispatchCache:
-    def __init__(self, max_records: int = 262_144) -> None:
+    def __init__(self, max_records: int = 262_144, max_chunks: int = 16_384) -> None:
         self.max_records = max_records
+        self.max_chunks = max_chunks  # many one-message puts: bound the per-chunk overhead
         self._starts: list[int] = []
         self._batches: list[commitlog_pb2.DispatchBatch] = []
         self._end = -1
@@ -31,7 +32,9 @@ class DispatchCache:
             self._batches.append(batch)
             self._end = end
             self._records += len(batch.phy_offset)
-            while self._records > self.max_records and len(self._starts) - self._head > 1:
+            while (
+                self._records > self.max_records or len(self._starts) - self._head > self.max_chunks
+            ) and len(self._starts) - self._head > 1:
                 self._records -= len(self._batches[self._head].phy_offset)
                 self._batches[self._head] = None  # type: ignore[call-overload]
                 self._head += 1
