@@ -84,6 +84,14 @@ def over_grpc(address: str, body_size: int, producers: int, count: int) -> dict:
     }
 
 
+def peak_rss_mib(pid: int) -> float:
+    """VmHWM of a live process: its peak resident set size."""
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def run(quick: bool = False) -> list[dict]:
     count = 20_000 if quick else 200_000
     rows = []

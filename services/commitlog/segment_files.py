@@ -33,6 +33,7 @@ class Segment:
         self.view = memoryview(self.map)
         self.wrote = 0
         self.flushed = 0
+        self.released = 0
 
     @property
     def end(self) -> int:
@@ -46,6 +47,14 @@ class Segment:
             return
         os.fdatasync(self.fd)
         self.flushed = upto
+        self._release(upto - upto % PAGE)
+
+    def _release(self, upto: int) -> None:
+        """Drop durable pages from this process's mappings (they stay in the page cache), so
+        the writer's resident memory does not grow with the segment."""
+        if upto > self.released and hasattr(mmap, "MADV_DONTNEED"):
+            self.map.madvise(mmap.MADV_DONTNEED, self.released, upto - self.released)
+            self.released = upto
 
     def close(self) -> None:
         self.view.release()
