@@ -86,9 +86,10 @@ def over_grpc(address: str, body_size: int, producers: int, count: int) -> dict:
 
 def peak_rss_mib(pid: int) -> float:
     """VmHWM of a live process: its peak resident set size."""
-    for line in open(f"/proc/{pid}/status"):
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) / 1024
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
     return 0.0
 
 
