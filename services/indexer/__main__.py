@@ -1,0 +1,89 @@
+"""``python -m services.indexer {consume-queue,index}``: run one builder service.
+
+    python -m services.indexer consume-queue --store DIR --commitlog ADDR --listen HOST:PORT
+    python -m services.indexer index --store DIR --commitlog ADDR --listen HOST:PORT
+"""
+
+import argparse
+import logging
+import sys
+
+from rmqstore.errors import StoreError
+from rmqstore.formats import consume_queue as cq
+from rmqstore.formats import index_file as ixf
+from rmqstore.layout import StoreLayout
+from rmqstore.server import Service, configure_logging, wait_for_termination
+from rmqstore.v1 import indexer_pb2, indexer_pb2_grpc
+from services.indexer.consume_queue_builder import ConsumeQueueBuilder
+from services.indexer.index_builder import IndexBuilder
+from services.indexer.servicer import BuilderServicer
+from services.indexer.subscriber import Subscriber
+
+log = logging.getLogger("rmqstore.indexer")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m services.indexer", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="builder", required=True)
+    for name, help_ in (("consume-queue", "build consumequeue/ files"),
+                        ("index", "build index/ files")):
+        s = sub.add_parser(name, help=help_)
+        s.add_argument("--store", required=True, help="store root directory")
+        s.add_argument("--commitlog", required=True, help="writer address HOST:PORT")
+        s.add_argument("--listen", default="127.0.0.1:0")
+        s.add_argument("--metrics-port", type=int, default=0, help="0 = no metrics endpoint")
+        s.add_argument("--flush-interval-ms", type=int, default=500)
+        s.add_argument("--log-level", default="INFO")
+        if name == "consume-queue":
+            s.add_argument("--cq-entries-per-file", type=int, default=cq.DEFAULT_ENTRIES_PER_FILE)
+        else:
+            s.add_argument("--index-slots", type=int, default=ixf.DEFAULT_SLOTS)
+            s.add_argument("--index-entries", type=int, default=ixf.DEFAULT_ENTRIES)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    configure_logging(args.log_level)
+    layout = StoreLayout.of(args.store)
+    try:
+        if args.builder == "consume-queue":
+            builder: ConsumeQueueBuilder | IndexBuilder = ConsumeQueueBuilder(
+                layout, args.cq_entries_per_file)
+        else:
+            builder = IndexBuilder(layout, args.index_slots, args.index_entries)
+    except (StoreError, OSError) as e:
+        log.error("cannot open the %s files: %s", args.builder, e)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    subscriber = Subscriber(builder, args.commitlog, args.flush_interval_ms / 1000)
+    service = Service(args.listen)
+    service.add(indexer_pb2_grpc.add_BuilderServicer_to_server, BuilderServicer(subscriber),
+                indexer_pb2.DESCRIPTOR, "Builder")
+    service.start()
+    service.set_serving(True)
+    if args.metrics_port:
+        from prometheus_client import REGISTRY, start_http_server
+
+        from services.indexer.metrics import BuilderCollector
+
+        REGISTRY.register(BuilderCollector(subscriber))
+        start_http_server(args.metrics_port, addr=service.address.rsplit(":", 1)[0])
+    # one write, before any other thread logs: test harnesses and ``rmqstore serve`` read it
+    sys.stdout.write(f"rmqstore {builder.name} listening on {service.address}\n")
+    sys.stdout.flush()
+    subscriber.start()
+
+    def stop() -> None:
+        service.set_serving(False)
+        subscriber.stop()
+        service.stop()
+        log.info("%s stopped at durable offset %d", builder.name, builder.durable_offset)
+
+    wait_for_termination(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

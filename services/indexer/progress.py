@@ -1,0 +1,65 @@
+"""A builder's durable progress: the commitlog offset whose output is flushed to disk.
+
+Stored as one small JSON document at ``layout.progress(name)``, replaced atomically
+(temp file, fsync, rename, fsync of the directory), so a crash leaves the old or the new
+record, never a torn one. Builders may add fields of their own (``extra``).
+"""
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rmqstore.errors import StoreError
+
+
+class ProgressFileError(StoreError):
+    """A progress record that cannot be read: the store needs a look before we go on."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+
+@dataclass
+class Progress:
+    offset: int
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def read(path: Path) -> Progress | None:
+    """The stored progress, or None when the builder never recorded any."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    try:
+        doc = json.loads(text)
+        offset = int(doc["offset"])
+    except (ValueError, KeyError, TypeError) as e:
+        raise ProgressFileError(f"progress file {path} is unreadable: {e}") from e
+    if offset < 0:
+        raise ProgressFileError(f"progress file {path} holds a negative offset {offset}")
+    return Progress(offset, {k: v for k, v in doc.items() if k != "offset"})
+
+
+def write(path: Path, progress: Progress) -> None:
+    """Replace the record atomically and durably."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    data = json.dumps({"offset": progress.offset, **progress.extra}).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -1,0 +1,157 @@
+"""The builders' link to the writer: subscribe, apply batches, flush, acknowledge.
+
+One thread reads the dispatch stream from the builder's resume offset and applies each
+batch; another flushes every ``flush_interval`` seconds (files first, then the progress
+record) and then acknowledges the durable offset to the writer. When the writer is down the
+subscription is retried with back-off. When the writer's end lies below what was built (its
+recovery cut the commitlog), the builder's output is cut to it before resuming.
+"""
+
+import logging
+import threading
+import time
+from typing import Protocol
+
+import grpc
+
+from rmqstore.errors import StoreError
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.indexer.batch import Columns
+
+log = logging.getLogger(__name__)
+
+MIN_BACKOFF = 0.05
+MAX_BACKOFF = 2.0
+RPC_TIMEOUT = 5.0
+
+
+class Builder(Protocol):
+    name: str
+    built_offset: int
+    durable_offset: int
+    entries: int
+
+    @property
+    def files(self) -> int: ...
+
+    def apply(self, batch: Columns) -> int: ...
+    def flush(self) -> int: ...
+    def truncate(self, phy_end: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class Subscriber:
+    def __init__(self, builder: Builder, address: str, flush_interval: float = 0.5,
+                 max_batch_records: int = 0) -> None:
+        self.builder = builder
+        self.address = address
+        self.flush_interval = flush_interval
+        self.max_batch_records = max_batch_records
+        self.lock = threading.Lock()  # guards the builder
+        self.connected = False
+        self.writer_max_offset = 0
+        self.acked_offset = -1
+        self.batches = 0
+        self.reconnects = 0
+        self.last_error = ""
+        self._stop = threading.Event()
+        self._stream: grpc.Future | None = None
+        self._channel = channel(address)
+        self._stub = commitlog_pb2_grpc.CommitLogStub(self._channel)
+        self._threads = [
+            threading.Thread(target=self._read_loop, name=f"{builder.name}-subscribe",
+                             daemon=True),
+            threading.Thread(target=self._flush_loop, name=f"{builder.name}-flush", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for t in self._threads:
+            t.start()
+
+    # -- reading -------------------------------------------------------------------------
+    def _read_loop(self) -> None:
+        backoff = MIN_BACKOFF
+        while not self._stop.is_set():
+            try:
+                self._session()
+                backoff = MIN_BACKOFF
+            except grpc.RpcError as e:
+                code = e.code() if isinstance(e, grpc.Call) else None
+                if not self._stop.is_set():
+                    self.last_error = f"{code}: {e.details() if isinstance(e, grpc.Call) else e}"
+                    log.info("%s: writer at %s not usable (%s); retrying in %.2fs",
+                             self.builder.name, self.address, self.last_error, backoff)
+            except StoreError as e:
+                self.last_error = str(e)
+                log.error("%s: %s; retrying in %.2fs", self.builder.name, e, backoff)
+            self.connected = False
+            self.reconnects += 1
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, MAX_BACKOFF)
+
+    def _session(self) -> None:
+        offsets = self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=RPC_TIMEOUT)
+        self.writer_max_offset = offsets.max_offset
+        with self.lock:
+            b = self.builder
+            if offsets.max_offset < b.built_offset:
+                log.warning("%s: writer ends at %d, below our %d: cutting our output",
+                            b.name, offsets.max_offset, b.built_offset)
+                b.truncate(offsets.max_offset)
+            start = b.built_offset
+            if start < offsets.min_offset:
+                log.warning("%s: resuming at the writer's minimum %d (we were at %d)",
+                            b.name, offsets.min_offset, start)
+                start = offsets.min_offset
+        stream = self._stub.Subscribe(commitlog_pb2.SubscribeRequest(
+            subscriber=self.builder.name, from_offset=start,
+            max_batch_records=self.max_batch_records,
+        ))
+        self._stream = stream
+        if self._stop.is_set():
+            stream.cancel()
+            return
+        self.connected = True
+        self.last_error = ""
+        for msg in stream:
+            cols = Columns.from_proto(msg)
+            with self.lock:
+                self.builder.apply(cols)
+            self.writer_max_offset = msg.max_offset
+            self.batches += 1
+            if self._stop.is_set():
+                break
+
+    # -- flushing ------------------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(self.flush_interval):
+            self.flush_and_ack()
+
+    def flush_and_ack(self) -> int:
+        with self.lock:
+            durable = self.builder.flush()
+        if durable != self.acked_offset and self.connected:
+            try:
+                self._stub.Ack(commitlog_pb2.AckRequest(subscriber=self.builder.name,
+                                                        durable_offset=durable),
+                               timeout=RPC_TIMEOUT)
+                self.acked_offset = durable
+            except grpc.RpcError as e:
+                log.debug("%s: ack %d failed: %s", self.builder.name, durable, e)
+        return durable
+
+    def stop(self) -> None:
+        """Stop reading, flush, record progress, acknowledge, unmap."""
+        self._stop.set()
+        stream = self._stream
+        if stream is not None:
+            stream.cancel()
+        deadline = time.monotonic() + 10
+        for t in self._threads:
+            if t.is_alive():
+                t.join(max(deadline - time.monotonic(), 0.1))
+        self.flush_and_ack()
+        with self.lock:
+            self.builder.close()
+        self._channel.close()
