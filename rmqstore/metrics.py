@@ -39,11 +39,11 @@ import shutil
 import threading
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from http.server import ThreadingHTTPServer
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 from weakref import WeakKeyDictionary
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CollectorRegistry,
@@ -61,12 +61,40 @@ from rmqstore.errors import InvalidArgumentError
 
 # Put/flush latencies: 100 µs (async put in page cache) .. 10 s (a stalled disk).
 IO_LATENCY_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
-    1.0, 2.5, 5.0, 10.0,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
 )
 # Query latencies: 500 µs (one consume-queue read) .. 30 s (a budget-bound key scan).
 QUERY_LATENCY_BUCKETS = (
-    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
 )
 # Hash-chain lengths and hops: powers of two up to RocketMQ's default max hits scale.
 CHAIN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
@@ -268,99 +296,24 @@ class WriterMetrics:
             self._watched.add(path)
 
 
-@dataclass
-class _BuilderFamilies:
-    durable_offset: Gauge
-    lag_bytes: Gauge
-    lag_seconds: Gauge
-    entries: Counter
-    skipped: Counter
-    batches: Counter
-    batch_records: Histogram
-    files: Gauge
-    disk_bytes: Gauge
-    flush_latency: Histogram
-    restarts: Counter
-    repairs: Counter
-    truncated_entries: Counter
+_shared: WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = WeakKeyDictionary()
+_shared_lock = threading.Lock()
 
 
-_builder_families: WeakKeyDictionary[CollectorRegistry, _BuilderFamilies] = WeakKeyDictionary()
-_index_families: WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = WeakKeyDictionary()
-_families_lock = threading.Lock()
-
-
-def _builder_families_of(r: CollectorRegistry) -> _BuilderFamilies:
-    with _families_lock:
-        fam = _builder_families.get(r)
-        if fam is None:
-            lb = ["builder"]
-            fam = _BuilderFamilies(
-                durable_offset=Gauge(
-                    "rmqstore_builder_durable_offset_bytes",
-                    "Commitlog offset up to which the builder's output is durable.",
-                    lb, registry=r,
-                ),
-                lag_bytes=Gauge(
-                    "rmqstore_builder_lag_bytes",
-                    "Writer max offset (as last seen on the stream) minus the durable offset.",
-                    lb, registry=r,
-                ),
-                lag_seconds=Gauge(
-                    "rmqstore_builder_lag_seconds",
-                    "Store time of the newest record seen minus that of the last record built.",
-                    lb, registry=r,
-                ),
-                entries=Counter(
-                    "rmqstore_builder_entries_total",
-                    "Entries written (consume-queue units or index entries).",
-                    lb, registry=r,
-                ),
-                skipped=Counter(
-                    "rmqstore_builder_skipped_records_total",
-                    "Dispatch records that produced no entry (transaction prepare/rollback, "
-                    "no keys).",
-                    lb, registry=r,
-                ),
-                batches=Counter(
-                    "rmqstore_builder_batches_total", "Dispatch batches applied.", lb, registry=r
-                ),
-                batch_records=Histogram(
-                    "rmqstore_builder_batch_records",
-                    "Dispatch records per applied batch.",
-                    lb, buckets=COUNT_BUCKETS, registry=r,
-                ),
-                files=Gauge(
-                    "rmqstore_builder_files", "Files the builder owns on disk.", lb, registry=r
-                ),
-                disk_bytes=Gauge(
-                    "rmqstore_builder_disk_bytes",
-                    "Bytes of the files the builder owns on disk.",
-                    lb, registry=r,
-                ),
-                flush_latency=Histogram(
-                    "rmqstore_builder_flush_duration_seconds",
-                    "Duration of one builder flush (data files, then progress record).",
-                    lb, buckets=IO_LATENCY_BUCKETS, registry=r,
-                ),
-                restarts=Counter(
-                    "rmqstore_builder_restarts_total",
-                    "Times the builder (re)subscribed to the dispatch stream after an error.",
-                    lb, registry=r,
-                ),
-                repairs=Counter(
-                    "rmqstore_builder_repairs_total",
-                    "Files repaired or rebuilt from the commitlog at start-up.",
-                    lb, registry=r,
-                ),
-                truncated_entries=Counter(
-                    "rmqstore_builder_truncated_entries_total",
-                    "Entries cut because they pointed past the commitlog's end.",
-                    lb, registry=r,
-                ),
-            )
-            _builder_families[r] = fam
-        return fam
+def _family(
+    registry: CollectorRegistry,
+    cls: type,
+    name: str,
+    doc: str,
+    labels: tuple[str, ...] = (),
+    **kw: Any,
+) -> Any:
+    """The registry's metric ``name``, created on first use (so groups can be built twice)."""
+    with _shared_lock:
+        known = _shared.setdefault(registry, {})
+        if name not in known:
+            known[name] = cls(name, doc, list(labels), registry=registry, **kw)
+        return known[name]
 
 
 class BuilderMetrics:
@@ -372,20 +325,67 @@ class BuilderMetrics:
 
     def __init__(self, name: str, registry: CollectorRegistry) -> None:
         self.name = name
-        fam = _builder_families_of(registry)
-        self.durable_offset = fam.durable_offset.labels(builder=name)
-        self.lag_bytes = fam.lag_bytes.labels(builder=name)
-        self.lag_seconds = fam.lag_seconds.labels(builder=name)
-        self.entries = fam.entries.labels(builder=name)
-        self.skipped = fam.skipped.labels(builder=name)
-        self.batches = fam.batches.labels(builder=name)
-        self.batch_records = fam.batch_records.labels(builder=name)
-        self.files = fam.files.labels(builder=name)
-        self.disk_bytes = fam.disk_bytes.labels(builder=name)
-        self.flush_latency = fam.flush_latency.labels(builder=name)
-        self.restarts = fam.restarts.labels(builder=name)
-        self.repairs = fam.repairs.labels(builder=name)
-        self.truncated_entries = fam.truncated_entries.labels(builder=name)
+
+        def child(cls: type, metric: str, doc: str, **kw: Any) -> Any:
+            return _family(registry, cls, metric, doc, ("builder",), **kw).labels(builder=name)
+
+        self.durable_offset = child(
+            Gauge,
+            "rmqstore_builder_durable_offset_bytes",
+            "Commitlog offset up to which the builder's output is durable.",
+        )
+        self.lag_bytes = child(
+            Gauge,
+            "rmqstore_builder_lag_bytes",
+            "Writer max offset (as last seen on the stream) minus the durable offset.",
+        )
+        self.lag_seconds = child(
+            Gauge,
+            "rmqstore_builder_lag_seconds",
+            "Store time of the newest record seen minus that of the last record built.",
+        )
+        self.entries = child(
+            Counter,
+            "rmqstore_builder_entries_total",
+            "Entries written (consume-queue units or index entries).",
+        )
+        self.skipped = child(
+            Counter,
+            "rmqstore_builder_skipped_records_total",
+            "Dispatch records that produced no entry (transaction prepare/rollback, no keys).",
+        )
+        self.batches = child(Counter, "rmqstore_builder_batches_total", "Dispatch batches applied.")
+        self.batch_records = child(
+            Histogram,
+            "rmqstore_builder_batch_records",
+            "Dispatch records per applied batch.",
+            buckets=COUNT_BUCKETS,
+        )
+        self.files = child(Gauge, "rmqstore_builder_files", "Files the builder owns on disk.")
+        self.disk_bytes = child(
+            Gauge, "rmqstore_builder_disk_bytes", "Bytes of the files the builder owns on disk."
+        )
+        self.flush_latency = child(
+            Histogram,
+            "rmqstore_builder_flush_duration_seconds",
+            "Duration of one builder flush (data files, then progress record).",
+            buckets=IO_LATENCY_BUCKETS,
+        )
+        self.restarts = child(
+            Counter,
+            "rmqstore_builder_restarts_total",
+            "Times the builder (re)subscribed to the dispatch stream after an error.",
+        )
+        self.repairs = child(
+            Counter,
+            "rmqstore_builder_repairs_total",
+            "Files repaired or rebuilt from the commitlog at start-up.",
+        )
+        self.truncated_entries = child(
+            Counter,
+            "rmqstore_builder_truncated_entries_total",
+            "Entries cut because they pointed past the commitlog's end.",
+        )
 
 
 class ConsumeQueueBuilderMetrics(BuilderMetrics):
@@ -393,10 +393,11 @@ class ConsumeQueueBuilderMetrics(BuilderMetrics):
 
     def __init__(self, registry: CollectorRegistry, name: str = CONSUME_QUEUE_BUILDER) -> None:
         super().__init__(name, registry)
-        self.queues = Gauge(
+        self.queues = _family(
+            registry,
+            Gauge,
             "rmqstore_consume_queue_queues",
             "(topic, queue id) pairs that have a consume queue.",
-            registry=registry,
         )
 
 
@@ -411,53 +412,55 @@ class IndexBuilderMetrics(BuilderMetrics):
     def __init__(self, registry: CollectorRegistry, name: str = INDEX_BUILDER) -> None:
         super().__init__(name, registry)
         r = registry
-        self.keys = Counter(
+        self.keys = _family(
+            r,
+            Counter,
             "rmqstore_index_keys_total",
             "Keys indexed, by kind (unique = topic#UNIQ_KEY, key = topic#KEY).",
-            ["kind"],
-            registry=r,
+            ("kind",),
         )
-        self.slots = Gauge(
-            "rmqstore_index_slots", "Hash slots per index file (configured).", registry=r
+        self.slots = _family(
+            r, Gauge, "rmqstore_index_slots", "Hash slots per index file (configured)."
         )
-        self.entry_capacity = Gauge(
-            "rmqstore_index_entry_capacity", "Entries per index file (configured).", registry=r
+        self.entry_capacity = _family(
+            r, Gauge, "rmqstore_index_entry_capacity", "Entries per index file (configured)."
         )
-        self.slots_used = Gauge(
-            "rmqstore_index_slots_used",
-            "Hash slots in use in the current index file.",
-            registry=r,
+        self.slots_used = _family(
+            r, Gauge, "rmqstore_index_slots_used", "Hash slots in use in the current index file."
         )
-        self.slot_occupancy = Gauge(
+        self.slot_occupancy = _family(
+            r,
+            Gauge,
             "rmqstore_index_slot_occupancy_ratio",
             "Fraction of the current index file's hash slots in use.",
-            registry=r,
         )
-        self.current_entries = Gauge(
-            "rmqstore_index_current_file_entries",
-            "Entries in the current index file.",
-            registry=r,
+        self.current_entries = _family(
+            r, Gauge, "rmqstore_index_current_file_entries", "Entries in the current index file."
         )
-        self.entry_fill = Gauge(
+        self.entry_fill = _family(
+            r,
+            Gauge,
             "rmqstore_index_entry_fill_ratio",
             "Fraction of the current index file's entry capacity in use.",
-            registry=r,
         )
-        self.chain_length = Histogram(
+        self.chain_length = _family(
+            r,
+            Histogram,
             "rmqstore_index_chain_length",
             "Length of a slot's chain right after a key was put in it.",
             buckets=CHAIN_BUCKETS,
-            registry=r,
         )
-        self.max_chain_length = Gauge(
+        self.max_chain_length = _family(
+            r,
+            Gauge,
             "rmqstore_index_max_chain_length",
             "Longest chain seen in the current index file.",
-            registry=r,
         )
-        self.files_rolled = Counter(
+        self.files_rolled = _family(
+            r,
+            Counter,
             "rmqstore_index_files_rolled_total",
             "Index files closed because they were full.",
-            registry=r,
         )
 
 
@@ -541,7 +544,7 @@ class QueryMetrics:
 class MetricsServer:
     """A running ``/metrics`` HTTP endpoint."""
 
-    server: ThreadingHTTPServer
+    server: WSGIServer
     thread: threading.Thread
 
     @property

@@ -72,10 +72,17 @@ class MappedFile:
 
     def flush(self) -> None:
         if self.dirty:
-            self.mm.flush()
+            # fdatasync writes back pages dirtied through the shared mapping (Linux) and,
+            # unlike mmap.flush, releases the GIL while it waits; no fd is kept per file
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
             self.dirty = False
 
     def close(self) -> None:
         """Unmap (callers must drop their numpy views first)."""
         if not self.mm.closed:
             self.mm.close()
+

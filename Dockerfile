@@ -1,0 +1,55 @@
+# One image for every rmqstore container: the four services, the CLI and the Spark rebuild.
+#   docker build -t rmqstore:0.1.0 .
+#   docker build --build-arg WITH_SPARK=false -t rmqstore:0.1.0-nospark .   # no Java, no PySpark
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# --- build: generate the gRPC code from protos/ with the project's own Makefile ---------------
+FROM ${PYTHON_IMAGE} AS build
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends make \
+ && rm -rf /var/lib/apt/lists/*
+WORKDIR /src
+COPY pyproject.toml Makefile ./
+COPY protos/ protos/
+COPY rmqstore/ rmqstore/
+COPY services/ services/
+COPY pipelines/ pipelines/
+# `make protos` needs only grpcio-tools in the venv it uses; mark that venv as set up so make
+# does not install the whole dev tool chain into the build stage.
+RUN python -m venv /opt/protoc \
+ && /opt/protoc/bin/pip install --no-cache-dir -q "grpcio-tools>=1.60" \
+ && touch /opt/protoc/.installed \
+ && make protos VENV=/opt/protoc \
+ && ls rmqstore/v1/commitlog_pb2.py rmqstore/v1/query_pb2_grpc.py
+
+# --- runtime ---------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+ARG WITH_SPARK=true
+ENV PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+# Java runs Spark for `rmqstore rebuild`.
+RUN if [ "$WITH_SPARK" = "true" ]; then \
+      mkdir -p /usr/share/man/man1 \
+      && apt-get update \
+      && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
+      && rm -rf /var/lib/apt/lists/*; \
+    fi
+WORKDIR /app
+COPY --from=build /src/ /app/
+RUN if [ "$WITH_SPARK" = "true" ]; then pip install ".[spark]"; else pip install .; fi \
+ && python -c "import rmqstore.v1.commitlog_pb2_grpc, services.cli.main, rmqstore.metrics" \
+ && rm -rf /app/build
+# Same uid/gid as the Helm chart's podSecurityContext; owns nothing in the image.
+RUN groupadd --system --gid 10001 rmqstore \
+ && useradd --system --uid 10001 --gid rmqstore --no-create-home --home-dir /tmp rmqstore \
+ && mkdir -p /data && chown rmqstore:rmqstore /data
+USER 10001:10001
+WORKDIR /data
+VOLUME ["/data"]
+# gRPC 8100-8103 and metrics 8110-8113 (writer, query, consume-queue, index)
+EXPOSE 8100 8101 8102 8103 8110 8111 8112 8113
+ENTRYPOINT []
+CMD ["rmqstore", "--help"]

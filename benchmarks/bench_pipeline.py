@@ -1,0 +1,149 @@
+"""End to end: stored *and indexed* msgs/s (writer + both builders as processes), and the
+dispatch lag of each builder at half of that rate."""
+
+import tempfile
+import threading
+import time
+
+from benchmarks.bench_put import _messages, over_grpc, peak_rss_mib
+from benchmarks.procs import start
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
+
+SEGMENT = str(256 * 1024 * 1024)
+
+
+def _node(store: str):
+    w = start(
+        "services.commitlog",
+        "--store",
+        store,
+        "--listen",
+        "127.0.0.1:0",
+        "--commitlog-segment-size",
+        SEGMENT,
+    )
+    cq = start(
+        "services.indexer",
+        "consume-queue",
+        "--store",
+        store,
+        "--commitlog",
+        w.address,
+        "--listen",
+        "127.0.0.1:0",
+    )
+    ix = start(
+        "services.indexer",
+        "index",
+        "--store",
+        store,
+        "--commitlog",
+        w.address,
+        "--listen",
+        "127.0.0.1:0",
+    )
+    return w, cq, ix
+
+
+def _progress(addr: str):
+    return indexer_pb2_grpc.BuilderStub(channel(addr))
+
+
+def stored_and_indexed(count: int, producers: int) -> dict:
+    with tempfile.TemporaryDirectory() as d:
+        w, cq, ix = _node(d)
+        try:
+            t0 = time.perf_counter()
+            put = over_grpc(w.address, 1024, producers, count)
+            end = (
+                commitlog_pb2_grpc.CommitLogStub(channel(w.address))
+                .GetOffsets(commitlog_pb2.GetOffsetsRequest())
+                .max_offset
+            )
+            stubs = [_progress(cq.address), _progress(ix.address)]
+            while any(
+                s.GetProgress(indexer_pb2.GetProgressRequest()).built_offset < end for s in stubs
+            ):
+                time.sleep(0.005)
+            built = time.perf_counter() - t0
+            while any(
+                s.GetProgress(indexer_pb2.GetProgressRequest()).durable_offset < end for s in stubs
+            ):
+                time.sleep(0.01)
+            durable = time.perf_counter() - t0
+            rss = {
+                n: peak_rss_mib(p.proc.pid) for n, p in (("writer", w), ("cq", cq), ("index", ix))
+            }
+        finally:
+            for p in (ix, cq, w):
+                p.stop()
+    n = count // producers * producers
+    return {
+        "scenario": f"stored+indexed 1 KiB, {producers} producer(s), async",
+        "put msgs/s": put["msgs/s"],
+        "stored+indexed msgs/s": n / built,
+        "stored+indexed+flushed msgs/s": n / durable,
+        **{f"peak RSS {k} MiB": v for k, v in rss.items()},
+    }
+
+
+def lag_at_rate(rate: float, seconds: float) -> dict:
+    """Put 100-message batches at ``rate`` msgs/s; per batch, time until each builder built it."""
+    with tempfile.TemporaryDirectory() as d:
+        w, cq, ix = _node(d)
+        try:
+            stub = commitlog_pb2_grpc.CommitLogStub(channel(w.address))
+            marks: list[tuple[int, float]] = []
+            done = threading.Event()
+            lags: dict[str, list[float]] = {"consume-queue": [], "index": []}
+
+            def watch(name: str, addr: str) -> None:
+                s = _progress(addr)
+                i = 0
+                while not (done.is_set() and i >= len(marks)):
+                    built = s.GetProgress(indexer_pb2.GetProgressRequest()).built_offset
+                    now = time.perf_counter()
+                    while i < len(marks) and marks[i][0] <= built:
+                        lags[name].append(now - marks[i][1])
+                        i += 1
+                    time.sleep(0.001)
+
+            watchers = [
+                threading.Thread(target=watch, args=a)
+                for a in (("consume-queue", cq.address), ("index", ix.address))
+            ]
+            for t in watchers:
+                t.start()
+            interval = 100 / rate
+            batches = int(seconds / interval)
+            t0 = time.perf_counter()
+            for k in range(batches):
+                t_put = time.perf_counter()
+                r = stub.PutBatch(
+                    commitlog_pb2.PutBatchRequest(messages=_messages(100, 1024, k * 100))
+                )
+                marks.append((r.results[-1].phy_offset + r.results[-1].size, t_put))
+                delay = t0 + (k + 1) * interval - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+            done.set()
+            for t in watchers:
+                t.join(60)
+        finally:
+            for p in (ix, cq, w):
+                p.stop()
+    row = {"scenario": f"dispatch lag at {rate:,.0f} msgs/s"}
+    for name, xs in lags.items():
+        xs.sort()
+        row[f"{name} p50 ms"] = xs[len(xs) // 2] * 1000 if xs else float("nan")
+        row[f"{name} p99 ms"] = xs[int(len(xs) * 0.99)] * 1000 if xs else float("nan")
+    return row
+
+
+def run(quick: bool = False) -> list[dict]:
+    count = 20_000 if quick else 300_000
+    rows = [stored_and_indexed(count, 1), stored_and_indexed(count, 4)]
+    best = max(r["stored+indexed msgs/s"] for r in rows)
+    rows.append(lag_at_rate(best / 2, 3 if quick else 15))
+    return rows

@@ -1,0 +1,171 @@
+{{/* Everything the templates repeat: names, labels, image, store paths, one container. */}}
+
+{{- define "rmqstore.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rmqstore.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "rmqstore.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rmqstore.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "rmqstore.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "rmqstore.labels" -}}
+helm.sh/chart: {{ include "rmqstore.chart" . }}
+{{ include "rmqstore.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: rmqstore
+{{- end }}
+
+{{- define "rmqstore.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "rmqstore.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "rmqstore.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{- define "rmqstore.headlessName" -}}
+{{- printf "%s-headless" (include "rmqstore.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The store root inside every container. */}}
+{{- define "rmqstore.storeRoot" -}}
+{{- printf "%s/%s" (trimSuffix "/" .Values.storeMountPath) .Values.storeSubdir }}
+{{- end }}
+
+{{/* Builders and query reach the writer inside the pod. */}}
+{{- define "rmqstore.writerAddress" -}}
+{{- printf "127.0.0.1:%d" (int .Values.commitlog.grpcPort) }}
+{{- end }}
+
+{{/* Index file shape flags, shared by the index builder and the query service. */}}
+{{- define "rmqstore.indexFileArgs" -}}
+- --index-slots
+- {{ printf "%d" (int64 .Values.indexFile.slots) | quote }}
+- --index-entries
+- {{ printf "%d" (int64 .Values.indexFile.entries) | quote }}
+{{- end }}
+
+{{- define "rmqstore.metricsPort" -}}
+{{- if .root.Values.metrics.enabled }}{{ .svc.metricsPort | int }}{{ else }}0{{ end }}
+{{- end }}
+
+{{/* The components that run, in pod order: name, values key, port name suffix. */}}
+{{- define "rmqstore.components" -}}
+- {name: commitlog, key: commitlog, short: writer}
+{{- if .Values.consumeQueue.enabled }}
+- {name: consume-queue, key: consumeQueue, short: cq}
+{{- end }}
+{{- if .Values.index.enabled }}
+- {name: index, key: index, short: index}
+{{- end }}
+{{- if .Values.query.enabled }}
+- {name: query, key: query, short: query}
+{{- end }}
+{{- end }}
+
+{{/* securityContext of every container (hardened; see values.securityContext). */}}
+{{- define "rmqstore.securityContext" -}}
+{{- toYaml .Values.securityContext }}
+{{- end }}
+
+{{/* Native gRPC probes against the container's health service. */}}
+{{- define "rmqstore.probes" -}}
+{{- $p := .root.Values.probes -}}
+startupProbe:
+  grpc:
+    port: {{ .svc.grpcPort }}
+  periodSeconds: {{ $p.startup.periodSeconds }}
+  failureThreshold: {{ $p.startup.failureThreshold }}
+  timeoutSeconds: {{ $p.startup.timeoutSeconds }}
+livenessProbe:
+  grpc:
+    port: {{ .svc.grpcPort }}
+  periodSeconds: {{ $p.liveness.periodSeconds }}
+  failureThreshold: {{ $p.liveness.failureThreshold }}
+  timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
+readinessProbe:
+  grpc:
+    port: {{ .svc.grpcPort }}
+  periodSeconds: {{ $p.readiness.periodSeconds }}
+  failureThreshold: {{ $p.readiness.failureThreshold }}
+  timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
+{{- end }}
+
+{{/*
+One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "svc" VALUES
+"args" LIST "readOnly" BOOL).
+*/}}
+{{- define "rmqstore.container" -}}
+{{- $root := .root -}}
+- name: {{ .name }}
+  image: {{ include "rmqstore.image" $root | quote }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  command: [python]
+  args:
+    {{- toYaml .args | nindent 4 }}
+    {{- with .svc.extraArgs }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  ports:
+    - name: grpc-{{ .short }}
+      containerPort: {{ .svc.grpcPort }}
+      protocol: TCP
+    {{- if $root.Values.metrics.enabled }}
+    - name: metrics-{{ .short }}
+      containerPort: {{ .svc.metricsPort }}
+      protocol: TCP
+    {{- end }}
+  env:
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    - name: PYTHONUNBUFFERED
+      value: "1"
+    - name: PYTHONDONTWRITEBYTECODE
+      value: "1"
+    {{- with $root.Values.extraEnv }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- include "rmqstore.probes" . | nindent 2 }}
+  resources:
+    {{- toYaml .svc.resources | nindent 4 }}
+  securityContext:
+    {{- include "rmqstore.securityContext" $root | nindent 4 }}
+  volumeMounts:
+    - name: data
+      mountPath: {{ $root.Values.storeMountPath }}
+      {{- if .readOnly }}
+      readOnly: true
+      {{- end }}
+    - name: tmp
+      mountPath: /tmp
+{{- end }}
+
+{{/* Claim of pod 0 (the rebuild Job's default). */}}
+{{- define "rmqstore.claimName" -}}
+{{- default (printf "data-%s-0" (include "rmqstore.fullname" .)) .Values.rebuild.existingClaim }}
+{{- end }}

@@ -1,0 +1,54 @@
+"""Shared by the deploy tests: paths of what we ship, promtool, the metric names we export."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from rmqstore import metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
+DASHBOARD = DEPLOY / "grafana" / "rmqstore-dashboard.json"
+DASHBOARD_SCHEMA = DEPLOY / "grafana" / "schema" / "dashboard.schema.json"
+RULES = DEPLOY / "prometheus" / "rules.yml"
+PROMETHEUS_CONFIG = DEPLOY / "prometheus" / "prometheus.yml"
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    path = shutil.which("promtool")
+    if path is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; make system-deps)")
+    return path
+
+
+def run_promtool(promtool: str, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [promtool, *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def exported_series_names() -> set[str]:
+    """Every sample name a fully set-up registry of all services can expose."""
+    registry = metrics.new_registry("all")
+    writer = metrics.WriterMetrics(registry)
+    writer.watch_store(ROOT)
+    metrics.ConsumeQueueBuilderMetrics(registry)
+    metrics.IndexBuilderMetrics(registry)
+    metrics.QueryMetrics(registry)
+    return _sample_names(registry)
+
+
+def _sample_names(registry: CollectorRegistry) -> set[str]:
+    names: set[str] = set()
+    for family in registry.collect():
+        names.add(family.name)
+        if family.type == "counter":
+            names.update({family.name + "_total", family.name + "_created"})
+        elif family.type == "histogram":
+            names.update(family.name + s for s in ("_bucket", "_sum", "_count", "_created"))
+        names.update(s.name for s in family.samples)
+    return names

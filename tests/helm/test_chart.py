@@ -1,0 +1,308 @@
+"""The Helm chart renders, lints and produces valid Kubernetes objects with defaults and with
+every option on; the pod runs the four services the way the design says."""
+
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from tests.helm.conftest import ALL_ON, CHART, NAMESPACE, RELEASE, by_kind, one, render
+
+ROOT = Path(__file__).resolve().parents[2]
+FULLNAME = f"{RELEASE}-rmqstore"
+# oldest Kubernetes the chart supports (native gRPC probes) and the newest schemas we have
+KUBE_VERSIONS = ("1.27.0", kubernetes_validate.utils.latest_version())
+CRD_GROUPS = ("monitoring.coreos.com/",)
+SERVICE_MODULES = {
+    "commitlog": ["-m", "services.commitlog"],
+    "consume-queue": ["-m", "services.indexer", "consume-queue"],
+    "index": ["-m", "services.indexer", "index"],
+    "query": ["-m", "services.query"],
+}
+MINIMAL = {
+    "persistence": {"enabled": False},
+    "metrics": {"enabled": False},
+    "serviceMonitor": {"enabled": True},
+    "grafanaDashboard": {"enabled": False},
+    "serviceAccount": {"create": False},
+    "query": {"enabled": False},
+}
+
+
+def _lint(values: dict) -> dict:
+    import helm_python as helm
+
+    return helm.lint(CHART, values, strict=True, namespace=NAMESPACE, kube_version="v1.27.0")
+
+
+def _statefulset(objects: list[dict]) -> dict:
+    return one(objects, "StatefulSet")
+
+
+def _containers(objects: list[dict]) -> dict[str, dict]:
+    return {c["name"]: c for c in _statefulset(objects)["spec"]["template"]["spec"]["containers"]}
+
+
+def _arg(container: dict, flag: str) -> str:
+    args = container["args"]
+    return args[args.index(flag) + 1]
+
+
+@pytest.mark.parametrize("values", [{}, ALL_ON, MINIMAL], ids=["defaults", "all-on", "minimal"])
+def test_lint_is_clean(values: dict) -> None:
+    report = _lint(values)
+    assert report["errors"] == []
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert problems == []
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"commitlog": {"flush": "sometimes"}},
+        {"commitlog": {"grpcPort": 70000}},
+        {"persistance": {"enabled": True}},
+        {"query": {"enabled": "yes"}},
+    ],
+    ids=["bad-flush", "port-out-of-range", "misspelt-key", "enabled-not-bool"],
+)
+def test_lint_refuses_bad_values(values: dict) -> None:
+    report = _lint(values)
+    assert report["errors"] or any(m["severity"] >= 3 for m in report["messages"])
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("values", [{}, ALL_ON, MINIMAL], ids=["defaults", "all-on", "minimal"])
+def test_every_object_is_valid_kubernetes(values: dict, kube: str) -> None:
+    objects = render(values)
+    assert objects
+    for obj in objects:
+        if obj["apiVersion"].startswith(CRD_GROUPS):
+            continue  # no upstream schema offline; checked by the tests below
+        try:
+            kubernetes_validate.validate(obj, kube, strict=True)
+        except kubernetes_validate.ValidationError as e:
+            path = "/".join(str(p) for p in e.absolute_path)
+            pytest.fail(f"{obj['kind']}/{obj['metadata'].get('name')} {path}: {e.message}")
+
+
+def test_strict_validation_catches_a_misspelt_field(default_objects: list[dict]) -> None:
+    """The check above can fail: a field Kubernetes does not know is refused."""
+    sts = json.loads(json.dumps(_statefulset(default_objects)))
+    sts["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["grpcc"] = {"port": 1}
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(sts, KUBE_VERSIONS[0], strict=True)
+
+
+def test_defaults_render_the_expected_objects(default_objects: list[dict]) -> None:
+    kinds = sorted(o["kind"] for o in default_objects)
+    assert kinds == ["ConfigMap", "Service", "Service", "ServiceAccount", "StatefulSet"]
+    assert all(o["metadata"]["name"].startswith(FULLNAME) for o in default_objects)
+
+
+def test_all_on_renders_every_optional_object(all_on_objects: list[dict]) -> None:
+    kinds = {o["kind"] for o in all_on_objects}
+    assert kinds == {
+        "ConfigMap", "Job", "NetworkPolicy", "PrometheusRule", "Service", "ServiceAccount",
+        "ServiceMonitor", "StatefulSet",
+    }
+
+
+@pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
+def test_one_pod_runs_the_four_services_on_one_volume(values: dict) -> None:
+    objects = render(values)
+    containers = _containers(objects)
+    assert list(containers) == list(SERVICE_MODULES)
+    store = "/data/store"
+    writer_port = containers["commitlog"]["ports"][0]["containerPort"]
+    for name, c in containers.items():
+        assert c["command"] == ["python"]
+        assert c["args"][: len(SERVICE_MODULES[name])] == SERVICE_MODULES[name]
+        assert _arg(c, "--store") == store
+        grpc_port = next(p for p in c["ports"] if p["name"].startswith("grpc-"))
+        assert _arg(c, "--listen") == f"0.0.0.0:{grpc_port['containerPort']}"
+        metrics = next(p for p in c["ports"] if p["name"].startswith("metrics-"))
+        assert _arg(c, "--metrics-port") == str(metrics["containerPort"])
+        if name != "commitlog":
+            assert _arg(c, "--commitlog") == f"127.0.0.1:{writer_port}"
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        assert mounts["data"]["mountPath"] == "/data"
+        assert mounts["data"].get("readOnly", False) is (name == "query")
+    sts = _statefulset(objects)
+    (init,) = sts["spec"]["template"]["spec"]["initContainers"]
+    assert init["command"][-1] == store and init["image"] == containers["query"]["image"]
+    claim = sts["spec"]["volumeClaimTemplates"][0]
+    assert claim["metadata"]["name"] == "data"
+    assert "data" not in {v["name"] for v in sts["spec"]["template"]["spec"]["volumes"]}
+
+
+def test_large_numbers_render_as_integers(default_objects: list[dict]) -> None:
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    writer = _containers(default_objects)["commitlog"]
+    assert _arg(writer, "--commitlog-segment-size") == str(values["commitlog"]["segmentSize"])
+    assert _arg(writer, "--max-message-size") == str(values["commitlog"]["maxMessageSize"])
+
+
+def test_writer_options_reach_its_command_line(all_on_objects: list[dict]) -> None:
+    writer = _containers(all_on_objects)["commitlog"]
+    assert _arg(writer, "--flush") == "sync"
+    assert _arg(writer, "--store-host") == "10.0.0.5:10911"
+    assert writer["args"][-1] == "--warmup"
+    default_writer = _containers(render())["commitlog"]
+    assert _arg(default_writer, "--store-host") == "$(POD_IP):8100"
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in (
+        default_writer["env"]
+    )
+
+
+@pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
+def test_probes_are_native_grpc_on_each_container_port(values: dict) -> None:
+    for name, c in _containers(render(values)).items():
+        grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"].startswith("grpc-"))
+        for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+            assert c[probe]["grpc"] == {"port": grpc_port}, (name, probe)
+            assert "tcpSocket" not in c[probe] and "httpGet" not in c[probe]
+        startup = c["startupProbe"]
+        # recovery of a large commitlog may take long: at least 30 minutes before liveness
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+
+
+@pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
+def test_pods_are_hardened(values: dict) -> None:
+    objects = render(values)
+    pods = [_statefulset(objects)["spec"]["template"]["spec"]]
+    pods += [job["spec"]["template"]["spec"] for job in by_kind(objects, "Job")]
+    for pod in pods:
+        psc = pod["securityContext"]
+        assert psc["runAsNonRoot"] is True and psc["runAsUser"] != 0
+        assert psc["seccompProfile"]["type"] == "RuntimeDefault"
+        assert pod["automountServiceAccountToken"] is False
+        for c in pod["containers"] + pod.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["readOnlyRootFilesystem"] is True
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+        for c in pod["containers"]:  # a writable /tmp, the root filesystem being read-only
+            assert "/tmp" in {m["mountPath"] for m in c["volumeMounts"]}
+
+
+def test_container_ports_are_unique(all_on_objects: list[dict]) -> None:
+    ports = [p for c in _containers(all_on_objects).values() for p in c["ports"]]
+    assert len({p["containerPort"] for p in ports}) == len(ports)
+    assert len({p["name"] for p in ports}) == len(ports)
+    assert all(len(p["name"]) <= 15 for p in ports)  # IANA_SVC_NAME
+
+
+def test_services_route_to_container_ports(all_on_objects: list[dict]) -> None:
+    port_names = {p["name"] for c in _containers(all_on_objects).values() for p in c["ports"]}
+    sts = _statefulset(all_on_objects)
+    pod_labels = sts["spec"]["template"]["metadata"]["labels"]
+    services = {s["metadata"]["name"]: s for s in by_kind(all_on_objects, "Service")}
+    headless = services[f"{FULLNAME}-headless"]
+    assert sts["spec"]["serviceName"] == headless["metadata"]["name"]
+    assert headless["spec"]["clusterIP"] == "None"
+    assert {p["targetPort"] for p in headless["spec"]["ports"]} == port_names
+    client = services[FULLNAME]
+    assert {p["targetPort"] for p in client["spec"]["ports"]} == {"grpc-writer", "grpc-query"}
+    for svc in services.values():
+        assert svc["spec"]["selector"].items() <= pod_labels.items()
+
+
+def test_service_monitor_scrapes_every_metrics_port(all_on_objects: list[dict]) -> None:
+    monitor = one(all_on_objects, "ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prom"
+    headless = next(s for s in by_kind(all_on_objects, "Service")
+                    if s["spec"].get("clusterIP") == "None")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= (
+        headless["metadata"]["labels"].items()
+    )
+    assert monitor["spec"]["namespaceSelector"]["matchNames"] == [NAMESPACE]
+    metrics_ports = {
+        p["name"] for p in headless["spec"]["ports"] if p["name"].startswith("metrics")
+    }
+    assert {e["port"] for e in monitor["spec"]["endpoints"]} == metrics_ports
+    assert len(metrics_ports) == 4
+    assert all(e["interval"] == "15s" and e["path"] == "/metrics"
+               for e in monitor["spec"]["endpoints"])
+
+
+def test_metrics_off_removes_ports_and_monitor() -> None:
+    objects = render({"metrics": {"enabled": False}, "serviceMonitor": {"enabled": True}})
+    assert not by_kind(objects, "ServiceMonitor")
+    for c in _containers(objects).values():
+        assert _arg(c, "--metrics-port") == "0"
+        assert all(p["name"].startswith("grpc-") for p in c["ports"])
+
+
+def test_disabled_services_leave_the_pod() -> None:
+    objects = render({"query": {"enabled": False}, "index": {"enabled": False}})
+    assert list(_containers(objects)) == ["commitlog", "consume-queue"]
+    ports = {p["name"] for s in by_kind(objects, "Service") for p in s["spec"]["ports"]}
+    assert not {p for p in ports if "query" in p or "index" in p}
+
+
+def test_without_persistence_the_store_is_an_empty_dir() -> None:
+    sts = _statefulset(render({"persistence": {"enabled": False}}))
+    assert "volumeClaimTemplates" not in sts["spec"]
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    assert "emptyDir" in volumes["data"]
+
+
+def test_dashboard_config_map_is_the_shipped_dashboard(all_on_objects: list[dict]) -> None:
+    cm = one(all_on_objects, "ConfigMap")
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert cm["metadata"]["namespace"] == "monitoring"
+    assert cm["metadata"]["annotations"]["grafana_folder"] == "Messaging"
+    shipped = json.loads((ROOT / "deploy" / "grafana" / "rmqstore-dashboard.json").read_text())
+    assert json.loads(cm["data"]["rmqstore-dashboard.json"]) == shipped
+
+
+def test_prometheus_rule_is_the_shipped_rules_file(all_on_objects: list[dict]) -> None:
+    rule = one(all_on_objects, "PrometheusRule")
+    shipped = yaml.safe_load((ROOT / "deploy" / "prometheus" / "rules.yml").read_text())
+    assert rule["spec"]["groups"] == shipped["groups"]
+    assert rule["metadata"]["labels"]["release"] == "prom"
+
+
+def test_rendered_prometheus_rule_passes_promtool(
+    all_on_objects: list[dict], tmp_path: Path
+) -> None:
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus; make system-deps)")
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump({"groups": one(all_on_objects, "PrometheusRule")["spec"][
+        "groups"]}))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rebuild_job_runs_the_spark_rebuild_next_to_the_store(all_on_objects: list[dict]) -> None:
+    job = one(all_on_objects, "Job")
+    pod = job["spec"]["template"]["spec"]
+    assert pod["restartPolicy"] == "Never"
+    (c,) = pod["containers"]
+    assert c["command"] == ["rmqstore"]
+    assert c["args"][:7] == ["rebuild", "--store", "/data/store", "--out", "/data/rebuild",
+                             "--master", "spark://spark:7077"]
+    assert c["image"] == "registry.example/rmqstore:1.2.3"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"data-{FULLNAME}-0"
+    term = pod["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][0]
+    assert term["labelSelector"]["matchLabels"]["statefulset.kubernetes.io/pod-name"] == (
+        f"{FULLNAME}-0"
+    )
+
+
+def test_network_policy_opens_only_service_ports(all_on_objects: list[dict]) -> None:
+    policy = one(all_on_objects, "NetworkPolicy")
+    port_names = {p["name"] for c in _containers(all_on_objects).values() for p in c["ports"]}
+    opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert opened == port_names
