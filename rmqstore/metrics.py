@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import shutil
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -570,3 +570,23 @@ def start_metrics_server(
         raise InvalidArgumentError(f"metrics port {port} is outside 1..65535 (0 = off)")
     server, thread = start_http_server(port, addr=host, registry=registry)
     return MetricsServer(server, thread)
+
+
+class _OnScrape(Collector):
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self.fn = fn
+
+    def collect(self) -> Iterator[Metric]:
+        self.fn()
+        return iter(())
+
+    def describe(self) -> Iterable[Metric]:
+        return []
+
+
+def on_scrape(registry: CollectorRegistry, fn: Callable[[], None]) -> None:
+    """Run ``fn`` at every scrape, before the metrics registered after this call are read.
+
+    Services use it to copy their own counters into gauges only when someone looks.
+    """
+    registry.register(_OnScrape(fn))

@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     registry = metrics.new_registry("commitlog")
-    observer = WriterObserver(engine, metrics.WriterMetrics(registry))
+    observer = WriterObserver(engine, registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
     service = Service(args.listen)
     service.add(
@@ -77,7 +77,6 @@ def main(argv: list[str] | None = None) -> int:
 
     def stop() -> None:
         service.stop()
-        observer.stop()
         engine.close()
         if metrics_server is not None:
             metrics_server.stop()

@@ -1,22 +1,24 @@
-"""Feeds the writer's Prometheus metrics from the engine: gauges refreshed once a second,
+"""Feeds the writer's Prometheus metrics from the engine: gauges copied at scrape time,
 counters and latencies recorded by the servicer around each call."""
 
-import threading
 from collections import Counter as Tally
 
-from rmqstore.metrics import WriterMetrics
+from prometheus_client import CollectorRegistry
+
+from rmqstore.metrics import WriterMetrics, on_scrape
 from services.commitlog.engine import CommitLogEngine, PutResult
 
 
 class WriterObserver:
-    def __init__(self, engine: CommitLogEngine, metrics: WriterMetrics | None) -> None:
+    def __init__(self, engine: CommitLogEngine, registry: CollectorRegistry | None) -> None:
         self.engine = engine
-        self.m = metrics
-        self._stop = threading.Event()
         self._flushes_seen = 0
         self._bytes_seen = 0
-        if metrics is None:
+        if registry is None:
+            self.m: WriterMetrics | None = None
             return
+        on_scrape(registry, self.refresh)  # before the metrics it fills
+        self.m = metrics = WriterMetrics(registry)
         metrics.segment_size.set(engine.config.segment_size)
         metrics.recovery_duration.set(engine.recovery_seconds)
         metrics.recovery_scanned_bytes.set(engine.recovered.scanned_bytes)
@@ -25,8 +27,6 @@ class WriterObserver:
         if not engine.last_exit_clean:
             metrics.abnormal_recoveries.inc()
         metrics.watch_store(engine.layout.root)
-        self._thread = threading.Thread(target=self._loop, name="metrics", daemon=True)
-        self._thread.start()
 
     def puts(self, results: list[PutResult], seconds: float) -> None:
         m = self.m
@@ -71,10 +71,3 @@ class WriterObserver:
             m.subscriber_acked_offset.labels(builder=name).set(e.acks.get(name, 0))
         for name, n in e.active_subscriptions().items():
             m.subscribers.labels(builder=name).set(n)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(1.0):
-            self.refresh()
-
-    def stop(self) -> None:
-        self._stop.set()

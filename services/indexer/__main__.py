@@ -8,6 +8,7 @@ import argparse
 import logging
 import sys
 
+from rmqstore import metrics
 from rmqstore.errors import StoreError
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ixf
@@ -16,6 +17,7 @@ from rmqstore.server import Service, configure_logging, wait_for_termination
 from rmqstore.v1 import indexer_pb2, indexer_pb2_grpc
 from services.indexer.consume_queue_builder import ConsumeQueueBuilder
 from services.indexer.index_builder import IndexBuilder
+from services.indexer.metrics import BuilderObserver
 from services.indexer.servicer import BuilderServicer
 from services.indexer.subscriber import Subscriber
 
@@ -63,13 +65,9 @@ def main(argv: list[str] | None = None) -> int:
                 indexer_pb2.DESCRIPTOR, "Builder")
     service.start()
     service.set_serving(True)
-    if args.metrics_port:
-        from prometheus_client import REGISTRY, start_http_server
-
-        from services.indexer.metrics import BuilderCollector
-
-        REGISTRY.register(BuilderCollector(subscriber))
-        start_http_server(args.metrics_port, addr=service.address.rsplit(":", 1)[0])
+    registry = metrics.new_registry(builder.name)
+    BuilderObserver(subscriber, registry)
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
     # one write, before any other thread logs: test harnesses and ``rmqstore serve`` read it
     sys.stdout.write(f"rmqstore {builder.name} listening on {service.address}\n")
     sys.stdout.flush()
@@ -79,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         service.set_serving(False)
         subscriber.stop()
         service.stop()
+        if metrics_server is not None:
+            metrics_server.stop()
         log.info("%s stopped at durable offset %d", builder.name, builder.durable_offset)
 
     wait_for_termination(stop)

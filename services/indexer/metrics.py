@@ -1,47 +1,60 @@
-"""Prometheus view of a builder's counters, read when scraped (no work on the write path)."""
+"""Feeds a builder's Prometheus metrics (defined in ``rmqstore.metrics``) from its counters
+at scrape time: nothing is added to the write path."""
 
-from collections.abc import Iterator
+import time
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
-
+from rmqstore import metrics
+from services.indexer.consume_queue_builder import ConsumeQueueBuilder
+from services.indexer.index_builder import IndexBuilder
 from services.indexer.subscriber import Subscriber
 
 
-class BuilderCollector(Collector):
-    def __init__(self, subscriber: Subscriber) -> None:
-        self.subscriber = subscriber
+class BuilderObserver:
+    def __init__(self, subscriber: Subscriber, registry) -> None:
+        self.s = subscriber
+        b = subscriber.builder
+        metrics.on_scrape(registry, self.refresh)  # before the metrics it fills
+        if isinstance(b, IndexBuilder):
+            self.m: metrics.BuilderMetrics = metrics.IndexBuilderMetrics(registry, b.name)
+        else:
+            self.m = metrics.ConsumeQueueBuilderMetrics(registry, b.name)
+        self._seen = {"entries": b.entries, "batches": 0, "reconnects": 0, "flushes": 0}
+        self._caught_up_at = time.monotonic()
+        if isinstance(b, IndexBuilder):
+            repairs = b.emptied_files + (1 if b.repaired_entries else 0)
+            if repairs:
+                self.m.repairs.inc(repairs)
 
-    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
-        s = self.subscriber
-        b = s.builder
-        labels = ["builder"]
-        name = [b.name]
+    def _delta(self, key: str, value: int) -> int:
+        d = max(value - self._seen[key], 0)
+        self._seen[key] = value
+        return d
 
-        def gauge(metric: str, doc: str, value: float) -> GaugeMetricFamily:
-            g = GaugeMetricFamily(f"rmqstore_builder_{metric}", doc, labels=labels)
-            g.add_metric(name, value)
-            return g
-
-        def counter(metric: str, doc: str, value: float) -> CounterMetricFamily:
-            c = CounterMetricFamily(f"rmqstore_builder_{metric}", doc, labels=labels)
-            c.add_metric(name, value)
-            return c
-
-        yield counter("entries", "entries written since start", b.entries)
-        yield gauge("files", "files holding entries", b.files)
-        yield gauge("durable_offset_bytes", "commitlog offset whose output is flushed",
-                    b.durable_offset)
-        yield gauge("built_offset_bytes", "commitlog offset applied to the maps", b.built_offset)
-        yield gauge("lag_bytes", "writer max offset minus our durable offset",
-                    max(s.writer_max_offset - b.durable_offset, 0))
-        yield gauge("connected", "1 while subscribed to the writer", int(s.connected))
-        yield counter("flushes", "flushes since start", getattr(b, "flushes", 0))
-        yield counter("flush_seconds", "time spent flushing", getattr(b, "total_flush_seconds", 0))
-        yield gauge("last_flush_seconds", "duration of the last flush",
-                    getattr(b, "last_flush_seconds", 0))
-        if hasattr(b, "slot_occupancy"):
-            yield gauge("index_slot_occupancy", "share of slots heading a chain (current file)",
-                        getattr(b, "slot_occupancy", 0.0))
-            yield gauge("index_mean_chain_length", "entries per occupied slot (current file)",
-                        getattr(b, "mean_chain_length", 0.0))
+    def refresh(self) -> None:
+        s, b, m = self.s, self.s.builder, self.m
+        now = time.monotonic()
+        if b.built_offset >= s.writer_max_offset:
+            self._caught_up_at = now
+        m.durable_offset.set(b.durable_offset)
+        m.lag_bytes.set(max(s.writer_max_offset - b.durable_offset, 0))
+        m.lag_seconds.set(now - self._caught_up_at)
+        m.entries.inc(self._delta("entries", b.entries))
+        m.batches.inc(self._delta("batches", s.batches))
+        m.restarts.inc(self._delta("reconnects", s.reconnects))
+        m.files.set(b.files)
+        if self._delta("flushes", b.flushes):
+            m.flush_latency.observe(b.last_flush_seconds)
+        if isinstance(b, IndexBuilder) and isinstance(m, metrics.IndexBuilderMetrics):
+            m.slots.set(b.slots)
+            m.entry_capacity.set(b.capacity)
+            h = b.current.header if b.current else None
+            m.slots_used.set(h.hash_slot_count if h else 0)
+            m.slot_occupancy.set(b.slot_occupancy)
+            m.current_entries.set(h.entries if h else 0)
+            m.entry_fill.set((h.entries / (b.capacity - 1)) if h else 0)
+            if h and h.hash_slot_count:
+                m.chain_length.observe(b.mean_chain_length)  # sampled at each scrape
+        elif isinstance(b, ConsumeQueueBuilder) and isinstance(
+            m, metrics.ConsumeQueueBuilderMetrics
+        ):
+            m.queues.set(len(b.queues))

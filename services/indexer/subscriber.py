@@ -31,6 +31,8 @@ class Builder(Protocol):
     built_offset: int
     durable_offset: int
     entries: int
+    flushes: int
+    last_flush_seconds: float
 
     @property
     def files(self) -> int: ...

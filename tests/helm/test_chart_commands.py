@@ -26,7 +26,7 @@ SMALL = {
 }
 # Services whose --metrics-port already serves rmqstore metrics. The writer accepts the flag
 # but does not serve yet: add "commitlog" here once it is wired to rmqstore.metrics.
-METRICS_SERVED = {"consume-queue", "index", "query"}
+METRICS_SERVED = {"commitlog", "consume-queue", "index", "query"}
 DEADLINE_S = 30.0
 
 

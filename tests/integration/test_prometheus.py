@@ -233,7 +233,7 @@ def _stop_stand_in(stand_in: StandIn) -> None:
 
 # Services whose --metrics-port serves today; add "commitlog" once the writer is wired to
 # rmqstore.metrics (then also assert its series below).
-SERVING_METRICS = ("consume-queue", "index", "query")
+SERVING_METRICS = ("commitlog", "consume-queue", "index", "query")
 
 
 @dataclass
@@ -407,5 +407,8 @@ def test_prometheus_scrapes_the_real_services(setup: Setup) -> None:
     assert len(found.messages) == 10
     prom.wait_for('sum({job="rmqstore-query",__name__=~"rmqstore_query_.+_count"})',
                   lambda v: v >= 1, "the query to be counted")
-    up = prom.values('up{job=~"rmqstore-(consume-queue|index|query)"}', by="job")
+    up = prom.values('up{job=~"rmqstore-(commitlog|consume-queue|index|query)"}', by="job")
     assert up == {f"rmqstore-{name}": 1.0 for name in SERVING_METRICS}
+    prom.wait_for('rmqstore_writer_max_offset_bytes{job="rmqstore-commitlog"}',
+                  lambda v: v == end, "the writer's max offset")
+    assert prom.scalar('sum(rmqstore_writer_puts_total{job="rmqstore-commitlog"})') == 30
