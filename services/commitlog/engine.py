@@ -136,14 +136,16 @@ class CommitLogEngine:
     # -- appending -----------------------------------------------------------------------
     def put(self, messages: Sequence, now_ms: int | None = None) -> list[PutResult]:
         """Validate, then append all messages or none; durable first under sync flush."""
-        prepared = [self.builder.build(m, now_ms) for m in messages]
+        now = now_ms or _now_ms()
+        build = self.builder.build
+        prepared = [build(m, now) for m in messages]
         if not prepared:
             return []
         with self._lock:
             if self._closed:
                 raise UnavailableError("the commitlog writer is shutting down")
             self._ensure_segments(prepared)
-            results, end = self._append(prepared, now_ms or _now_ms())
+            results, end = self._append(prepared, now_ms or _now_ms())  # store time
         with self._appended:
             self._appended.notify_all()
         if self.config.flush == "sync" and not self.flusher.wait_durable(end):

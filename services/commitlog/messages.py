@@ -23,6 +23,7 @@ RESERVED = frozenset(
     (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
 )
 _QUEUED_TX_TYPES = (commitlog.TRANSACTION_NOT_TYPE, commitlog.TRANSACTION_COMMIT_TYPE)
+_V6_BITS = commitlog.BORNHOST_V6_FLAG | commitlog.STOREHOST_V6_FLAG
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 
 
@@ -55,6 +56,7 @@ class MessageBuilder:
     def __init__(self, config: WriterConfig) -> None:
         self.config = config
         self.store_host: Host = config.host
+        self._store_v6_bit = commitlog.STOREHOST_V6_FLAG if self.store_host.is_v6 else 0
         self.uniq = UniqKeyGenerator(
             self.store_host.ip if len(self.store_host.ip) == 4 else b"\x7f\x00\x00\x01"
         )
@@ -169,20 +171,12 @@ class MessageBuilder:
                 f"properties are {len(props)} bytes, the limit is {P.MAX_PROPERTIES_LENGTH}"
             )
         born_ts = m.born_timestamp or (now_ms if now_ms is not None else int(time.time() * 1000))
+        born = self._born(m.born_host)
         try:
             data = commitlog.encode_parts(
-                topic_bytes,
-                queue_id,
-                body,
-                props,
-                m.flag,
-                sys_flag,
-                born_ts,
-                self._born(m.born_host),
-                self.store_host,
-                m.reconsume_times,
-                m.prepared_transaction_offset,
-            )
+                topic_bytes, queue_id, body, props, m.flag, sys_flag, born_ts, born,
+                self.store_host, m.reconsume_times, m.prepared_transaction_offset,
+            )  # fmt: skip
         except CorruptRecordError as e:
             raise MessageIllegalError(str(e)) from None
         if len(data) > cfg.max_message_size + 64 * 1024 or len(data) + 8 > cfg.segment_size:
@@ -190,21 +184,14 @@ class MessageBuilder:
                 f"record is {len(data)} bytes, too large for the limit "
                 f"({cfg.max_message_size}) or the segment size ({cfg.segment_size})"
             )
-        stored_flag = int.from_bytes(data[commitlog.SYS_FLAG_AT : commitlog.SYS_FLAG_AT + 4])
+        v6_bits = (commitlog.BORNHOST_V6_FLAG if len(born.ip) == 16 else 0) | self._store_v6_bit
+        stored_flag = (sys_flag & ~_V6_BITS) | v6_bits
         return Prepared(
-            data,
-            topic,
-            queue_id,
-            stored_flag,
-            0 if delay_ms else self._tags_code(tags),
-            keys,
-            uniq,
-            delay_ms,
-            m.prepared_transaction_offset,
-            len(data),
-            commitlog.transaction_type(stored_flag) in _QUEUED_TX_TYPES,
+            data, topic, queue_id, stored_flag, 0 if delay_ms else self._tags_code(tags), keys,
+            uniq, delay_ms, m.prepared_transaction_offset, len(data),
+            (sys_flag & commitlog.TRANSACTION_TYPE_MASK) in _QUEUED_TX_TYPES,
             commitlog.store_timestamp_at(stored_flag),
-        )
+        )  # fmt: skip
 
     def _general_properties(self, m, uniq: str) -> tuple[str, str, int, int]:
         """User properties and/or delay: (properties, stored topic, stored queue, delay ms)."""
