@@ -50,6 +50,12 @@ class DispatchCache:
             self._head = self._records = 0
             self._end = -1
 
+    def next_start(self, offset: int) -> int | None:
+        """The first chunk start after ``offset`` (where a file-decoding reader can rejoin)."""
+        with self._lock:
+            i = bisect.bisect_right(self._starts, offset, self._head)
+            return self._starts[i] if i < len(self._starts) else None
+
     def take(self, offset: int, max_records: int) -> commitlog_pb2.DispatchBatch | None:
         """Merged chunks from ``offset`` (a chunk start), or None if not cached."""
         with self._lock:

@@ -346,14 +346,16 @@ class CommitLogEngine:
             if not active() or self._closed:
                 return
             batch = self.cache.take(pos, max_records)
-            if batch is None:
-                batch = self._decode_batch(pos, max_records)
+            if batch is None:  # decode files, up to where the cache can take over again
+                batch = self._decode_batch(pos, max_records, self.cache.next_start(pos))
             pos = batch.next_offset
             yield batch
 
-    def _decode_batch(self, pos: int, max_records: int) -> commitlog_pb2.DispatchBatch:
+    def _decode_batch(
+        self, pos: int, max_records: int, stop_at: int | None = None
+    ) -> commitlog_pb2.DispatchBatch:
         recs: list[DispatchRecord] = []
-        end_limit = self.max_offset
+        end_limit = self.max_offset if stop_at is None else min(stop_at, self.max_offset)
         while pos < end_limit and len(recs) < max_records:
             seg = self.segments.find(pos)
             limit = min(seg.wrote, end_limit - seg.start)
