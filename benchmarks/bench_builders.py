@@ -44,31 +44,44 @@ def batches(messages: int, batch: int = BATCH) -> list[Columns]:
     out = []
     for s in range(0, messages, batch):
         e = min(s + batch, messages)
-        out.append(Columns(
-            topic=[topics[t] for t in topic_ids[s:e].tolist()],
-            queue_id=queue_ids[s:e].astype(np.int64),
-            queue_offset=queue_offsets[s:e],
-            phy_offset=phys[s:e].astype(np.int64),
-            size=sizes[s:e].astype(np.int64),
-            tags_code=np.full(e - s, 2598919, dtype=np.int64),
-            store_timestamp=times[s:e].astype(np.int64),
-            keys=[f"order-{i}" for i in range(s, e)],
-            uniq_key=[f"7F0000010001{i:020X}" for i in range(s, e)],
-            sys_flag=np.zeros(e - s, dtype=np.int64),
-            next_offset=int(phys[e - 1] + sizes[e - 1]),
-        ))
+        out.append(
+            Columns(
+                topic=[topics[t] for t in topic_ids[s:e].tolist()],
+                queue_id=queue_ids[s:e].astype(np.int64),
+                queue_offset=queue_offsets[s:e],
+                phy_offset=phys[s:e].astype(np.int64),
+                size=sizes[s:e].astype(np.int64),
+                tags_code=np.full(e - s, 2598919, dtype=np.int64),
+                store_timestamp=times[s:e].astype(np.int64),
+                keys=[f"order-{i}" for i in range(s, e)],
+                uniq_key=[f"7F0000010001{i:020X}" for i in range(s, e)],
+                sys_flag=np.zeros(e - s, dtype=np.int64),
+                next_offset=int(phys[e - 1] + sizes[e - 1]),
+            )
+        )
     return out
 
 
 def wire(work: list[Columns]) -> list[bytes]:
     """The batches as the writer sends them (serialized ``DispatchBatch`` protos)."""
-    return [commitlog_pb2.DispatchBatch(
-        topic=c.topic, queue_id=c.queue_id.tolist(), queue_offset=c.queue_offset.tolist(),
-        phy_offset=c.phy_offset.tolist(), size=c.size.tolist(), tags_code=c.tags_code.tolist(),
-        store_timestamp=c.store_timestamp.tolist(), keys=c.keys, unique_key=c.uniq_key,
-        sys_flag=c.sys_flag.tolist(), prepared_transaction_offset=[0] * len(c),
-        next_offset=c.next_offset, max_offset=c.next_offset,
-    ).SerializeToString() for c in work]
+    return [
+        commitlog_pb2.DispatchBatch(
+            topic=c.topic,
+            queue_id=c.queue_id.tolist(),
+            queue_offset=c.queue_offset.tolist(),
+            phy_offset=c.phy_offset.tolist(),
+            size=c.size.tolist(),
+            tags_code=c.tags_code.tolist(),
+            store_timestamp=c.store_timestamp.tolist(),
+            keys=c.keys,
+            unique_key=c.uniq_key,
+            sys_flag=c.sys_flag.tolist(),
+            prepared_transaction_offset=[0] * len(c),
+            next_offset=c.next_offset,
+            max_offset=c.next_offset,
+        ).SerializeToString()
+        for c in work
+    ]
 
 
 def _drive(builder, work: list) -> float:
@@ -90,36 +103,43 @@ def run(quick: bool = False) -> list[dict]:
     with tempfile.TemporaryDirectory(prefix="bench-builders-") as tmp:
         cqb = ConsumeQueueBuilder(StoreLayout.of(Path(tmp) / "cq"))
         secs = _drive(cqb, work)
-        rows.append({
-            "scenario": f"consume-queue builder, {messages:,} msgs, batch {BATCH}",
-            "msgs_per_s": round(messages / secs),
-            "entries_per_s": round(cqb.entries / secs),
-            "seconds": round(secs, 3),
-            "flush_ms_mean": round(1000 * cqb.total_flush_seconds / max(cqb.flushes, 1), 2),
-        })
+        rows.append(
+            {
+                "scenario": f"consume-queue builder, {messages:,} msgs, batch {BATCH}",
+                "msgs_per_s": round(messages / secs),
+                "entries_per_s": round(cqb.entries / secs),
+                "seconds": round(secs, 3),
+                "flush_ms_mean": round(1000 * cqb.total_flush_seconds / max(cqb.flushes, 1), 2),
+            }
+        )
         ixb = IndexBuilder(StoreLayout.of(Path(tmp) / "ix"))
         secs = _drive(ixb, work)
-        rows.append({
-            "scenario": f"index builder, {messages:,} msgs x 2 keys, batch {BATCH}",
-            "msgs_per_s": round(messages / secs),
-            "entries_per_s": round(ixb.entries / secs),
-            "seconds": round(secs, 3),
-            "flush_ms_mean": round(1000 * ixb.total_flush_seconds / max(ixb.flushes, 1), 2),
-        })
+        rows.append(
+            {
+                "scenario": f"index builder, {messages:,} msgs x 2 keys, batch {BATCH}",
+                "msgs_per_s": round(messages / secs),
+                "entries_per_s": round(ixb.entries / secs),
+                "seconds": round(secs, 3),
+                "flush_ms_mean": round(1000 * ixb.total_flush_seconds / max(ixb.flushes, 1), 2),
+            }
+        )
         wired = wire(work)
         for label, builder in (
             ("consume-queue", ConsumeQueueBuilder(StoreLayout.of(Path(tmp) / "cq2"))),
             ("index", IndexBuilder(StoreLayout.of(Path(tmp) / "ix2"))),
         ):
             secs = _drive(builder, wired)
-            rows.append({
-                "scenario": f"{label} builder from serialized protos, {messages:,} msgs",
-                "msgs_per_s": round(messages / secs),
-                "entries_per_s": round(builder.entries / secs),
-                "seconds": round(secs, 3),
-                "flush_ms_mean": round(
-                    1000 * builder.total_flush_seconds / max(builder.flushes, 1), 2),
-            })
+            rows.append(
+                {
+                    "scenario": f"{label} builder from serialized protos, {messages:,} msgs",
+                    "msgs_per_s": round(messages / secs),
+                    "entries_per_s": round(builder.entries / secs),
+                    "seconds": round(secs, 3),
+                    "flush_ms_mean": round(
+                        1000 * builder.total_flush_seconds / max(builder.flushes, 1), 2
+                    ),
+                }
+            )
     return rows
 
 

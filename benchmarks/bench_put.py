@@ -43,44 +43,54 @@ def in_process(body_size: int, flush: str, count: int) -> dict:
     }
 
 
-def _producer(address: str, body_size: int, count: int, pid: int, q) -> None:
+def _producer(address: str, body_size: int, count: int, pid: int, q, go) -> None:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
     reqs = [
         commitlog_pb2.PutBatchRequest(messages=_messages(BATCH, body_size, pid * 10**8 + k))
         for k in range(0, count, BATCH)
     ]
-    stub.PutBatch(reqs[0])  # connect
+    stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connect
+    q.put("ready")
+    go.wait()
     lat = []
-    t0 = time.perf_counter()
+    start = time.time()
     for r in reqs:
         t = time.perf_counter()
         stub.PutBatch(r)
         lat.append(time.perf_counter() - t)
-    q.put((len(reqs) * BATCH, time.perf_counter() - t0, lat))
+    q.put((len(reqs) * BATCH, start, time.time(), lat))
 
 
 def over_grpc(address: str, body_size: int, producers: int, count: int) -> dict:
+    """Producers in their own processes start together; the rate is over the common span.
+
+    ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts.
+    """
     ctx = mp.get_context("spawn")
-    q = ctx.Queue()
+    q, go = ctx.Queue(), ctx.Event()
     ps = [
-        ctx.Process(target=_producer, args=(address, body_size, count // producers, i, q))
+        ctx.Process(target=_producer, args=(address, body_size, count // producers, i, q, go))
         for i in range(producers)
     ]
-    t0 = time.perf_counter()
     for p in ps:
         p.start()
+    for _ in ps:
+        q.get()
+    go.set()
     res = [q.get() for _ in ps]
-    wall = time.perf_counter() - t0
     for p in ps:
         p.join()
     n = sum(r[0] for r in res)
-    busy = max(r[1] for r in res)
-    lat = sorted(x for r in res for x in r[2])
+    start, end = min(r[1] for r in res), max(r[2] for r in res)
+    lat = sorted(x for r in res for x in r[3])
     return {
-        "msgs/s": n / min(busy, wall),
-        "MB/s": n * body_size / busy / 1e6,
+        "msgs/s": n / (end - start),
+        "MB/s": n * body_size / (end - start) / 1e6,
         "p50 ms": lat[len(lat) // 2] * 1000,
         "p99 ms": lat[int(len(lat) * 0.99)] * 1000,
+        "_start": start,
+        "_end": end,
+        "_n": n,
     }
 
 
@@ -131,7 +141,7 @@ def run(quick: bool = False) -> list[dict]:
                         rows.append(
                             {
                                 "scenario": f"gRPC {size} B {flush}, {prod} producer(s)",
-                                **r,
+                                **{k: v for k, v in r.items() if not k.startswith("_")},
                                 "no-op ceiling msgs/s": ceiling[(size, prod)],
                                 "ratio": r["msgs/s"] / ceiling[(size, prod)],
                             }

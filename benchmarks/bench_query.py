@@ -1,0 +1,238 @@
+"""Query service: queries/s and p50/p99 latency by key (warm), by id and pull.
+
+A store of N messages (1,000,000; 50,000 with ``quick``) is written straight to disk with the
+shared format library (commitlog segments, consume queues, index files, the same bytes the
+services write), then served by the real writer and the real query service; the client
+calls the query service over gRPC on loopback, one call at a time (one row calls the lookup
+in process, to show what the query service's own gRPC hop costs). Each message has a unique
+key ``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY.
+"""
+
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.procs import start
+from rmqstore import dispatch
+from rmqstore.formats import commitlog
+from rmqstore.formats import consume_queue as cq
+from rmqstore.formats import properties as props_fmt
+from rmqstore.formats.hosts import parse_host
+from rmqstore.formats.index_file import IndexFile, file_size
+from rmqstore.formats.javahash import index_hashes
+from rmqstore.formats.msgid import UniqKeyGenerator, offset_msg_id
+from rmqstore.layout import StoreLayout, unique_index_file_name
+from rmqstore.segments import segment_name
+from rmqstore.server import channel
+from rmqstore.v1 import query_pb2, query_pb2_grpc
+from services.query.app import QueryApp
+from services.query.record_source import GrpcRecordSource
+
+SEGMENT_SIZE = 64 * 1024 * 1024
+QUEUES = 8
+TOPIC = "BenchQuery"
+STORE_HOST = "127.0.0.1:10911"
+
+
+def build(root: Path, n: int, slots: int, entries: int) -> dict:
+    """Write commitlog, consume queues and index files for n messages; return what was put."""
+    layout = StoreLayout.of(root)
+    layout.commitlog_dir.mkdir(parents=True)
+    layout.index_dir.mkdir()
+    host = parse_host(STORE_HOST)
+    gen = UniqKeyGenerator()
+    t0 = int(time.time() * 1000) - n  # one message per ms, ending now
+    seg, seg_start, pos = bytearray(SEGMENT_SIZE), 0, 0
+    phys = np.empty(n, dtype=np.int64)
+    sizes = np.empty(n, dtype=np.int32)
+    times = np.empty(n, dtype=np.int64)
+    codes = np.empty(n, dtype=np.int64)
+    uniq = []
+    keys, key_rows = [], []
+    body = b"q" * 100
+    for i in range(n):
+        ts = t0 + i
+        uk = gen.next(ts)
+        props = props_fmt.encode(
+            {
+                props_fmt.KEYS: f"k{i} g{i % 1000}",
+                props_fmt.UNIQ_KEY: uk,
+                props_fmt.TAGS: f"T{i % 4}",
+            }
+        )
+        rec = commitlog.Record(
+            topic=TOPIC,
+            queue_id=i % QUEUES,
+            body=body,
+            properties=props,
+            queue_offset=i // QUEUES,
+            store_timestamp=ts,
+            born_timestamp=ts,
+            store_host=host,
+        )
+        size = commitlog.record_size(len(body), len(TOPIC), len(props.encode()))
+        if pos + size + commitlog.BLANK_SIZE > SEGMENT_SIZE:
+            seg[pos : pos + commitlog.BLANK_SIZE] = commitlog.blank(SEGMENT_SIZE - pos)
+            (layout.commitlog_dir / segment_name(seg_start)).write_bytes(seg)
+            seg, seg_start, pos = bytearray(SEGMENT_SIZE), seg_start + SEGMENT_SIZE, 0
+        rec.physical_offset = seg_start + pos
+        raw = commitlog.encode(rec)
+        seg[pos : pos + len(raw)] = raw
+        phys[i], sizes[i], times[i] = rec.physical_offset, len(raw), ts
+        codes[i] = dispatch.tags_code(TOPIC, {"TAGS": f"T{i % 4}"}, ts)
+        uniq.append(uk)
+        for k in (uk, f"k{i}", f"g{i % 1000}"):
+            keys.append(f"{TOPIC}#{k}")
+            key_rows.append(i)
+        pos += len(raw)
+    (layout.commitlog_dir / segment_name(seg_start)).write_bytes(seg)
+    for q in range(QUEUES):
+        sel = np.arange(q, n, QUEUES)
+        qdir = layout.queue_dir(TOPIC, q)
+        qdir.mkdir(parents=True)
+        per_file = cq.DEFAULT_ENTRIES_PER_FILE
+        for f in range(0, len(sel), per_file):
+            part = sel[f : f + per_file]
+            data = cq.encode_many(phys[part], sizes[part], codes[part])
+            buf = data + bytes(cq.file_size(per_file) - len(data))
+            (qdir / segment_name(f * cq.UNIT_SIZE)).write_bytes(buf)
+    rows = np.array(key_rows, dtype=np.int64)
+    hashes = index_hashes(keys)
+    taken: set[str] = set()
+    i = 0
+    while i < len(keys):
+        name = unique_index_file_name(int(times[rows[i]]), taken)
+        taken.add(name)
+        ibuf = bytearray(file_size(slots, entries))
+        index = IndexFile(ibuf, slots, entries)
+        i += index.put_many(hashes[i:], phys[rows[i:]], times[rows[i:]])
+        (layout.index_dir / name).write_bytes(ibuf)
+    return {"phys": phys, "uniq": uniq, "n": n}
+
+
+def _measure(fn, calls: int) -> dict:
+    lat = []
+    t_start = time.perf_counter()
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        lat.append(time.perf_counter() - t0)
+    wall = time.perf_counter() - t_start
+    lat.sort()
+    return {
+        "queries/s": calls / wall,
+        "p50 ms": statistics.median(lat) * 1000,
+        "p99 ms": lat[int(len(lat) * 0.99) - 1] * 1000,
+    }
+
+
+def run(quick: bool = False) -> list[dict]:
+    n = 50_000 if quick else 1_000_000
+    slots, entries = (max(n // 2, 100), 4 * n)
+    calls = 500 if quick else 5000
+    rng = random.Random(7)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-query-") as tmp:
+        store = Path(tmp) / "store"
+        t0 = time.perf_counter()
+        put = build(store, n, slots, entries)
+        build_s = time.perf_counter() - t0
+        writer = start(
+            "services.commitlog",
+            "--store",
+            str(store),
+            "--listen",
+            "127.0.0.1:0",
+            "--commitlog-segment-size",
+            str(SEGMENT_SIZE),
+            "--store-host",
+            STORE_HOST,
+            timeout=600,
+        )
+        query = None
+        try:
+            query = start(
+                "services.query",
+                "--store",
+                str(store),
+                "--commitlog",
+                writer.address,
+                "--listen",
+                "127.0.0.1:0",
+                "--index-slots",
+                str(slots),
+                "--index-entries",
+                str(entries),
+            )
+            stub = query_pb2_grpc.QueryStub(channel(query.address))
+            host = parse_host(STORE_HOST)
+
+            def by_key() -> None:
+                i = rng.randrange(n)
+                r = stub.QueryByKey(query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"k{i}"))
+                assert len(r.messages) == 1 and r.messages[0].phy_offset == put["phys"][i]
+
+            def by_shared_key() -> None:
+                g = rng.randrange(1000)
+                r = stub.QueryByKey(
+                    query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"g{g}", max_results=10)
+                )
+                assert len(r.messages) == 10
+
+            def by_offset_id() -> None:
+                i = rng.randrange(n)
+                mid = offset_msg_id(host.ip, host.port, int(put["phys"][i]))
+                (m,) = stub.QueryById(query_pb2.QueryByIdRequest(id=mid)).messages
+                assert m.phy_offset == put["phys"][i]
+
+            def by_uniq_key() -> None:
+                i = rng.randrange(n)
+                r = stub.QueryById(query_pb2.QueryByIdRequest(id=put["uniq"][i], topic=TOPIC))
+                assert r.messages[0].phy_offset == put["phys"][i]
+
+            per_queue = n // QUEUES
+
+            def pull() -> None:
+                r = stub.Pull(
+                    query_pb2.PullRequest(
+                        topic=TOPIC,
+                        queue_id=rng.randrange(QUEUES),
+                        offset=rng.randrange(per_queue - 32),
+                        max_messages=32,
+                    )
+                )
+                assert len(r.messages) == 32
+
+            app = QueryApp.build(store, GrpcRecordSource(writer.address), slots, entries)
+
+            def by_key_in_process() -> None:
+                i = rng.randrange(n)
+                r = app.keys.by_key(TOPIC, f"k{i}")
+                assert r.records[0].physical_offset == put["phys"][i]
+
+            for name, fn in (
+                ("by key, unique key (warm)", by_key),
+                ("by key in process (no query hop; writer over gRPC)", by_key_in_process),
+                ("by key, shared key, 10 of 1000 hits", by_shared_key),
+                ("by id, offset msgId", by_offset_id),
+                ("by id, UNIQ_KEY", by_uniq_key),
+                ("pull 32 messages", pull),
+            ):
+                for _ in range(min(calls, 300)):  # warm-up: connections, page cache
+                    fn()
+                rows.append({"scenario": f"{name}, {n:,} msgs", **_measure(fn, calls)})
+        finally:
+            if query is not None:
+                query.stop()
+            writer.stop()
+        rows.append({"scenario": f"build {n:,} msgs on disk (setup)", "setup s": build_s})
+    return rows
+
+
+if __name__ == "__main__":
+    for row in run(quick=True):
+        print(row)

@@ -1,0 +1,145 @@
+"""Spark rebuild throughput (MiB/s of commitlog) on local[1] and local[2], beside the online
+builders (``services/indexer``, in process) replaying the same commitlog.
+
+The commitlog is synthetic (1 KiB bodies, a UNIQ_KEY and two KEYS per message, 4 topics of 8
+queues): >= 1 GiB in 1 GiB segments, or about 64 MiB in 16 MiB segments with ``quick``.
+Default index and consume-queue settings (5,000,000 slots, 20,000,000 entries, 300,000 units).
+Each Spark figure is the time of ``rebuild`` alone (session started and warmed up by a
+1 MiB rebuild); the online
+figure decodes every record and feeds both builders in batches of 4,096, then flushes.
+"""
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from pipelines.rebuild.job import rebuild
+from pipelines.synthetic import CommitlogWriter, Message
+
+MIB = 1024 * 1024
+BATCH = 4096
+
+
+def _messages(body_size: int = 1024):
+    body = bytes(i % 251 for i in range(body_size))
+    i = 0
+    while True:
+        props = {
+            "UNIQ_KEY": f"7F00000100002A9F{i:016X}",
+            "KEYS": f"order-{i} user-{i % 9973}",
+            "TAGS": f"tag{i % 7}",
+            "CLUSTER": "DefaultCluster",
+        }
+        yield Message(f"BenchTopic{i % 4}", i % 8, body, props, 0, 1_700_000_000_000 + i // 50)
+        i += 1
+
+
+def write_synthetic(root: Path, total_bytes: int, segment_size: int) -> int:
+    w = CommitlogWriter(root, segment_size)
+    try:
+        for m in _messages():
+            if w.offset >= total_bytes:
+                break
+            w.append(m)
+    finally:
+        w.close()
+    return w.offset
+
+
+def _online_replay(store: Path, work: Path) -> tuple[float, int]:
+    from pipelines.source import commitlog_dir, iter_range, list_segments, plan_ranges
+    from rmqstore import dispatch
+    from rmqstore.layout import StoreLayout
+    from services.indexer.batch import Columns
+    from services.indexer.consume_queue_builder import ConsumeQueueBuilder
+    from services.indexer.index_builder import IndexBuilder
+
+    t0 = time.perf_counter()
+    layout = StoreLayout.of(work)
+    cqb, ixb = ConsumeQueueBuilder(layout), IndexBuilder(layout)
+    records = 0
+    pending: list = []
+
+    def apply() -> None:
+        cols = Columns.from_records(pending)
+        cqb.apply(cols)
+        ixb.apply(cols)
+        pending.clear()
+
+    for r in plan_ranges(list_segments(commitlog_dir(store)), 2**62):
+        for item in iter_range(r):
+            if isinstance(item, tuple):
+                pending.append(dispatch.from_record(item[1]))
+                records += 1
+                if len(pending) >= BATCH:
+                    apply()
+    if pending:
+        apply()
+    cqb.close()
+    ixb.close()
+    return time.perf_counter() - t0, records
+
+
+def run(quick: bool = False) -> list[dict]:
+    from pipelines.spark import create_session
+
+    total = 64 * MIB if quick else 1024 * MIB + 4 * MIB
+    segment = 16 * MIB if quick else 1024 * MIB
+    tmp = Path(tempfile.mkdtemp(prefix="bench-rebuild-"))
+    rows: list[dict] = []
+    try:
+        store = tmp / "store"
+        t0 = time.perf_counter()
+        size = write_synthetic(store, total, segment)
+        gen_s = time.perf_counter() - t0
+        warm = tmp / "warm"
+        write_synthetic(warm, MIB, MIB)
+        online = None
+        try:
+            secs, records = _online_replay(store, tmp / "online")
+            online = size / MIB / secs
+            rows.append(
+                {
+                    "scenario": "online builders replay (in process, 1 core)",
+                    "commitlog_mib": round(size / MIB, 1),
+                    "records": records,
+                    "seconds": round(secs, 2),
+                    "mib_per_s": round(online, 1),
+                    "vs_online": 1.0,
+                }
+            )
+            shutil.rmtree(tmp / "online")
+        except ImportError:
+            pass
+        for master in ("local[1]", "local[2]"):
+            spark = create_session(master, app_name=f"bench-rebuild-{master}")
+            try:
+                rebuild(spark, warm, tmp / "warm-out")  # start the workers, import the code
+                shutil.rmtree(tmp / "warm-out")
+                out = tmp / f"out-{master[6]}"
+                report = rebuild(spark, store, out)
+            finally:
+                spark.stop()
+            rows.append(
+                {
+                    "scenario": f"spark rebuild {master}",
+                    "commitlog_mib": round(report.bytes / MIB, 1),
+                    "records": report.records,
+                    "seconds": round(report.seconds, 2),
+                    "mib_per_s": round(report.mib_per_s, 1),
+                    "vs_online": round(report.mib_per_s / online, 2) if online else "",
+                }
+            )
+            shutil.rmtree(out)
+        rows.append(
+            {
+                "scenario": "(writing the synthetic commitlog)",
+                "commitlog_mib": round(size / MIB, 1),
+                "seconds": round(gen_s, 2),
+                "mib_per_s": round(size / MIB / gen_s, 1),
+            }
+        )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return rows
