@@ -2,7 +2,7 @@
 
 import sys
 
-from rmqstore.server import Service, wait_for_termination
+from rmqstore.server import Service, Termination
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 
@@ -33,10 +33,11 @@ def main() -> int:
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
     )
+    termination = Termination()  # before the listening line
     service.start()
     service.set_serving(True)
     print(f"rmqstore noop listening on {service.address}", flush=True)
-    wait_for_termination(lambda: service.stop(0))
+    termination.wait(lambda: service.stop(0))
     return 0
 
 

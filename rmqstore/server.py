@@ -98,18 +98,26 @@ class Service:
         self.server.stop(grace).wait()
 
 
-def wait_for_termination(on_stop: Callable[[], None]) -> None:
-    """Block until SIGTERM or SIGINT, then run ``on_stop`` once."""
-    done = threading.Event()
+class Termination:
+    """SIGTERM/SIGINT handling, installed on construction.
 
-    def handler(signum: int, _frame: Any) -> None:
+    Create it before printing the listening line, so a signal sent the moment a service
+    announces itself already stops it cleanly; then ``wait(on_stop)``.
+    """
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, _frame: Any) -> None:
         log.info("signal %s: stopping", signum)
-        done.set()
+        self._done.set()
 
-    signal.signal(signal.SIGTERM, handler)
-    signal.signal(signal.SIGINT, handler)
-    done.wait()
-    on_stop()
+    def wait(self, on_stop: Callable[[], None]) -> None:
+        """Block until a signal arrives, then run ``on_stop`` once."""
+        self._done.wait()
+        on_stop()
 
 
 def configure_logging(level: str = "INFO") -> None:

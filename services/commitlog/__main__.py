@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rmqstore import metrics
 from rmqstore.errors import StoreError
-from rmqstore.server import Service, configure_logging, wait_for_termination
+from rmqstore.server import Service, Termination, configure_logging
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import CommitLogEngine
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
     )
+    termination = Termination()  # before the listening line
     service.start()
     service.set_serving(True)
     print(f"rmqstore commitlog listening on {service.address}", flush=True)
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         if metrics_server is not None:
             metrics_server.stop()
 
-    wait_for_termination(stop)
+    termination.wait(stop)
     return 0
 
 

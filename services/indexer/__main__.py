@@ -13,7 +13,7 @@ from rmqstore.errors import StoreError
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ixf
 from rmqstore.layout import StoreLayout
-from rmqstore.server import Service, configure_logging, wait_for_termination
+from rmqstore.server import Service, Termination, configure_logging
 from rmqstore.v1 import indexer_pb2, indexer_pb2_grpc
 from services.indexer.consume_queue_builder import ConsumeQueueBuilder
 from services.indexer.index_builder import IndexBuilder
@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     service = Service(args.listen)
     service.add(indexer_pb2_grpc.add_BuilderServicer_to_server, BuilderServicer(subscriber),
                 indexer_pb2.DESCRIPTOR, "Builder")
+    termination = Termination()  # before the listening line
     service.start()
     service.set_serving(True)
     registry = metrics.new_registry(builder.name)
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics_server.stop()
         log.info("%s stopped at durable offset %d", builder.name, builder.durable_offset)
 
-    wait_for_termination(stop)
+    termination.wait(stop)
     return 0
 
 

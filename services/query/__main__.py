@@ -1,0 +1,73 @@
+"""``python -m services.query``: the read-only query service over one store directory."""
+
+import argparse
+import logging
+import sys
+
+from rmqstore import metrics
+from rmqstore.errors import StoreError
+from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
+from rmqstore.server import Service, Termination, configure_logging
+from rmqstore.v1 import query_pb2, query_pb2_grpc
+from services.query.app import QueryApp
+from services.query.budget import BudgetLimits
+from services.query.metrics import QueryObserver
+from services.query.record_source import GrpcRecordSource
+
+log = logging.getLogger("services.query")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m services.query", description=__doc__)
+    p.add_argument("--store", required=True, help="store directory (index/, consumequeue/)")
+    p.add_argument("--commitlog", required=True, help="commitlog writer address HOST:PORT")
+    p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 = any free)")
+    p.add_argument("--index-slots", type=int, default=DEFAULT_SLOTS)
+    p.add_argument("--index-entries", type=int, default=DEFAULT_ENTRIES)
+    p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
+    p.add_argument("--budget-hops", type=int, default=BudgetLimits.hops,
+                   help="index chain entries one query may walk")
+    p.add_argument("--budget-bytes", type=int, default=BudgetLimits.bytes,
+                   help="record bytes one query may fetch")
+    p.add_argument("--budget-ms", type=int, default=BudgetLimits.millis,
+                   help="milliseconds one query may take")
+    p.add_argument("--log-level", default="INFO")
+    args = p.parse_args(argv)
+    for name in ("index_slots", "index_entries", "budget_hops", "budget_bytes", "budget_ms"):
+        if getattr(args, name) <= 0:
+            p.error(f"--{name.replace('_', '-')} must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_level)
+    source = GrpcRecordSource(args.commitlog)
+    limits = BudgetLimits(args.budget_hops, args.budget_bytes, args.budget_ms)
+    try:
+        app = QueryApp.build(args.store, source, args.index_slots, args.index_entries, limits)
+    except StoreError as e:
+        print(f"rmqstore query: {e}", file=sys.stderr)
+        return 2
+    service = Service(args.listen)
+    registry = metrics.new_registry("query")
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
+    service.add(query_pb2_grpc.add_QueryServicer_to_server,
+                app.servicer(QueryObserver(registry)), query_pb2.DESCRIPTOR, "Query")
+    termination = Termination()  # before the listening line
+    service.start()
+    service.set_serving(True)
+    print(f"rmqstore query listening on {service.address}", flush=True)
+    def stop() -> None:
+        service.stop()
+        if metrics_server is not None:
+            metrics_server.stop()
+        app.catalog.close()
+        source.close()
+
+    termination.wait(stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

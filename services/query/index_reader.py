@@ -1,0 +1,171 @@
+"""Read-only view of the ``index/`` directory while the index builder appends to it.
+
+Files are mapped with ``ACCESS_READ`` and their headers re-read for every query. An entry is
+trusted only when its number is below the header's ``index_count`` (the builder writes the
+entry, then the slot, then the header), so a half-written entry is never returned. Chains are
+followed only towards strictly smaller entry numbers, so a walk always ends.
+
+Per entry the real store time is bounded from the stored whole-second difference:
+``[begin + diff*1000, begin + diff*1000 + 999]``. Two cases widen it: ``diff == 0`` (a store
+time before the file's begin is clamped to 0) and entry #1 (RocketMQ measures it against the
+previous file's end, then overwrites the begin with it; spec §6.3 Q2).
+"""
+
+import contextlib
+import mmap
+import os
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqstore.formats.index_file import ENTRY, ENTRY_SIZE, HEADER_SIZE, SLOT, IndexFile, file_size
+from rmqstore.layout import is_index_file_name
+from services.query.budget import Budget
+from services.query.errors import IndexConfigError
+
+SLACK_MS = 999  # an entry's time is its store time truncated to the second
+NEG_INF = -(2**63)
+POS_INF = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    file: str  # index file name
+    number: int  # entry number inside the file
+    key_hash: int
+    phy_offset: int
+    earliest: int  # bounds of the real store time
+    latest: int
+
+
+class ChainWalk:
+    """Entries of one slot chain of one file, newest first, from ``start`` (or the slot head).
+
+    ``hops`` counts entries read; ``next_number`` is where a walk stopped early would resume
+    (0 when the chain is done).
+    """
+
+    def __init__(self, index: IndexFile, name: str, key_hash: int, begin: int,
+                 start: int | None = None, budget: Budget | None = None) -> None:
+        self.index = index
+        self.budget = budget
+        self.cut = False  # True when the budget, not the chain, ended the walk
+        self.name = name
+        self.key_hash = key_hash
+        self.begin = begin
+        hdr = index.read_header()
+        self.count = hdr.index_count
+        self.begin_ts = hdr.begin_timestamp
+        if start is None:
+            start = index.slot(key_hash % index.slots) if self.count > 1 else 0
+        self.next_number = start if 0 < start < index.entries else 0
+        self.hops = 0
+
+    def __iter__(self) -> Iterator[IndexEntry]:
+        return self
+
+    def __next__(self) -> IndexEntry:
+        idx = self.index
+        buf, base = idx.buf, HEADER_SIZE + SLOT.size * idx.slots
+        budget = self.budget
+        while self.next_number > 0:
+            if budget is not None:
+                if budget.hops >= budget.limits.hops or (
+                    budget.hops % 256 == 255 and budget.exhausted
+                ):
+                    self.cut = True
+                    break
+                budget.hops += 1
+            n = self.next_number
+            kh, phy, diff, prev = ENTRY.unpack_from(buf, base + ENTRY_SIZE * n)
+            self.hops += 1
+            self.next_number = prev if 0 < prev < n else 0
+            if diff < 0:
+                self.next_number = 0
+                break
+            if n >= self.count:  # written after the header we read: not trusted yet
+                continue
+            t = self.begin_ts + diff * 1000
+            earliest = NEG_INF if diff == 0 or n == 1 else t
+            latest = POS_INF if n == 1 else t + SLACK_MS
+            if latest < self.begin:  # chains run back in time: nothing older can match
+                self.next_number = 0
+                break
+            if kh == self.key_hash:
+                return IndexEntry(self.name, n, kh, phy, earliest, latest)
+        raise StopIteration
+
+
+class IndexCatalog:
+    """The index files of a store, mapped read-only and cached by name."""
+
+    def __init__(self, index_dir: Path, slots: int, entries: int) -> None:
+        self.dir = Path(index_dir)
+        self.slots = slots
+        self.entries = entries
+        self.expected_size = file_size(slots, entries)
+        self._lock = threading.Lock()
+        self._open: dict[str, tuple[int, mmap.mmap, IndexFile]] = {}  # inode, map, file
+
+    def names(self) -> list[str]:
+        """Index file names, newest first (names sort by time)."""
+        try:
+            listing = os.listdir(self.dir)
+        except FileNotFoundError:
+            return []
+        return sorted((n for n in listing if is_index_file_name(n)), reverse=True)
+
+    def check_all(self) -> int:
+        """Open every index file now (fails loudly on a size mismatch); returns the count."""
+        names = self.names()
+        for n in names:
+            self.open(n)
+        return len(names)
+
+    def open(self, name: str) -> IndexFile | None:
+        """The file mapped read-only; None if it vanished or is still empty (being created).
+        A file replaced under the same name (a rebuilt tail) is mapped again."""
+        path = self.dir / name
+        try:
+            inode = os.stat(path).st_ino
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            hit = self._open.get(name)
+            if hit is not None and hit[0] == inode:
+                return hit[2]
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            try:
+                st = os.fstat(fd)
+                size = st.st_size
+                if size == 0:
+                    return None
+                if size != self.expected_size:
+                    raise IndexConfigError(
+                        f"index file {path} is {size} bytes, but --index-slots {self.slots} "
+                        f"and --index-entries {self.entries} make {self.expected_size}"
+                    )
+                mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+            index = IndexFile(mm, self.slots, self.entries)
+            self._open[name] = (st.st_ino, mm, index)
+            return index
+
+    def forget_missing(self, present: list[str]) -> None:
+        """Drop mappings of deleted files (a query still using one keeps it alive)."""
+        keep = set(present)
+        with self._lock:
+            for name in [n for n in self._open if n not in keep]:
+                del self._open[name]
+
+    def close(self) -> None:
+        with self._lock:
+            for _, mm, _ in self._open.values():
+                with contextlib.suppress(BufferError):  # a query still holds a view
+                    mm.close()
+            self._open.clear()
