@@ -1,0 +1,81 @@
+"""A scan of every record of a commitlog on Spark, in ranges, with the rebuild's rule for the
+end of the data: nothing after the first corrupt record (or a segment that ends without a
+blank marker) counts. Tasks report each range's end through an accumulator."""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pyspark.accumulators import AccumulatorParam
+
+from pipelines.progress import report_range
+from pipelines.records import range_records
+from pipelines.source import (
+    DEFAULT_SPLIT_BYTES,
+    ByteRange,
+    Corruption,
+    RangeEnd,
+    commitlog_dir,
+    list_segments,
+    plan_ranges,
+    valid_prefix,
+)
+
+
+class DictParam(AccumulatorParam):
+    """Accumulates a dict (range number -> (RangeEnd, records))."""
+
+    def zero(self, value):
+        return {}
+
+    def addInPlace(self, value1, value2):
+        merged = dict(value1)
+        merged.update(value2)
+        return merged
+
+
+@dataclass
+class ScanPlan:
+    ranges: list[ByteRange]
+    total_bytes: int
+
+    @classmethod
+    def of(cls, store: str | Path, split_bytes: int = DEFAULT_SPLIT_BYTES) -> "ScanPlan":
+        segments = list_segments(commitlog_dir(store))
+        return cls(plan_ranges(segments, split_bytes), sum(s.size for s in segments))
+
+
+@dataclass
+class ScanOutcome:
+    included: set[int]
+    corruptions: list[Corruption] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    records: int = 0
+    bytes: int = 0
+    complete: bool = True  # False: ranges holding records were left out after the fact
+
+
+def outcome(plan: ScanPlan, ends: dict[int, tuple[RangeEnd, int]]) -> ScanOutcome:
+    included, notes = valid_prefix(plan.ranges, {n: e for n, (e, _) in ends.items()},
+                                   {n: c > 0 for n, (_, c) in ends.items()})
+    out = ScanOutcome(included, notes=notes)
+    for n in sorted(included):
+        end, count = ends[n]
+        out.records += count
+        out.bytes += end.position - plan.ranges[n].begin
+        if end.corruption is not None:
+            out.corruptions.append(end.corruption)
+    out.complete = all(ends[n][1] == 0 for n in ends if n not in included)
+    return out
+
+
+def scan_range(r: ByteRange, convert, check_crc: bool, ends_acc, tracker):
+    """Yield ``convert(range number, record)`` for each record (None results dropped)."""
+    for count, item in enumerate(range_records(r, check_crc)):
+        if isinstance(item, RangeEnd):
+            ends_acc.add({r.number: (item, count)})
+            if tracker is not None:
+                report_range(tracker, r.number, item.position - r.begin)
+            return
+        value = convert(r.number, item)
+        if value is not None:
+            yield value

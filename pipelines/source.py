@@ -1,0 +1,186 @@
+"""Commitlog segments as independent units of work.
+
+A record never crosses a segment, so every segment decodes on its own. A large segment is cut
+into byte ranges at record boundaries (found by walking the record sizes on the driver), so a
+1 GiB segment still spreads over several tasks. Decoding goes through
+``rmqstore.formats.commitlog`` only; a range stops at the first corrupt or torn record and says
+where and why.
+"""
+
+import mmap
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rmqstore.errors import CorruptRecordError, InvalidArgumentError
+from rmqstore.formats import commitlog
+from rmqstore.layout import StoreLayout
+from rmqstore.segments import parse_segment_name
+
+DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+
+# how a range's data ended
+ENDED_AT_LIMIT = "limit"  # the planned cut, the next range goes on
+ENDED_AT_BLANK = "blank"  # the end-of-segment marker
+ENDED_AT_ZEROS = "zeros"  # zeros or the end of the file: no more data in this segment
+ENDED_AT_CORRUPT = "corrupt"  # a record that does not decode
+
+
+@dataclass(frozen=True)
+class Segment:
+    path: str
+    start_offset: int  # from the file name
+    size: int  # file size in bytes
+
+
+@dataclass(frozen=True)
+class ByteRange:
+    """Positions [begin, end) of one segment; ``end`` None means up to the segment's data end."""
+
+    number: int  # position in commitlog order, over all ranges
+    segment: Segment
+    begin: int
+    end: int | None
+
+    @property
+    def last_of_segment(self) -> bool:
+        return self.end is None
+
+
+@dataclass(frozen=True)
+class Corruption:
+    """A record that stopped its range: file, position in it, commitlog offset, reason."""
+
+    file: str
+    position: int
+    offset: int
+    reason: str
+
+    def __str__(self) -> str:
+        return (f"corrupt record in {self.file} at position {self.position} "
+                f"(commitlog offset {self.offset}): {self.reason}")
+
+
+@dataclass(frozen=True)
+class RangeEnd:
+    """Where the good data of a range ends and why."""
+
+    position: int  # in the segment file
+    ended_by: str
+    corruption: Corruption | None = None
+
+
+def commitlog_dir(store: str | Path) -> Path:
+    """The commitlog directory of a store root, or the directory itself if it holds segments."""
+    root = Path(store)
+    candidate = StoreLayout.of(root).commitlog_dir
+    if candidate.is_dir():
+        return candidate
+    if root.is_dir():
+        return root
+    raise InvalidArgumentError(f"{store} is neither a store root nor a commitlog directory")
+
+
+def list_segments(directory: str | Path) -> list[Segment]:
+    """Segment files (20-digit names) in offset order; other files are ignored."""
+    out = []
+    for entry in os.scandir(directory):
+        start = parse_segment_name(entry.name)
+        if start is not None and entry.is_file():
+            out.append(Segment(entry.path, start, entry.stat().st_size))
+    out.sort(key=lambda s: s.start_offset)
+    return out
+
+
+def _record_starts(buf, split_bytes: int) -> list[int]:
+    """Positions to cut a segment at: a record start at least ``split_bytes`` after the last."""
+    cuts = []
+    pos, next_cut, end = 0, split_bytes, len(buf)
+    while pos + commitlog.BLANK_SIZE <= end:
+        size, magic = commitlog.peek(buf, pos)
+        if magic not in (commitlog.MAGIC_V1, commitlog.MAGIC_V2) or size <= 0 or pos + size > end:
+            break  # blank, zeros or damage: the decoding task finds out which
+        if pos >= next_cut:
+            cuts.append(pos)
+            next_cut = pos + split_bytes
+        pos += size
+    return cuts
+
+
+def plan_ranges(segments: list[Segment], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[ByteRange]:
+    """Cut each segment larger than ``split_bytes`` at record boundaries."""
+    if split_bytes <= 0:
+        raise InvalidArgumentError(f"split size {split_bytes} must be positive")
+    ranges: list[ByteRange] = []
+    for seg in segments:
+        cuts: list[int] = []
+        if seg.size > split_bytes:
+            with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                cuts = _record_starts(m, split_bytes)
+        bounds = [0, *cuts]
+        for i, begin in enumerate(bounds):
+            end = bounds[i + 1] if i + 1 < len(bounds) else None
+            ranges.append(ByteRange(len(ranges), seg, begin, end))
+    return ranges
+
+
+def iter_range(r: ByteRange, check_crc: bool = True,
+               ) -> Iterator[tuple[int, commitlog.Record] | RangeEnd]:
+    """Yield (position, record) for every good record of the range, then its RangeEnd."""
+    seg = r.segment
+    if seg.size == 0:
+        yield RangeEnd(0, ENDED_AT_ZEROS)
+        return
+    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        pos = r.begin
+        try:
+            for pos_, rec in commitlog.iter_segment(m, r.begin, r.end, check_crc,
+                                                    seg.start_offset):
+                yield pos_, rec
+                pos = pos_ + rec.total_size
+        except CorruptRecordError as e:
+            yield RangeEnd(pos, ENDED_AT_CORRUPT,
+                           Corruption(seg.path, pos, seg.start_offset + pos, str(e)))
+            return
+        if r.end is not None and pos >= r.end:
+            yield RangeEnd(pos, ENDED_AT_LIMIT)
+        elif pos + commitlog.BLANK_SIZE <= len(m) and \
+                commitlog.peek(m, pos).magic == commitlog.BLANK_MAGIC:
+            yield RangeEnd(pos, ENDED_AT_BLANK)
+        else:
+            yield RangeEnd(pos, ENDED_AT_ZEROS)
+
+
+def valid_prefix(ranges: list[ByteRange], ends: dict[int, RangeEnd],
+                 has_records: dict[int, bool]) -> tuple[set[int], list[str]]:
+    """Which ranges hold the commitlog's data, read in order as recovery reads it.
+
+    Data ends at the first corrupt record, or in the first segment that ends without a blank
+    marker. Ranges after that are left out; the notes say what was left out and why.
+    """
+    included: set[int] = set()
+    notes: list[str] = []
+    stop: str | None = None
+    expected_start: int | None = None
+    for r in ranges:
+        if stop is not None:
+            if has_records.get(r.number):
+                notes.append(f"{r.segment.path} from position {r.begin}: records after the "
+                             f"end of the commitlog's data ({stop}) were left out")
+            continue
+        if r.begin == 0 and expected_start is not None and r.segment.start_offset != expected_start:
+            stop = f"segment {r.segment.path} does not start at offset {expected_start}"
+            if has_records.get(r.number):
+                notes.append(f"{stop}; it and later segments were left out")
+            continue
+        included.add(r.number)
+        end = ends[r.number]
+        if end.ended_by == ENDED_AT_CORRUPT:
+            assert end.corruption is not None
+            stop = str(end.corruption)
+        elif end.ended_by == ENDED_AT_ZEROS and r.last_of_segment:
+            stop = f"data of {r.segment.path} ends at position {end.position} without a blank"
+        if r.last_of_segment:
+            expected_start = r.segment.start_offset + r.segment.size
+    return included, notes

@@ -1,0 +1,84 @@
+"""``rmqstore rebuild | export | find`` through the CLI entry point (in process, so they
+share the test session's Spark)."""
+
+import base64
+import json
+from pathlib import Path
+
+import pytest
+
+from pipelines.synthetic import mixed_messages, write_commitlog
+from services.cli.main import main
+from tests.pipelines.oracle import read_tree, sequential_build
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> tuple[Path, list]:
+    root = tmp_path_factory.mktemp("cli") / "store"
+    return root, write_commitlog(root, mixed_messages(300), segment_size=16 * 1024)
+
+
+def test_rebuild_command(spark, store, tmp_path: Path, capsys):
+    root, written = store
+    out = tmp_path / "out"
+    rc = main(["rebuild", "--store", str(root), "--out", str(out), "--index-slots", "16",
+               "--index-entries", "120", "--cq-entries-per-file", "12", "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0
+    report = json.loads(captured.out)
+    assert report["records"] == len(written) and report["segments"] >= 2
+    assert "rebuild: segments" in captured.err  # progress, at least the final line
+    expected = sequential_build(root / "commitlog", 12, 16, 120)
+    assert read_tree(out) == expected
+    assert spark.sparkContext._jsc is not None  # the shared session was not stopped
+    # a second run into the same output is refused with a clear message and exit code
+    rc = main(["rebuild", "--store", str(root), "--out", str(out), "--quiet"])
+    assert rc == 2
+    assert "INVALID_ARGUMENT" in capsys.readouterr().err
+    assert read_tree(out) == expected
+
+
+def test_find_command_prints_json_lines(spark, store, capsys):
+    root, written = store
+    rc = main(["find", "--store", str(root), "--topic", "Topic2", "--key", "BB", "--json"])
+    assert rc == 0
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    expected = [w for w in written if w.message.topic == "Topic2"
+                and "BB" in w.message.properties.get("KEYS", "").split(" ")]
+    assert [m["phyOffset"] for m in lines] == [w.phy_offset for w in expected]
+    assert [m["uniqKey"] for m in lines] == [w.message.properties["UNIQ_KEY"] for w in expected]
+    for m, w in zip(lines, expected, strict=True):  # text when UTF-8, else base64
+        body = (m["body"].encode() if m["bodyEncoding"] == "text"
+                else base64.b64decode(m["body"]))
+        assert body == w.message.body
+        assert m["bodyEncoding"] == ("base64" if max(body) > 127 else "text")
+
+
+def test_export_command(spark, store, tmp_path: Path, capsys):
+    root, written = store
+    out = tmp_path / "parquet"
+    assert main(["export", "--store", str(root), "--out", str(out), "--quiet"]) == 0
+    assert f"exported {len(written)} records" in capsys.readouterr().out
+    assert spark.read.parquet(str(out)).count() == len(written)
+
+
+def test_find_without_criteria_is_refused(store, capsys):
+    root, _ = store
+    assert main(["find", "--store", str(root)]) == 2
+    assert "needs a topic, a key or a time range" in capsys.readouterr().err
+
+
+def test_failed_job_names_the_task_error_and_writes_nothing(spark, tmp_path: Path, capsys):
+    from pipelines.synthetic import Message
+
+    messages = list(mixed_messages(20))
+    messages[7] = Message("bad/topic", 0, b"x", {}, 0, messages[7].store_timestamp)
+    root = tmp_path / "store"
+    write_commitlog(root, messages, segment_size=16 * 1024)
+    out = tmp_path / "out"
+    assert main(["rebuild", "--store", str(root), "--out", str(out), "--quiet"]) == 1
+    err = capsys.readouterr().err
+    assert "nothing was written" in err and "bad/topic" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]

@@ -1,0 +1,58 @@
+"""Find records by key and time range by scanning the commitlog."""
+
+from pathlib import Path
+
+import pytest
+
+from pipelines.find import Criteria, find
+from pipelines.synthetic import mixed_messages, write_commitlog
+from rmqstore.errors import InvalidArgumentError
+
+pytestmark = pytest.mark.spark
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> tuple[Path, list]:
+    root = tmp_path_factory.mktemp("find") / "store"
+    written = write_commitlog(root, mixed_messages(400, step_ms=10), segment_size=16 * 1024)
+    return root, written
+
+
+def _expect(written, topic=None, key=None, begin=None, end=None) -> list[int]:
+    out = []
+    for w in written:
+        m = w.message
+        keys = [k for k in m.properties.get("KEYS", "").split(" ") if k]
+        if topic is not None and m.topic != topic:
+            continue
+        if key is not None and key not in keys and key != m.properties.get("UNIQ_KEY"):
+            continue
+        if begin is not None and m.store_timestamp < begin:
+            continue
+        if end is not None and m.store_timestamp > end:
+            continue
+        out.append(w.phy_offset)
+    return out
+
+
+@pytest.mark.parametrize("criteria", [
+    dict(topic="Topic1", key="Aa"),
+    dict(topic="Topic2", key="user-5", begin=1_700_000_001_000, end=1_700_000_002_500),
+    dict(key="order-42"),
+    dict(key="7F00000100002A9F0000000000000007"),
+    dict(begin=1_700_000_000_990, end=1_700_000_001_000),  # inclusive at both ends
+    dict(topic="SCHEDULE_TOPIC_XXXX"),
+    dict(topic="Topic0", key="no-such-key"),
+], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
+def test_find_matches_exactly(spark, store, criteria):
+    root, written = store
+    result = find(spark, root, Criteria(**criteria), split_bytes=6_000)
+    assert [m["phyOffset"] for m in result.matches] == _expect(written, **criteria)
+    assert result.records_scanned == len(written)
+
+
+def test_find_needs_criteria_in_order():
+    with pytest.raises(InvalidArgumentError):
+        Criteria()
+    with pytest.raises(InvalidArgumentError, match="after end"):
+        Criteria(begin=5, end=4)

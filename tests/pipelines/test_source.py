@@ -1,0 +1,56 @@
+"""Planning byte ranges of segments and deciding where the commitlog's data ends."""
+
+from pathlib import Path
+
+from pipelines.source import (
+    ENDED_AT_BLANK,
+    ENDED_AT_CORRUPT,
+    ENDED_AT_LIMIT,
+    ENDED_AT_ZEROS,
+    RangeEnd,
+    iter_range,
+    list_segments,
+    plan_ranges,
+    valid_prefix,
+)
+from pipelines.synthetic import mixed_messages, write_commitlog
+
+
+def test_ranges_cut_at_record_boundaries_and_cover_every_record(tmp_path: Path):
+    written = write_commitlog(tmp_path, mixed_messages(500), segment_size=32 * 1024)
+    segments = list_segments(tmp_path / "commitlog")
+    ranges = plan_ranges(segments, split_bytes=5_000)
+    assert len(ranges) > 2 * len(segments)
+    starts = {w.phy_offset for w in written}
+    seen = []
+    for r in ranges:
+        assert r.segment.start_offset + r.begin in starts or r.begin == 0
+        items = list(iter_range(r))
+        end = items[-1]
+        assert isinstance(end, RangeEnd)
+        if r.end is not None:
+            assert end.ended_by == ENDED_AT_LIMIT and end.position == r.end
+        else:
+            assert end.ended_by in (ENDED_AT_BLANK, ENDED_AT_ZEROS)
+        seen.extend(rec.physical_offset for _, rec in items[:-1])
+    assert seen == [w.phy_offset for w in written]
+    assert [e.ended_by for e in (list(iter_range(r))[-1] for r in ranges if r.end is None)] \
+        == [ENDED_AT_BLANK] * (len(segments) - 1) + [ENDED_AT_ZEROS]
+
+
+def test_data_ends_at_the_first_corruption(tmp_path: Path):
+    write_commitlog(tmp_path, mixed_messages(300), segment_size=16 * 1024)
+    ranges = plan_ranges(list_segments(tmp_path / "commitlog"), split_bytes=4_000)
+    ends = {r.number: list(iter_range(r))[-1] for r in ranges}
+    every = {r.number: True for r in ranges}
+    included, notes = valid_prefix(ranges, ends, every)
+    assert included == set(every) and notes == []
+    bad = ranges[len(ranges) // 2]
+    ends[bad.number] = RangeEnd(bad.begin, ENDED_AT_CORRUPT, None)
+    # corruption objects carry the details; valid_prefix only needs the flag and the order
+    from pipelines.source import Corruption
+    ends[bad.number] = RangeEnd(bad.begin, ENDED_AT_CORRUPT,
+                                Corruption(bad.segment.path, bad.begin, 0, "test"))
+    included, notes = valid_prefix(ranges, ends, every)
+    assert included == set(range(bad.number + 1))
+    assert len(notes) == len(ranges) - bad.number - 1
