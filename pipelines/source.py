@@ -9,9 +9,10 @@ where and why.
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError
 from rmqstore.formats import commitlog
@@ -125,9 +126,12 @@ def plan_ranges(segments: list[Segment], split_bytes: int = DEFAULT_SPLIT_BYTES)
     return ranges
 
 
-def iter_range(r: ByteRange, check_crc: bool = True,
-               ) -> Iterator[tuple[int, commitlog.Record] | RangeEnd]:
-    """Yield (position, record) for every good record of the range, then its RangeEnd."""
+def iter_range(r: ByteRange, check_crc: bool = True, decoder: Callable[..., Any] | None = None,
+               ) -> Iterator[tuple[int, Any] | RangeEnd]:
+    """Yield (position, record) for every good record of the range, then its RangeEnd.
+
+    Records are ``commitlog.Record``s, or ``commitlog.RecordMeta`` with
+    ``decoder=commitlog.decode_meta`` (no body copy, for rebuilds)."""
     seg = r.segment
     if seg.size == 0:
         yield RangeEnd(0, ENDED_AT_ZEROS)
@@ -136,7 +140,7 @@ def iter_range(r: ByteRange, check_crc: bool = True,
         pos = r.begin
         try:
             for pos_, rec in commitlog.iter_segment(m, r.begin, r.end, check_crc,
-                                                    seg.start_offset):
+                                                    seg.start_offset, decoder):
                 yield pos_, rec
                 pos = pos_ + rec.total_size
         except CorruptRecordError as e:

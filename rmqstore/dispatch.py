@@ -32,6 +32,24 @@ def tags_code(topic: str, props: dict[str, str], store_timestamp: int) -> int:
     return tag_hash(props.get(props_fmt.TAGS))
 
 
+def from_meta(m: commitlog.RecordMeta) -> DispatchRecord:
+    """The dispatch record of a record checked by ``commitlog.decode_meta`` (no body copy)."""
+    p = props_fmt.parse(m.properties)
+    return DispatchRecord(
+        topic=m.topic,
+        queue_id=m.queue_id,
+        queue_offset=m.queue_offset,
+        phy_offset=m.physical_offset,
+        size=m.total_size,
+        tags_code=tags_code(m.topic, p, m.store_timestamp),
+        store_timestamp=m.store_timestamp,
+        keys=p.get(props_fmt.KEYS, ""),
+        uniq_key=p.get(props_fmt.UNIQ_KEY, ""),
+        sys_flag=m.sys_flag,
+        prepared_transaction_offset=m.prepared_transaction_offset,
+    )
+
+
 def from_record(r: commitlog.Record) -> DispatchRecord:
     p = r.property_map
     return DispatchRecord(

@@ -1,6 +1,6 @@
 """What one decoded byte range contributes to a rebuild, as compact numpy arrays.
 
-Every record goes through ``rmqstore.dispatch.from_record`` exactly as the online builders'
+Every record goes through ``rmqstore.dispatch.from_meta`` exactly as the online builders'
 dispatch records do: consume-queue units for records that go to a consume queue, and index keys
 (``dispatch.index_keys``) in commitlog order with their key hashes, offsets and store times.
 """
@@ -11,6 +11,7 @@ import numpy as np
 
 from pipelines.source import ByteRange, RangeEnd, iter_range
 from rmqstore import dispatch
+from rmqstore.formats import commitlog
 from rmqstore.formats.javahash import index_hashes
 
 # one consume-queue unit and the queue offset it belongs at
@@ -47,13 +48,13 @@ def decode_range(r: ByteRange, check_crc: bool = True) -> RangeData:
     key_times: list[int] = []
     records = 0
     end: RangeEnd | None = None
-    for item in iter_range(r, check_crc):
+    for item in iter_range(r, check_crc, commitlog.decode_meta):
         if isinstance(item, RangeEnd):
             end = item
             break
         _, rec = item
         records += 1
-        d = dispatch.from_record(rec)
+        d = dispatch.from_meta(rec)
         if dispatch.goes_to_consume_queue(d.sys_flag):
             units = cq.get((d.topic, d.queue_id))
             if units is None:

@@ -26,8 +26,9 @@ End of segment: when a record does not fit with 8 bytes to spare, an 8-byte blan
 
 import struct
 import zlib
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import BytesLike
@@ -269,20 +270,35 @@ def blank(bytes_left: int) -> bytes:
     return BLANK.pack(bytes_left, BLANK_MAGIC)
 
 
-def decode(
+class RecordMeta(NamedTuple):
+    """What dispatch needs of a record: everything but the body and the hosts."""
+
+    total_size: int
+    queue_id: int
+    queue_offset: int
+    physical_offset: int
+    sys_flag: int
+    store_timestamp: int
+    prepared_transaction_offset: int
+    topic: str
+    properties: str
+    body_at: int  # position of the body in the buffer
+    body_len: int
+    body_crc: int
+
+
+def decode_meta(
     buf: BytesLike,
     at: int = 0,
     check_crc: bool = True,
     base_offset: int | None = None,
-) -> Record:
-    """Decode the record starting at ``buf[at]`` with every sanity check RocketMQ makes.
-
-    ``base_offset`` (the segment's start offset) names the position in errors.
-    """
+) -> RecordMeta:
+    """Check the record at ``buf[at]`` as RocketMQ does (magic, lengths, size, optional CRC)
+    and return its dispatch fields without copying the body."""
     where = at if base_offset is None else base_offset + at
     end = len(buf)
     try:
-        (total, magic, crc, queue_id, flag, queue_offset, phy, sys_flag, born_ts) = (
+        (total, magic, crc, queue_id, _flag, queue_offset, phy, sys_flag, _born_ts) = (
             HEAD.unpack_from(buf, at)
         )
         if magic not in (MAGIC_V1, MAGIC_V2):
@@ -291,18 +307,15 @@ def decode(
             raise CorruptRecordError(
                 f"record size {total} runs past the data ({end - at} bytes left)", where, total
             )
-        p = at + HEAD_SIZE
-        born = unpack_host(buf, p, bool(sys_flag & BORNHOST_V6_FLAG))
-        p += len(born.ip) + 4
-        (store_ts,) = _LONG.unpack_from(buf, p)
-        p += 8
-        store = unpack_host(buf, p, bool(sys_flag & STOREHOST_V6_FLAG))
-        p += len(store.ip) + 4
-        reconsume, prep_tx, body_len = _TAIL.unpack_from(buf, p)
+        born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+        store_len = 20 if sys_flag & STOREHOST_V6_FLAG else 8
+        (store_ts,) = _LONG.unpack_from(buf, at + HEAD_SIZE + born_len)
+        p = at + BODY_LENGTH_BASE - 12 + born_len + store_len
+        _reconsume, prep_tx, body_len = _TAIL.unpack_from(buf, p)
         p += _TAIL.size
         if body_len < 0 or p + body_len > at + total:
             raise CorruptRecordError(f"body length {body_len} does not fit", where, total)
-        body = bytes(buf[p : p + body_len])
+        body_at = p
         p += body_len
         if magic == MAGIC_V1:
             topic_len = buf[p]
@@ -328,25 +341,49 @@ def decode(
         raise CorruptRecordError(
             f"record size {total} does not match its fields ({expected})", where, total
         )
-    if check_crc and body_len > 0 and body_crc(body) != crc:
-        raise CorruptRecordError(f"body CRC {crc} does not match the body", where, total)
+    if check_crc and body_len > 0:
+        with memoryview(buf) as view:
+            actual = zlib.crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF
+        if actual != crc:
+            raise CorruptRecordError(f"body CRC {crc} does not match the body", where, total)
+    return RecordMeta(total, queue_id, queue_offset, phy, sys_flag, store_ts, prep_tx, topic,
+                      properties, body_at, body_len, crc)  # fmt: skip
+
+
+def decode(
+    buf: BytesLike,
+    at: int = 0,
+    check_crc: bool = True,
+    base_offset: int | None = None,
+) -> Record:
+    """Decode the record starting at ``buf[at]`` with every sanity check RocketMQ makes.
+
+    ``base_offset`` (the segment's start offset) names the position in errors.
+    """
+    m = decode_meta(buf, at, check_crc, base_offset)
+    flag, born_ts = struct.unpack_from(">i20xq", buf, at + 16)
+    born = unpack_host(buf, at + HEAD_SIZE, bool(m.sys_flag & BORNHOST_V6_FLAG))
+    store_at = at + HEAD_SIZE + len(born.ip) + 4 + 8
+    store = unpack_host(buf, store_at, bool(m.sys_flag & STOREHOST_V6_FLAG))
+    (reconsume,) = _INT.unpack_from(buf, store_at + len(store.ip) + 4)
+    magic = _INT.unpack_from(buf, at + MAGIC_AT)[0]
     return Record(
-        topic=topic,
-        queue_id=queue_id,
-        body=body,
-        properties=properties,
+        topic=m.topic,
+        queue_id=m.queue_id,
+        body=bytes(buf[m.body_at : m.body_at + m.body_len]),
+        properties=m.properties,
         flag=flag,
-        queue_offset=queue_offset,
-        physical_offset=phy,
-        sys_flag=sys_flag,
+        queue_offset=m.queue_offset,
+        physical_offset=m.physical_offset,
+        sys_flag=m.sys_flag,
         born_timestamp=born_ts,
         born_host=born,
-        store_timestamp=store_ts,
+        store_timestamp=m.store_timestamp,
         store_host=store,
         reconsume_times=reconsume,
-        prepared_transaction_offset=prep_tx,
-        body_crc=crc,
-        total_size=total,
+        prepared_transaction_offset=m.prepared_transaction_offset,
+        body_crc=m.body_crc,
+        total_size=m.total_size,
         magic=magic,
     )
 
@@ -420,12 +457,15 @@ def iter_segment(
     limit: int | None = None,
     check_crc: bool = True,
     base_offset: int = 0,
-):
+    decoder: Callable[..., Any] | None = None,
+) -> Iterator[tuple[int, Any]]:
     """Yield (position, Record) then stop at a blank record, zeros or the limit.
 
-    A corrupt record raises CorruptRecordError carrying its offset (base_offset + position),
-    after every good record before it was yielded.
+    ``decoder=decode_meta`` yields RecordMeta instead (no body copy). A corrupt record raises
+    CorruptRecordError carrying its offset (base_offset + position), after every good record
+    before it was yielded.
     """
+    decode_one = decode if decoder is None else decoder
     end = len(buf) if limit is None else limit
     pos = start
     while pos + 8 <= end:
@@ -434,7 +474,7 @@ def iter_segment(
             return
         if size == 0 and magic == 0:
             return
-        rec = decode(buf, pos, check_crc, base_offset)
+        rec = decode_one(buf, pos, check_crc, base_offset)
         yield pos, rec
         pos += rec.total_size
 

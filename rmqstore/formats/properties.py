@@ -57,18 +57,18 @@ def encode(props: Mapping[str, str], max_size: int | None = None) -> str:
 
 
 def parse(s: str) -> dict[str, str]:
-    """RocketMQ's ``string2messageProperties``, quirks included (empty key/value dropped)."""
+    """RocketMQ's ``string2messageProperties``, quirks included.
+
+    A segment between 0x02 separators counts only if it has at least 3 characters and a
+    0x01 with a non-empty name before it and a non-empty value after it; a later duplicate
+    name overwrites an earlier one.
+    """
     out: dict[str, str] = {}
-    i, n = 0, len(s)
-    while i < n:
-        j = s.find(PROPERTY_SEPARATOR, i)
-        if j < 0:
-            j = n
-        if j - i >= 3:
-            k = s.find(NAME_VALUE_SEPARATOR, i)
-            if i < k < j - 1:
-                out[s[i:k]] = s[k + 1 : j]
-        i = j + 1
+    for segment in s.split(PROPERTY_SEPARATOR):
+        if len(segment) >= 3:
+            name, sep, value = segment.partition(NAME_VALUE_SEPARATOR)
+            if sep and name and value:
+                out[name] = value
     return out
 
 

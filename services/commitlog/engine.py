@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
-from rmqstore.dispatch import DispatchRecord, from_record
+from rmqstore.dispatch import DispatchRecord, from_meta
 from rmqstore.errors import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
@@ -365,8 +365,8 @@ class CommitLogEngine:
                 if magic == commitlog.BLANK_MAGIC:
                     at = seg.size
                     break
-                rec = commitlog.decode(seg.map, at, check_crc=False, base_offset=seg.start)
-                recs.append(from_record(rec))
+                meta = commitlog.decode_meta(seg.map, at, check_crc=False, base_offset=seg.start)
+                recs.append(from_meta(meta))
                 at += size
             pos = seg.start + at
             if at < seg.size and len(recs) >= max_records:

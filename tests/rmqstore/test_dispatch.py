@@ -67,3 +67,21 @@ def test_transaction_types(sys_flag, in_cq, indexed):
     d = from_record(_record(sys_flag, {"KEYS": "k", "UNIQ_KEY": "U"}))
     assert goes_to_consume_queue(d.sys_flag) is in_cq
     assert bool(index_keys(d)) is indexed
+
+
+@pytest.mark.golden
+def test_from_meta_equals_from_record_on_every_golden_record(golden_store):
+    from rmqstore.dispatch import from_meta, from_record
+    from rmqstore.formats import commitlog
+    from rmqstore.segments import parse_segment_name
+
+    n = 0
+    for path in sorted((golden_store / "commitlog").iterdir()):
+        data, base = path.read_bytes(), parse_segment_name(path.name)
+        metas = list(commitlog.iter_segment(data, base_offset=base, decoder=commitlog.decode_meta))
+        recs = list(commitlog.iter_segment(data, base_offset=base))
+        assert [p for p, _ in metas] == [p for p, _ in recs]
+        for (_, m), (_, r) in zip(metas, recs, strict=True):
+            assert from_meta(m) == from_record(r)
+            n += 1
+    assert n == 200

@@ -1,6 +1,8 @@
 """Properties string (spec §2.6, TV12): Java HashMap order, separators, parse quirks."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmqstore.formats import properties as p
 
@@ -87,3 +89,24 @@ def test_parse_inverts_encode():
 
 def test_separator_check():
     assert p.has_separator("a\x01b") and p.has_separator("a\x02") and not p.has_separator("ab")
+
+
+def _reference_parse(s: str) -> dict[str, str]:
+    """The spec's index-walking description of string2messageProperties (spec §2.6)."""
+    out: dict[str, str] = {}
+    i, n = 0, len(s)
+    while i < n:
+        j = s.find("\x02", i)
+        j = n if j < 0 else j
+        if j - i >= 3:
+            k = s.find("\x01", i)
+            if i < k < j - 1:
+                out[s[i:k]] = s[k + 1 : j]
+        i = j + 1
+    return out
+
+
+@given(st.text(alphabet="ab\x01\x02", max_size=16))
+@settings(max_examples=300)
+def test_parse_matches_the_spec_walk(s):
+    assert p.parse(s) == _reference_parse(s)
