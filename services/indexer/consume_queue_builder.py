@@ -24,6 +24,7 @@ from rmqstore.layout import StoreLayout, validate_topic
 from services.indexer import progress
 from services.indexer.batch import Columns
 from services.indexer.cq_files import QueueFiles
+from services.indexer.mapped import sync_file
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +47,7 @@ class ConsumeQueueBuilder:
         self._topic_ids: dict[str, int] = {}
         self._topics: list[str] = []
         self._dirty: set[tuple[str, int]] = set()
+        self._generation = 0  # bumped by truncate: flush tickets from before are stale
         # counters (cheap, read by the servicer and metrics)
         self.entries = 0  # new units written since start
         self.flushes = 0
@@ -69,7 +71,8 @@ class ConsumeQueueBuilder:
         else:
             self.durable_offset = stored.offset
             self._cut(stored.offset)
-            self._sync_dirs()
+            for d in self._take_dirs():
+                progress.fsync_dir(d)
         self.built_offset = self.durable_offset
         log.info("%s: %d queues, %d files, resuming from %d", self.name, len(self.queues),
                  self.files, self.durable_offset)
@@ -145,31 +148,47 @@ class ConsumeQueueBuilder:
 
     def flush(self) -> int:
         """Sync every touched segment, then record and return the durable offset."""
-        t0 = time.perf_counter()
+        return self.finish_flush(self.begin_flush())
+
+    def begin_flush(self) -> progress.FlushTicket:
+        """Capture what to sync (under the caller's lock; cheap)."""
+        paths: list[Path] = []
         for key in self._dirty:
-            self.queues[key].flush()
+            paths += self.queues[key].take_dirty_paths()
         self._dirty.clear()
-        self._sync_dirs()
-        if self.built_offset != self.durable_offset or not self.progress_path.exists():
-            progress.write(self.progress_path, progress.Progress(self.built_offset))
-        self.durable_offset = self.built_offset
+        return progress.FlushTicket(progress.Progress(self.built_offset), paths,
+                                    self._take_dirs(), self._generation)
+
+    def finish_flush(self, ticket: progress.FlushTicket) -> int:
+        """Sync, then record the ticket's offset (may run while batches are applied)."""
+        t0 = time.perf_counter()
+        for path in ticket.paths:
+            sync_file(path)
+        for d in ticket.dirs:
+            progress.fsync_dir(d)
+        if ticket.generation != self._generation:  # a truncate came in between
+            return self.durable_offset
+        offset = ticket.record.offset
+        if offset != self.durable_offset or not self.progress_path.exists():
+            progress.write(self.progress_path, ticket.record)
+        self.durable_offset = offset
         self.last_flush_seconds = time.perf_counter() - t0
         self.total_flush_seconds += self.last_flush_seconds
         self.flushes += 1
         return self.durable_offset
 
-    def _sync_dirs(self) -> None:
+    def _take_dirs(self) -> list[Path]:
         parents: set[Path] = set()
+        dirs: list[Path] = []
         for q in self.queues.values():
             if q.new_dir:
                 parents.update((q.dir.parent, q.dir.parent.parent, self.layout.root))
                 q.new_dir = False
                 q.dir_dirty = True
             if q.dir_dirty:
-                progress.fsync_dir(q.dir)
+                dirs.append(q.dir)
                 q.dir_dirty = False
-        for p in sorted(parents, key=lambda p: -len(p.parts)):
-            progress.fsync_dir(p)
+        return dirs + sorted(parents, key=lambda p: -len(p.parts))
 
     def _cut(self, phy_end: int) -> None:
         for key, q in self.queues.items():
@@ -181,6 +200,7 @@ class ConsumeQueueBuilder:
         """Cut units at or past ``phy_end`` (the commitlog was cut there) and record it."""
         if phy_end < 0:
             raise InvalidArgumentError(f"cannot truncate to a negative offset {phy_end}")
+        self._generation += 1
         if phy_end < self.durable_offset:  # record the cut first: a crash now cuts again
             self.durable_offset = phy_end
             progress.write(self.progress_path, progress.Progress(phy_end))

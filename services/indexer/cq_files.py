@@ -107,6 +107,10 @@ class QueueFiles:
         for seg in self.open.values():
             seg.file.flush()
 
+    def take_dirty_paths(self) -> list[Path]:
+        """Paths of the open segments written since the last call (to sync later)."""
+        return [seg.file.path for seg in self.open.values() if seg.file.take_dirty()]
+
     def close(self) -> None:
         for seg in self.open.values():
             seg.close()

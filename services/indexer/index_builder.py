@@ -30,6 +30,7 @@ from rmqstore.layout import StoreLayout, is_index_file_name, unique_index_file_n
 from services.indexer import progress
 from services.indexer.batch import Columns
 from services.indexer.index_files import IndexHandle
+from services.indexer.mapped import sync_file
 from services.indexer.progress import ProgressFileError
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,7 @@ class IndexBuilder:
         self.entries = 0  # entries written since start
         self.records = 0  # records indexed since start
         self.rolls = 0
+        self._generation = 0  # bumped by truncate: flush tickets from before are stale
         self.flushes = 0
         self.last_flush_seconds = 0.0
         self.total_flush_seconds = 0.0
@@ -224,16 +226,32 @@ class IndexBuilder:
 
     def flush(self) -> int:
         """Sync the current file, then record and return the durable offset."""
+        return self.finish_flush(self.begin_flush())
+
+    def begin_flush(self) -> progress.FlushTicket:
+        """Capture what to sync and the progress record (under the caller's lock; cheap)."""
+        paths = []
+        if self.current is not None and (self.current.file.take_dirty()
+                                         or self.built_offset != self.durable_offset):
+            paths.append(self.current.file.path)
+        dirs = [self.dir, self.dir.parent] if self._dir_dirty else []
+        self._dir_dirty = False
+        return progress.FlushTicket(self._progress_record(), paths, dirs, self._generation)
+
+    def finish_flush(self, ticket: progress.FlushTicket) -> int:
+        """Sync, then record the ticket's state: the header it captured describes entries
+        that are on disk by then (later entries past it are zeroed on a restart)."""
         t0 = time.perf_counter()
-        if self.current is not None:
-            self.current.file.flush()
-        if self._dir_dirty:
-            progress.fsync_dir(self.dir)
-            progress.fsync_dir(self.dir.parent)
-            self._dir_dirty = False
-        if self.built_offset != self.durable_offset or not self.progress_path.exists():
-            progress.write(self.progress_path, self._progress_record())
-        self.durable_offset = self.built_offset
+        for path in ticket.paths:
+            sync_file(path)
+        for d in ticket.dirs:
+            progress.fsync_dir(d)
+        if ticket.generation != self._generation:  # a truncate came in between
+            return self.durable_offset
+        offset = ticket.record.offset
+        if offset != self.durable_offset or not self.progress_path.exists():
+            progress.write(self.progress_path, ticket.record)
+        self.durable_offset = offset
         self.last_flush_seconds = time.perf_counter() - t0
         self.total_flush_seconds += self.last_flush_seconds
         self.flushes += 1
@@ -247,6 +265,7 @@ class IndexBuilder:
         """
         if phy_end < 0:
             raise InvalidArgumentError(f"cannot truncate to a negative offset {phy_end}")
+        self._generation += 1
         if phy_end >= self.built_offset and phy_end >= self.skip_below:
             return
         self.flush()

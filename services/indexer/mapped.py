@@ -16,6 +16,16 @@ class FileSizeError(StoreError):
     grpc_status = "FAILED_PRECONDITION"
 
 
+def sync_file(path: Path) -> None:
+    """fdatasync a mapped file by path. Linux writes back pages dirtied through a shared
+    mapping; unlike mmap.flush this releases the GIL, and no fd is kept per file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fdatasync(fd)
+    finally:
+        os.close(fd)
+
+
 class MappedFile:
     """One file mapped in full. ``mm`` is the writable map; ``close`` unmaps it."""
 
@@ -71,15 +81,13 @@ class MappedFile:
         return cls(path, mm, created=False)
 
     def flush(self) -> None:
-        if self.dirty:
-            # fdatasync writes back pages dirtied through the shared mapping (Linux) and,
-            # unlike mmap.flush, releases the GIL while it waits; no fd is kept per file
-            fd = os.open(self.path, os.O_RDONLY)
-            try:
-                os.fdatasync(fd)
-            finally:
-                os.close(fd)
-            self.dirty = False
+        if self.take_dirty():
+            sync_file(self.path)
+
+    def take_dirty(self) -> bool:
+        """Whether the file was written since the last call (which clears the mark)."""
+        dirty, self.dirty = self.dirty, False
+        return dirty
 
     def close(self) -> None:
         """Unmap (callers must drop their numpy views first)."""

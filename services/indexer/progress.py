@@ -26,6 +26,17 @@ class Progress:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class FlushTicket:
+    """What one flush must make durable, captured under the builder's lock so the slow part
+    (syncing files) can run while batches keep being applied."""
+
+    record: Progress  # written once everything below is on disk
+    paths: list[Path]  # data files to fdatasync
+    dirs: list[Path]  # directories to fsync (children first)
+    generation: int  # a truncate in between makes the ticket stale
+
+
 def read(path: Path) -> Progress | None:
     """The stored progress, or None when the builder never recorded any."""
     try:

@@ -18,6 +18,7 @@ from rmqstore.errors import StoreError
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.indexer.batch import Columns
+from services.indexer.progress import FlushTicket
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,8 @@ class Builder(Protocol):
 
     def apply(self, batch: Columns) -> int: ...
     def flush(self) -> int: ...
+    def begin_flush(self) -> FlushTicket: ...
+    def finish_flush(self, ticket: FlushTicket) -> int: ...
     def truncate(self, phy_end: int) -> None: ...
     def close(self) -> None: ...
 
@@ -50,7 +53,9 @@ class Subscriber:
         self.address = address
         self.flush_interval = flush_interval
         self.max_batch_records = max_batch_records
-        self.lock = threading.Lock()  # guards the builder
+        self.lock = threading.Lock()  # guards the builder's files and counters
+        # serializes recording progress (flush's slow part runs outside ``lock``) with cuts
+        self.progress_lock = threading.Lock()
         self.connected = False
         self.writer_max_offset = 0
         self.acked_offset = -1
@@ -95,7 +100,7 @@ class Subscriber:
     def _session(self) -> None:
         offsets = self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=RPC_TIMEOUT)
         self.writer_max_offset = offsets.max_offset
-        with self.lock:
+        with self.lock, self.progress_lock:
             b = self.builder
             if offsets.max_offset < b.built_offset:
                 log.warning("%s: writer ends at %d, below our %d: cutting our output",
@@ -132,7 +137,9 @@ class Subscriber:
 
     def flush_and_ack(self) -> int:
         with self.lock:
-            durable = self.builder.flush()
+            ticket = self.builder.begin_flush()
+        with self.progress_lock:  # files sync while batches keep being applied
+            durable = self.builder.finish_flush(ticket)
         if durable != self.acked_offset and self.connected:
             try:
                 self._stub.Ack(commitlog_pb2.AckRequest(subscriber=self.builder.name,
