@@ -7,6 +7,9 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 
 class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
+    def GetOffsets(self, request, context):
+        return commitlog_pb2.Offsets()
+
     def PutBatch(self, request, context):
         return commitlog_pb2.PutBatchResponse(
             results=[
