@@ -144,6 +144,7 @@ def run(quick: bool = False) -> list[dict]:
                                 **{k: v for k, v in r.items() if not k.startswith("_")},
                                 "no-op ceiling msgs/s": ceiling[(size, prod)],
                                 "ratio": r["msgs/s"] / ceiling[(size, prod)],
+                                "writer peak RSS MiB": peak_rss_mib(w.proc.pid),
                             }
                         )
             finally:
