@@ -45,9 +45,13 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def PutBatch(self, request, context):
-        return commitlog_pb2.PutBatchResponse(
-            results=[_result(r) for r in self._put(request.messages)]
-        )
+        response = commitlog_pb2.PutBatchResponse()
+        add = response.results.add  # filled in place: no per-result message copied
+        for r in self._put(request.messages):
+            add(msg_id=r.msg_id, unique_key=r.unique_key, phy_offset=r.phy_offset,
+                queue_offset=r.queue_offset, size=r.size, store_timestamp=r.store_timestamp,
+                topic=r.topic, queue_id=r.queue_id)  # fmt: skip
+        return response
 
     @grpc_errors
     def ReadRecords(self, request, context):
