@@ -60,14 +60,16 @@ def channel(address: str) -> grpc.Channel:
 class Service:
     """A running gRPC server with health checking and reflection."""
 
-    def __init__(self, address: str, max_workers: int = 16) -> None:
+    def __init__(self, address: str, max_workers: int = 16,
+                 credentials: grpc.ServerCredentials | None = None) -> None:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
-        self.port = self.server.add_insecure_port(address)
+        self.port = (self.server.add_secure_port(address, credentials) if credentials
+                     else self.server.add_insecure_port(address))
         if self.port == 0:
             raise OSError(f"cannot listen on {address}")
         self.address = address.rsplit(":", 1)[0] + f":{self.port}"

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import grpc
 
-from rmqstore.server import channel
+from rmqstore import tls
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 
 
@@ -113,7 +113,7 @@ def _send(stub, batch: list, latencies: list[float], out: list | None) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    stub = commitlog_pb2_grpc.CommitLogStub(channel(args.commitlog))
+    stub = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
     latencies: list[float] = []
     collected: list = []
     t0 = time.perf_counter()
@@ -149,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
             errors: list[BaseException] = []
 
             def producer(p: int) -> None:
-                own = commitlog_pb2_grpc.CommitLogStub(channel(args.commitlog))
+                own = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
                 lat: list[float] = []
                 try:
                     for b in _batches(_generated(args, starts[p], per[p]), args.batch):
@@ -191,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("put", help="send messages to the commitlog writer (and measure)")
     p.add_argument("--commitlog", default="127.0.0.1:8100", help="writer address")
+    tls.add_tls_flags(p)
     p.add_argument("--file", help="JSON lines of messages ('-' = stdin)")
     p.add_argument("--topic")
     p.add_argument("--queue", type=int, help="queue id (default: round robin)")

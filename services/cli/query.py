@@ -16,7 +16,7 @@ from typing import Any
 
 import grpc
 
-from rmqstore.server import channel
+from rmqstore import tls
 from rmqstore.v1 import common_pb2, query_pb2, query_pb2_grpc
 
 DEFAULT_QUERY = "127.0.0.1:8101"
@@ -59,7 +59,7 @@ def _line(m: common_pb2.StoredMessage) -> str:
 
 
 def _stub(args: argparse.Namespace) -> query_pb2_grpc.QueryStub:
-    return query_pb2_grpc.QueryStub(channel(args.query))
+    return query_pb2_grpc.QueryStub(tls.client_channel(args.query, args))
 
 
 def _emit(args: argparse.Namespace, doc: dict[str, Any], messages: list) -> int:
@@ -139,6 +139,7 @@ def run_offset_by_time(args: argparse.Namespace) -> int:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--query", default=DEFAULT_QUERY, help="query service address")
+    tls.add_tls_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds")
 

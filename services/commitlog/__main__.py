@@ -5,7 +5,7 @@ import logging
 import sys
 from pathlib import Path
 
-from rmqstore import metrics
+from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import Service, Termination, configure_logging
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
@@ -53,9 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--log-level", default="INFO")
     add_store_flags(p)
+    tls.add_tls_flags(p)
     args = p.parse_args(argv)
     configure_logging(args.log_level)
     try:
+        credentials = tls.server_credentials(args)
         engine = CommitLogEngine(config_from(args))
     except (StoreError, ValueError, OSError) as e:
         log.error("cannot open the store: %s", e)
@@ -64,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     registry = metrics.new_registry("commitlog")
     observer = WriterObserver(engine, registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    service = Service(args.listen)
+    service = Service(args.listen, credentials=credentials)
     service.add(
         commitlog_pb2_grpc.add_CommitLogServicer_to_server,
         CommitLogServicer(engine, observer),

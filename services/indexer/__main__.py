@@ -1,14 +1,14 @@
 """``python -m services.indexer {consume-queue,index}``: run one builder service.
 
-    python -m services.indexer consume-queue --store DIR --commitlog ADDR --listen HOST:PORT
-    python -m services.indexer index --store DIR --commitlog ADDR --listen HOST:PORT
+python -m services.indexer consume-queue --store DIR --commitlog ADDR --listen HOST:PORT
+python -m services.indexer index --store DIR --commitlog ADDR --listen HOST:PORT
 """
 
 import argparse
 import logging
 import sys
 
-from rmqstore import metrics
+from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ixf
@@ -25,11 +25,16 @@ log = logging.getLogger("rmqstore.indexer")
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m services.indexer", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="python -m services.indexer",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = p.add_subparsers(dest="builder", required=True)
-    for name, help_ in (("consume-queue", "build consumequeue/ files"),
-                        ("index", "build index/ files")):
+    for name, help_ in (
+        ("consume-queue", "build consumequeue/ files"),
+        ("index", "build index/ files"),
+    ):
         s = sub.add_parser(name, help=help_)
         s.add_argument("--store", required=True, help="store root directory")
         s.add_argument("--commitlog", required=True, help="writer address HOST:PORT")
@@ -37,6 +42,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--metrics-port", type=int, default=0, help="0 = no metrics endpoint")
         s.add_argument("--flush-interval-ms", type=int, default=500)
         s.add_argument("--log-level", default="INFO")
+        tls.add_tls_flags(s)
         if name == "consume-queue":
             s.add_argument("--cq-entries-per-file", type=int, default=cq.DEFAULT_ENTRIES_PER_FILE)
         else:
@@ -50,19 +56,30 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     layout = StoreLayout.of(args.store)
     try:
+        credentials = tls.server_credentials(args)
         if args.builder == "consume-queue":
             builder: ConsumeQueueBuilder | IndexBuilder = ConsumeQueueBuilder(
-                layout, args.cq_entries_per_file)
+                layout, args.cq_entries_per_file
+            )
         else:
             builder = IndexBuilder(layout, args.index_slots, args.index_entries)
-    except (StoreError, OSError) as e:
+    except (StoreError, OSError, ValueError) as e:
         log.error("cannot open the %s files: %s", args.builder, e)
         print(f"error: {e}", file=sys.stderr)
         return 2
-    subscriber = Subscriber(builder, args.commitlog, args.flush_interval_ms / 1000)
-    service = Service(args.listen)
-    service.add(indexer_pb2_grpc.add_BuilderServicer_to_server, BuilderServicer(subscriber),
-                indexer_pb2.DESCRIPTOR, "Builder")
+    subscriber = Subscriber(
+        builder,
+        args.commitlog,
+        args.flush_interval_ms / 1000,
+        channel=tls.client_channel(args.commitlog, args),
+    )
+    service = Service(args.listen, credentials=credentials)
+    service.add(
+        indexer_pb2_grpc.add_BuilderServicer_to_server,
+        BuilderServicer(subscriber),
+        indexer_pb2.DESCRIPTOR,
+        "Builder",
+    )
     termination = Termination()  # before the listening line
     service.start()
     service.set_serving(True)

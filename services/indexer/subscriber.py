@@ -15,7 +15,7 @@ from typing import Protocol
 import grpc
 
 from rmqstore.errors import StoreError
-from rmqstore.server import channel
+from rmqstore.server import channel as make_channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.indexer.batch import Columns
 from services.indexer.progress import FlushTicket
@@ -48,7 +48,7 @@ class Builder(Protocol):
 
 class Subscriber:
     def __init__(self, builder: Builder, address: str, flush_interval: float = 0.5,
-                 max_batch_records: int = 0) -> None:
+                 max_batch_records: int = 0, channel: grpc.Channel | None = None) -> None:
         self.builder = builder
         self.address = address
         self.flush_interval = flush_interval
@@ -64,7 +64,7 @@ class Subscriber:
         self.last_error = ""
         self._stop = threading.Event()
         self._stream: grpc.Future | None = None
-        self._channel = channel(address)
+        self._channel = channel or make_channel(address)
         self._stub = commitlog_pb2_grpc.CommitLogStub(self._channel)
         self._threads = [
             threading.Thread(target=self._read_loop, name=f"{builder.name}-subscribe",

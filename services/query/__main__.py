@@ -4,7 +4,7 @@ import argparse
 import logging
 import sys
 
-from rmqstore import metrics
+from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
 from rmqstore.server import Service, Termination, configure_logging
@@ -25,13 +25,23 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--index-slots", type=int, default=DEFAULT_SLOTS)
     p.add_argument("--index-entries", type=int, default=DEFAULT_ENTRIES)
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
-    p.add_argument("--budget-hops", type=int, default=BudgetLimits.hops,
-                   help="index chain entries one query may walk")
-    p.add_argument("--budget-bytes", type=int, default=BudgetLimits.bytes,
-                   help="record bytes one query may fetch")
-    p.add_argument("--budget-ms", type=int, default=BudgetLimits.millis,
-                   help="milliseconds one query may take")
+    p.add_argument(
+        "--budget-hops",
+        type=int,
+        default=BudgetLimits.hops,
+        help="index chain entries one query may walk",
+    )
+    p.add_argument(
+        "--budget-bytes",
+        type=int,
+        default=BudgetLimits.bytes,
+        help="record bytes one query may fetch",
+    )
+    p.add_argument(
+        "--budget-ms", type=int, default=BudgetLimits.millis, help="milliseconds one query may take"
+    )
     p.add_argument("--log-level", default="INFO")
+    tls.add_tls_flags(p)
     args = p.parse_args(argv)
     for name in ("index_slots", "index_entries", "budget_hops", "budget_bytes", "budget_ms"):
         if getattr(args, name) <= 0:
@@ -42,22 +52,32 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
-    source = GrpcRecordSource(args.commitlog)
+    try:
+        credentials = tls.server_credentials(args)
+    except ValueError as e:
+        print(f"rmqstore query: {e}", file=sys.stderr)
+        return 2
+    source = GrpcRecordSource(args.commitlog, grpc_channel=tls.client_channel(args.commitlog, args))
     limits = BudgetLimits(args.budget_hops, args.budget_bytes, args.budget_ms)
     try:
         app = QueryApp.build(args.store, source, args.index_slots, args.index_entries, limits)
     except StoreError as e:
         print(f"rmqstore query: {e}", file=sys.stderr)
         return 2
-    service = Service(args.listen)
+    service = Service(args.listen, credentials=credentials)
     registry = metrics.new_registry("query")
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    service.add(query_pb2_grpc.add_QueryServicer_to_server,
-                app.servicer(QueryObserver(registry)), query_pb2.DESCRIPTOR, "Query")
+    service.add(
+        query_pb2_grpc.add_QueryServicer_to_server,
+        app.servicer(QueryObserver(registry)),
+        query_pb2.DESCRIPTOR,
+        "Query",
+    )
     termination = Termination()  # before the listening line
     service.start()
     service.set_serving(True)
     print(f"rmqstore query listening on {service.address}", flush=True)
+
     def stop() -> None:
         service.stop()
         if metrics_server is not None:

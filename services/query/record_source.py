@@ -66,9 +66,10 @@ def _translate(e: grpc.RpcError, what: str) -> StoreError:
 class GrpcRecordSource:
     """Reads records from the commitlog writer over gRPC; bounds are cached briefly."""
 
-    def __init__(self, address: str, timeout: float = 10.0, bounds_ttl: float = 0.2) -> None:
+    def __init__(self, address: str, timeout: float = 10.0, bounds_ttl: float = 0.2,
+                 grpc_channel: grpc.Channel | None = None) -> None:
         self.address = address
-        self._channel = channel(address)
+        self._channel = grpc_channel or channel(address)
         self._stub = commitlog_pb2_grpc.CommitLogStub(self._channel)
         self._timeout = timeout
         self._ttl = bounds_ttl

@@ -33,6 +33,7 @@ ALL_ON: dict[str, Any] = {
                             "labelSelector": {"matchLabels": {"app.kubernetes.io/name":
                                                               "rmqstore"}}}}]}},
     "priorityClassName": "high",
+    "tls": {"enabled": True, "secretName": "rmqstore-tls", "serverName": "rmqstore.mq.svc"},
     "commitlog": {"flush": "sync", "storeHost": "10.0.0.5:10911",
                   "extraArgs": ["--warmup"]},
     "consumeQueue": {"extraArgs": ["--log-level", "DEBUG"]},

@@ -159,14 +159,32 @@ def test_writer_options_reach_its_command_line(all_on_objects: list[dict]) -> No
 
 @pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
 def test_probes_are_native_grpc_on_each_container_port(values: dict) -> None:
+    # Kubernetes' gRPC probes speak plaintext only: with TLS on they check the TCP port
+    check = "tcpSocket" if values.get("tls", {}).get("enabled") else "grpc"
     for name, c in _containers(render(values)).items():
         grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"].startswith("grpc-"))
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-            assert c[probe]["grpc"] == {"port": grpc_port}, (name, probe)
-            assert "tcpSocket" not in c[probe] and "httpGet" not in c[probe]
+            assert c[probe][check] == {"port": grpc_port}, (name, probe)
+            assert {"grpc", "tcpSocket", "httpGet"} & set(c[probe]) == {check}
         startup = c["startupProbe"]
         # recovery of a large commitlog may take long: at least 30 minutes before liveness
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+
+
+def test_tls_mounts_the_secret_and_configures_every_service(all_on_objects: list[dict]) -> None:
+    pod = _statefulset(all_on_objects)["spec"]["template"]["spec"]
+    tls_volume = next(v for v in pod["volumes"] if v["name"] == "tls")
+    assert tls_volume["secret"]["secretName"] == ALL_ON["tls"]["secretName"]
+    for name, c in _containers(all_on_objects).items():
+        env = {e["name"]: e.get("value") for e in c["env"]}
+        assert env["RMQSTORE_TLS_CERT"] == "/etc/rmqstore/tls/tls.crt", name
+        assert env["RMQSTORE_TLS_KEY"] == "/etc/rmqstore/tls/tls.key", name
+        assert env["RMQSTORE_TLS_CA"] == "/etc/rmqstore/tls/ca.crt", name
+        assert env["RMQSTORE_TLS_SERVER_NAME"] == ALL_ON["tls"]["serverName"], name
+        mount = next(m for m in c["volumeMounts"] if m["name"] == "tls")
+        assert mount == {"name": "tls", "mountPath": "/etc/rmqstore/tls", "readOnly": True}
+    assert not any(v["name"] == "tls" for v in
+                   _statefulset(render({}))["spec"]["template"]["spec"]["volumes"])
 
 
 @pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])

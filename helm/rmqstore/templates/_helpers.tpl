@@ -94,20 +94,21 @@ app.kubernetes.io/part-of: rmqstore
 {{/* Native gRPC probes against the container's health service. */}}
 {{- define "rmqstore.probes" -}}
 {{- $p := .root.Values.probes -}}
+{{- $check := ternary "tcpSocket" "grpc" .root.Values.tls.enabled -}}
 startupProbe:
-  grpc:
+  {{ $check }}:
     port: {{ .svc.grpcPort }}
   periodSeconds: {{ $p.startup.periodSeconds }}
   failureThreshold: {{ $p.startup.failureThreshold }}
   timeoutSeconds: {{ $p.startup.timeoutSeconds }}
 livenessProbe:
-  grpc:
+  {{ $check }}:
     port: {{ .svc.grpcPort }}
   periodSeconds: {{ $p.liveness.periodSeconds }}
   failureThreshold: {{ $p.liveness.failureThreshold }}
   timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
 readinessProbe:
-  grpc:
+  {{ $check }}:
     port: {{ .svc.grpcPort }}
   periodSeconds: {{ $p.readiness.periodSeconds }}
   failureThreshold: {{ $p.readiness.failureThreshold }}
@@ -147,6 +148,18 @@ One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "sv
       value: "1"
     - name: PYTHONDONTWRITEBYTECODE
       value: "1"
+    {{- if $root.Values.tls.enabled }}
+    - name: RMQSTORE_TLS_CERT
+      value: /etc/rmqstore/tls/tls.crt
+    - name: RMQSTORE_TLS_KEY
+      value: /etc/rmqstore/tls/tls.key
+    - name: RMQSTORE_TLS_CA
+      value: /etc/rmqstore/tls/ca.crt
+    {{- with $root.Values.tls.serverName }}
+    - name: RMQSTORE_TLS_SERVER_NAME
+      value: {{ . | quote }}
+    {{- end }}
+    {{- end }}
     {{- with $root.Values.extraEnv }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -163,6 +176,11 @@ One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "sv
       {{- end }}
     - name: tmp
       mountPath: /tmp
+    {{- if $root.Values.tls.enabled }}
+    - name: tls
+      mountPath: /etc/rmqstore/tls
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* Claim of pod 0 (the rebuild Job's default). */}}

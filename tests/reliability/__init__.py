@@ -1,0 +1,1 @@
+"""Reliability and security suites: crashes, torn tails, full disks, hostile input, fuzzing."""
