@@ -54,6 +54,12 @@ class DiskFullError(StoreError):
     grpc_status = "RESOURCE_EXHAUSTED"
 
 
+class ResourceExhaustedError(StoreError):
+    """A bounded resource (subscribers, memory, a budget) is used up."""
+
+    grpc_status = "RESOURCE_EXHAUSTED"
+
+
 class BudgetExhaustedError(StoreError):
     grpc_status = "RESOURCE_EXHAUSTED"
 

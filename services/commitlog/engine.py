@@ -8,6 +8,7 @@ batch either fits (segments pre-created first) or nothing of it is written.
 import bisect
 import logging
 import os
+import re
 import struct
 import threading
 import time
@@ -19,6 +20,7 @@ from rmqstore.dispatch import DispatchRecord, from_meta
 from rmqstore.errors import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
+    ResourceExhaustedError,
     StoreError,
     UnavailableError,
 )
@@ -37,7 +39,11 @@ from services.commitlog.store_lock import StoreLock
 log = logging.getLogger(__name__)
 _LONG = struct.Struct(">q")
 DEFAULT_BATCH_RECORDS = 4096
-INDEX_SUBSCRIBER_HINT = "index"
+INDEX_SUBSCRIBER = "index"  # builders' subscriber names: their acks feed the checkpoint
+CONSUME_QUEUE_SUBSCRIBER = "consume-queue"
+SUBSCRIBER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+MAX_SUBSCRIBERS = 64
+MAX_BATCH_RECORDS = 100_000
 
 
 class PutResult(NamedTuple):
@@ -262,9 +268,9 @@ class CommitLogEngine:
             t = self._timestamp_at(off)
             if not t:
                 continue
-            if INDEX_SUBSCRIBER_HINT in name:
+            if name == INDEX_SUBSCRIBER:
                 index = t
-            else:
+            elif name == CONSUME_QUEUE_SUBSCRIBER:
                 logics = t
         self._checkpoint = checkpoint.Checkpoint(physic, logics, index)
         path = self.layout.checkpoint
@@ -317,9 +323,29 @@ class CommitLogEngine:
             return
         self._record_at(offset)
 
+    @staticmethod
+    def check_subscriber(name: str) -> None:
+        """Subscriber names become ack-table keys and metric labels: keep them tame."""
+        if not SUBSCRIBER_NAME.match(name):
+            raise InvalidArgumentError(
+                f"subscriber name {name[:80]!r} must be 1-64 characters of [A-Za-z0-9_.-]"
+            )
+
+    def _register(self, name: str) -> None:
+        self.check_subscriber(name)
+        if name not in self.acks and len(self.acks) >= MAX_SUBSCRIBERS:
+            raise ResourceExhaustedError(
+                f"{len(self.acks)} subscribers are known already (at most {MAX_SUBSCRIBERS})"
+            )
+
     def subscribe(
         self, name: str, offset: int, max_records: int, active: Callable[[], bool]
     ) -> Iterator[commitlog_pb2.DispatchBatch]:
+        self._register(name)
+        if not 0 <= max_records <= MAX_BATCH_RECORDS:
+            raise InvalidArgumentError(
+                f"max batch records {max_records} is outside 0..{MAX_BATCH_RECORDS} (0 = default)"
+            )
         try:
             self.check_subscribe_offset(offset)
         except InvalidArgumentError as e:
@@ -393,6 +419,7 @@ class CommitLogEngine:
         )
 
     def ack(self, name: str, durable_offset: int) -> None:
+        self._register(name)
         if not 0 <= durable_offset <= self.max_offset:
             raise OffsetOutOfRangeError(
                 f"acknowledged offset {durable_offset} is outside [0, {self.max_offset}]"
@@ -412,8 +439,11 @@ class CommitLogEngine:
             self._appended.notify_all()
         self.flusher.stop()
         self._flush_all()
-        save_snapshot(self._snapshot_path, self.max_offset, dict(self.queue_table))
-        self._write_checkpoint()
+        try:
+            save_snapshot(self._snapshot_path, self.max_offset, dict(self.queue_table))
+            self._write_checkpoint()
+        except OSError as e:  # e.g. a full disk: the next start walks record headers instead
+            log.warning("could not write the queue snapshot or checkpoint at shutdown: %s", e)
         self.segments.close()
         self.layout.abort.unlink(missing_ok=True)
         self._store_lock.release()

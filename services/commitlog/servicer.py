@@ -4,7 +4,7 @@ import time
 
 import grpc
 
-from rmqstore.errors import InvalidArgumentError, StoreError
+from rmqstore.errors import StoreError
 from rmqstore.server import grpc_errors
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.engine import CommitLogEngine, PutResult
@@ -72,8 +72,6 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def Subscribe(self, request, context: grpc.ServicerContext):
-        if not request.subscriber:
-            raise InvalidArgumentError("subscriber name is empty")
         for batch in self.engine.subscribe(
             request.subscriber,
             request.from_offset,

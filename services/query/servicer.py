@@ -7,7 +7,7 @@ from typing import Any
 
 import grpc
 
-from rmqstore.errors import StoreError
+from rmqstore.errors import InvalidArgumentError, StoreError
 from rmqstore.formats import commitlog
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.server import grpc_errors
@@ -129,6 +129,10 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @grpc_errors
     @_observed("time")
     def OffsetByTime(self, request, context):  # noqa: N802
+        if request.boundary not in (query_pb2.LOWER, query_pb2.UPPER):
+            raise InvalidArgumentError(
+                f"boundary {request.boundary} is neither LOWER (0) nor UPPER (1)"
+            )
         offset = self.times.offset_by_time(
             request.topic, request.queue_id, request.timestamp, Boundary(request.boundary)
         )

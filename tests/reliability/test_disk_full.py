@@ -178,8 +178,6 @@ def test_stop_and_restart_on_a_full_disk(small_fs):
               f"disk ends at {end}, corruption {err or 'none'}")
         assert [commitlog.decode(raw).uniq_key for raw in raws] == [r.unique_key for r in acked]
         assert end == acked[-1].phy_offset + acked[-1].size and not err
-        if code != 0:  # reported: engine.close() lets save_snapshot's ENOSPC escape
-            pytest.xfail(f"known bug: SIGTERM on a full disk exits {code} with a traceback "
-                         "(engine.close -> save_snapshot: ENOSPC) instead of a clean stop")
+        assert code == 0, "SIGTERM with the disk full must still stop cleanly"
     finally:
         w.stop()

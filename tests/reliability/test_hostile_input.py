@@ -79,18 +79,7 @@ BAD_MESSAGES = [
 
 # Wrong answers found by this suite and reported; each must flip to right once fixed (then
 # remove it here, like a strict xfail).
-KNOWN_BUGS = {
-    "subscribe with a negative batch size": "accepted; from a record not in the dispatch "
-    "cache the writer then streams empty batches forever (about 10,000 a second, no progress)",
-    "subscribe with a name of control characters": "subscriber names are not validated "
-    "(they become metric labels and ack-table keys)",
-    "subscribe with a 100,000-character name": "subscriber names are not validated",
-    "ack without a name": "Ack accepts an empty subscriber name",
-    "ack with a 100,000-character name": "Ack accepts any subscriber name, growing the ack "
-    "table and the lag metrics without bound",
-    "OffsetByTime unknown boundary": "an enum value outside LOWER/UPPER escapes as UNKNOWN "
-    "'Exception calling application: 7 is not a valid Boundary'",
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _code(call) -> tuple[grpc.StatusCode, str]:
