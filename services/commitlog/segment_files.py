@@ -70,6 +70,20 @@ def _starts_with_data(path: Path) -> bool:
         return f.read(8) != bytes(8)
 
 
+def extend_segment_file(path: Path, size: int) -> None:
+    fd = os.open(path, os.O_RDWR)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno in (28, 122):
+                raise DiskFullError(f"no space to extend commitlog segment {path.name}") from e
+            raise
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def create_segment_file(path: Path, size: int, warmup: bool = False) -> None:
     """Create a zero-filled, fully allocated segment file atomically (temp name, rename)."""
     tmp = path.with_name(path.name + ".creating")
@@ -127,6 +141,18 @@ class SegmentQueue:
         """Map every segment; a gap is allowed only before never-written (stray) files."""
         for i, (start, path) in enumerate(files):
             actual = path.stat().st_size
+            later = [p for _, p in files[i + 1 :]]
+            if actual < self.size and not any(_starts_with_data(p) for p in later):
+                # the last segment with data lost its tail (a copy cut short, a file system that
+                # did not keep the allocation): extend it with zeros; recovery finds the end
+                log.warning(
+                    "commitlog segment %s is %d bytes, extending it to %d",
+                    path.name,
+                    actual,
+                    self.size,
+                )
+                extend_segment_file(path, self.size)
+                actual = self.size
             if actual != self.size:
                 raise StoreError(
                     f"commitlog segment {path} is {actual} bytes but the segment size is "

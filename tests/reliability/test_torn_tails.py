@@ -168,9 +168,6 @@ def test_damaged_tails_are_cut_everywhere(tmp_path):
     assert not issues, "\n".join(issues[:30])
 
 
-@pytest.mark.xfail(strict=True, reason="the writer refuses to start when the last segment "
-                   "file is shorter than the segment size instead of recovering to the last "
-                   "good record (services/commitlog/segment_files.py open_existing)")
 def test_last_segment_truncated_mid_record(tmp_path):
     cluster = Cluster(tmp_path / "store", with_query=False).start_all()
     try:
