@@ -30,6 +30,7 @@ from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.dispatch_cache import DispatchCache
+from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
 from services.commitlog.messages import MessageBuilder, Prepared
 from services.commitlog.recovery import Recovered, recover, save_snapshot
@@ -118,6 +119,9 @@ class CommitLogEngine:
             cfg.flush == "sync",
             cfg.flush_interval_ms / 1000 if cfg.flush == "async" else 0.01,
         )
+        self.epochs = Epochs(self.layout.progress("commitlog-epochs"))
+        if not self.last_exit_clean or r.corruption or not self.epochs.history:
+            self.epochs.begin(r.end)
         self.layout.abort.write_bytes(b"")
         self.flusher.start(r.end)
 

@@ -67,6 +67,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             max_offset=e.max_offset,
             flushed_offset=e.flushed_offset,
             segment_size=e.config.segment_size,
+            epoch=e.epochs.current,
+            cut_offset=e.epochs.cut_offset_since(request.since_epoch),
             store_host=e.config.store_host,
         )
 

@@ -8,13 +8,16 @@ recovery cut the commitlog), the builder's output is cut to it before resuming.
 """
 
 import logging
+import os
 import threading
 import time
+from pathlib import Path
 from typing import Protocol
 
 import grpc
 
 from rmqstore.errors import StoreError
+from rmqstore.layout import StoreLayout
 from rmqstore.server import channel as make_channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.indexer.batch import Columns
@@ -29,6 +32,7 @@ RPC_TIMEOUT = 5.0
 
 class Builder(Protocol):
     name: str
+    layout: StoreLayout
     built_offset: int
     durable_offset: int
     entries: int
@@ -98,10 +102,19 @@ class Subscriber:
             backoff = min(backoff * 2, MAX_BACKOFF)
 
     def _session(self) -> None:
-        offsets = self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=RPC_TIMEOUT)
+        seen = self._seen_epoch()
+        offsets = self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(since_epoch=seen or 0),
+                                        timeout=RPC_TIMEOUT)
         self.writer_max_offset = offsets.max_offset
         with self.lock, self.progress_lock:
             b = self.builder
+            if seen is not None and offsets.epoch != seen and 0 <= offsets.cut_offset \
+                    < b.built_offset:
+                # the writer restarted uncleanly since we last saw it: bytes past the cut may
+                # not be the ones we built from (a lost tail, then new records over it)
+                log.warning("%s: writer epoch %d -> %d, cutting our output at %d (was %d)",
+                            b.name, seen, offsets.epoch, offsets.cut_offset, b.built_offset)
+                b.truncate(offsets.cut_offset)
             if offsets.max_offset < b.built_offset:
                 log.warning("%s: writer ends at %d, below our %d: cutting our output",
                             b.name, offsets.max_offset, b.built_offset)
@@ -111,6 +124,8 @@ class Subscriber:
                 log.warning("%s: resuming at the writer's minimum %d (we were at %d)",
                             b.name, offsets.min_offset, start)
                 start = offsets.min_offset
+            if offsets.epoch != seen:
+                self._save_epoch(offsets.epoch)
         stream = self._stub.Subscribe(commitlog_pb2.SubscribeRequest(
             subscriber=self.builder.name, from_offset=start,
             max_batch_records=self.max_batch_records,
@@ -129,6 +144,27 @@ class Subscriber:
             self.batches += 1
             if self._stop.is_set():
                 break
+
+    def _epoch_path(self) -> Path:
+        return self.builder.layout.progress(f"{self.builder.name}-epoch")
+
+    def _seen_epoch(self) -> int | None:
+        """The writer epoch our output was built in (None: never recorded; adopt the current)."""
+        try:
+            return int(self._epoch_path().read_text())
+        except (OSError, ValueError):
+            return None
+
+    def _save_epoch(self, epoch: int) -> None:
+        """Record the epoch after any cut it required is durable (truncate records it)."""
+        path = self._epoch_path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        with open(tmp, "w") as f:
+            f.write(str(epoch))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
 
     # -- flushing ------------------------------------------------------------------------
     def _flush_loop(self) -> None:

@@ -181,10 +181,6 @@ def test_last_segment_truncated_mid_record(tmp_path):
         cluster.stop_all()
 
 
-@pytest.mark.xfail(strict=True, reason="a builder whose output runs past a commitlog cut "
-                   "does not notice the cut once new records fill the writer past its built "
-                   "offset: it retries Subscribe forever (OUT_OF_RANGE, not a record boundary) "
-                   "and keeps its stale entries (services/indexer/subscriber.py _session)")
 def test_writes_before_the_builders_return_do_not_mix_with_stale_entries(tmp_path):
     kind = "torn-write"
     """The builders are down while the writer cuts its tail and accepts new records at the
