@@ -32,9 +32,10 @@ def tags_code(topic: str, props: dict[str, str], store_timestamp: int) -> int:
     return tag_hash(props.get(props_fmt.TAGS))
 
 
-def from_meta(m: commitlog.RecordMeta) -> DispatchRecord:
-    """The dispatch record of a record checked by ``commitlog.decode_meta`` (no body copy)."""
-    p = props_fmt.parse(m.properties)
+def from_meta(m: commitlog.RecordMeta | commitlog.Record) -> DispatchRecord:
+    """The dispatch record of a record checked by ``commitlog.decode_meta`` (no body copy) or
+    decoded in full by ``commitlog.decode``."""
+    p = m.property_map if isinstance(m, commitlog.Record) else props_fmt.parse(m.properties)
     return DispatchRecord(
         topic=m.topic,
         queue_id=m.queue_id,
@@ -51,20 +52,7 @@ def from_meta(m: commitlog.RecordMeta) -> DispatchRecord:
 
 
 def from_record(r: commitlog.Record) -> DispatchRecord:
-    p = r.property_map
-    return DispatchRecord(
-        topic=r.topic,
-        queue_id=r.queue_id,
-        queue_offset=r.queue_offset,
-        phy_offset=r.physical_offset,
-        size=r.total_size,
-        tags_code=tags_code(r.topic, p, r.store_timestamp),
-        store_timestamp=r.store_timestamp,
-        keys=p.get(props_fmt.KEYS, ""),
-        uniq_key=p.get(props_fmt.UNIQ_KEY, ""),
-        sys_flag=r.sys_flag,
-        prepared_transaction_offset=r.prepared_transaction_offset,
-    )
+    return from_meta(r)
 
 
 def goes_to_consume_queue(sys_flag: int) -> bool:

@@ -32,8 +32,9 @@ class Columns:
         return len(self.topic)
 
     @classmethod
-    def from_records(cls, records: Sequence[DispatchRecord],
-                     next_offset: int | None = None) -> "Columns":
+    def from_records(
+        cls, records: Sequence[DispatchRecord], next_offset: int | None = None
+    ) -> "Columns":
         """Columns of dispatch records; ``next_offset`` defaults to the end of the last one."""
         n = len(records)
 

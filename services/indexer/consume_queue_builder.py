@@ -12,7 +12,6 @@ No gRPC here, so the service, the tests and the rebuild pipeline share it.
 """
 
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +23,6 @@ from rmqstore.layout import StoreLayout, validate_topic
 from services.indexer import progress
 from services.indexer.batch import Columns
 from services.indexer.cq_files import QueueFiles
-from services.indexer.mapped import sync_file
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +32,13 @@ _COMMIT = commitlog.TRANSACTION_COMMIT_TYPE
 _TX_MASK = commitlog.TRANSACTION_TYPE_MASK
 
 
-class ConsumeQueueBuilder:
-    def __init__(self, layout: StoreLayout,
-                 entries_per_file: int = cq.DEFAULT_ENTRIES_PER_FILE, name: str = NAME) -> None:
+class ConsumeQueueBuilder(progress.FlushedOutput):
+    def __init__(
+        self,
+        layout: StoreLayout,
+        entries_per_file: int = cq.DEFAULT_ENTRIES_PER_FILE,
+        name: str = NAME,
+    ) -> None:
         if entries_per_file <= 0:
             raise InvalidArgumentError(f"entries per file must be positive, got {entries_per_file}")
         self.layout = layout
@@ -74,8 +76,13 @@ class ConsumeQueueBuilder:
             for d in self._take_dirs():
                 progress.fsync_dir(d)
         self.built_offset = self.durable_offset
-        log.info("%s: %d queues, %d files, resuming from %d", self.name, len(self.queues),
-                 self.files, self.durable_offset)
+        log.info(
+            "%s: %d queues, %d files, resuming from %d",
+            self.name,
+            len(self.queues),
+            self.files,
+            self.durable_offset,
+        )
 
     # -- counters ----------------------------------------------------------------------
     @property
@@ -134,8 +141,9 @@ class ConsumeQueueBuilder:
                 qkey = (self._topics[k >> 32], k & 0xFFFFFFFF)
                 q = self._queue(*qkey)
                 group = qo[s:e]
-                if e - s == 1 or (group[-1] - group[0] == e - s - 1
-                                  and bool(np.all(group[1:] > group[:-1]))):
+                if e - s == 1 or (
+                    group[-1] - group[0] == e - s - 1 and bool(np.all(group[1:] > group[:-1]))
+                ):
                     new += q.write(int(group[0]), units[s:e])
                 else:
                     breaks = (np.flatnonzero(np.diff(group) != 1) + 1).tolist()
@@ -156,26 +164,9 @@ class ConsumeQueueBuilder:
         for key in self._dirty:
             paths += self.queues[key].take_dirty_paths()
         self._dirty.clear()
-        return progress.FlushTicket(progress.Progress(self.built_offset), paths,
-                                    self._take_dirs(), self._generation)
-
-    def finish_flush(self, ticket: progress.FlushTicket) -> int:
-        """Sync, then record the ticket's offset (may run while batches are applied)."""
-        t0 = time.perf_counter()
-        for path in ticket.paths:
-            sync_file(path)
-        for d in ticket.dirs:
-            progress.fsync_dir(d)
-        if ticket.generation != self._generation:  # a truncate came in between
-            return self.durable_offset
-        offset = ticket.record.offset
-        if offset != self.durable_offset or not self.progress_path.exists():
-            progress.write(self.progress_path, ticket.record)
-        self.durable_offset = offset
-        self.last_flush_seconds = time.perf_counter() - t0
-        self.total_flush_seconds += self.last_flush_seconds
-        self.flushes += 1
-        return self.durable_offset
+        return progress.FlushTicket(
+            progress.Progress(self.built_offset), paths, self._take_dirs(), self._generation
+        )
 
     def _take_dirs(self) -> list[Path]:
         parents: set[Path] = set()

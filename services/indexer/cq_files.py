@@ -131,8 +131,9 @@ class QueueFiles:
             self.end = start
         elif start > self.end:
             self.gaps += 1
-            log.warning("%s: unit %d written after a gap (queue ends at %d)",
-                        self.dir, start, self.end)
+            log.warning(
+                "%s: unit %d written after a gap (queue ends at %d)", self.dir, start, self.end
+            )
         overlap_end = min(self.end, start + n)
         done = 0
         while done < n:

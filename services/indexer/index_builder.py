@@ -17,7 +17,6 @@ No gRPC here, so the service, the tests and the rebuild pipeline share it.
 """
 
 import logging
-import time
 from pathlib import Path
 
 import numpy as np
@@ -30,7 +29,6 @@ from rmqstore.layout import StoreLayout, is_index_file_name, unique_index_file_n
 from services.indexer import progress
 from services.indexer.batch import Columns
 from services.indexer.index_files import IndexHandle
-from services.indexer.mapped import sync_file
 from services.indexer.progress import ProgressFileError
 
 log = logging.getLogger(__name__)
@@ -38,9 +36,14 @@ log = logging.getLogger(__name__)
 NAME = "index"
 
 
-class IndexBuilder:
-    def __init__(self, layout: StoreLayout, slots: int = ixf.DEFAULT_SLOTS,
-                 entries: int = ixf.DEFAULT_ENTRIES, name: str = NAME) -> None:
+class IndexBuilder(progress.FlushedOutput):
+    def __init__(
+        self,
+        layout: StoreLayout,
+        slots: int = ixf.DEFAULT_SLOTS,
+        entries: int = ixf.DEFAULT_ENTRIES,
+        name: str = NAME,
+    ) -> None:
         if slots <= 0 or entries <= 1:
             raise InvalidArgumentError(
                 f"an index file needs at least 1 slot and 2 entries, got {slots} and {entries}"
@@ -71,8 +74,9 @@ class IndexBuilder:
     def _names_on_disk(self) -> list[str]:
         if not self.dir.is_dir():
             return []
-        return sorted(p.name for p in self.dir.iterdir()
-                      if is_index_file_name(p.name) and p.is_file())
+        return sorted(
+            p.name for p in self.dir.iterdir() if is_index_file_name(p.name) and p.is_file()
+        )
 
     def _open(self, name: str) -> IndexHandle:
         return IndexHandle.open(self.dir / name, self.slots, self.capacity)
@@ -111,8 +115,13 @@ class IndexBuilder:
         for older in self.file_names[:-1]:
             h = self._open(older)
             if h.header.index_count < self.capacity:
-                log.warning("%s: index file %s is not full (%d of %d entries)", self.name,
-                            older, h.header.entries, self.capacity - 1)
+                log.warning(
+                    "%s: index file %s is not full (%d of %d entries)",
+                    self.name,
+                    older,
+                    h.header.entries,
+                    self.capacity - 1,
+                )
             h.close()
         if name is not None:
             self.current = self._open(name)
@@ -121,9 +130,14 @@ class IndexBuilder:
             self.repaired_entries = self.current.restore(ixf.IndexHeader(*header))
             self.current.flush()
         self.skip_below = self.built_offset = self.durable_offset
-        log.info("%s: %d files (%d emptied, %d entries dropped), resuming from %d", self.name,
-                 len(self.file_names), self.emptied_files, self.repaired_entries,
-                 self.durable_offset)
+        log.info(
+            "%s: %d files (%d emptied, %d entries dropped), resuming from %d",
+            self.name,
+            len(self.file_names),
+            self.emptied_files,
+            self.repaired_entries,
+            self.durable_offset,
+        )
 
     def _adopt(self, names: list[str]) -> None:
         """No record of ours: take the files as they are (e.g. a RocketMQ store).
@@ -146,11 +160,14 @@ class IndexBuilder:
 
     def _progress_record(self) -> progress.Progress:
         cur = self.current
-        return progress.Progress(self.built_offset, {
-            "file": cur.name if cur else None,
-            "header": list(cur.header) if cur else None,
-            "files": list(self.file_names),
-        })
+        return progress.Progress(
+            self.built_offset,
+            {
+                "file": cur.name if cur else None,
+                "header": list(cur.header) if cur else None,
+                "files": list(self.file_names),
+            },
+        )
 
     # -- counters ----------------------------------------------------------------------
     @property
@@ -186,8 +203,11 @@ class IndexBuilder:
             counts.append(len(ks))
         if keys:
             c = np.array(counts, dtype=np.int64)
-            self._put(index_hashes(keys), np.repeat(phy[start:], c),
-                      np.repeat(batch.store_timestamp[start:], c))
+            self._put(
+                index_hashes(keys),
+                np.repeat(phy[start:], c),
+                np.repeat(batch.store_timestamp[start:], c),
+            )
         self.records += n - start
         self.built_offset = max(self.built_offset, batch.next_offset)
         self.skip_below = max(self.skip_below, self.built_offset)
@@ -231,31 +251,13 @@ class IndexBuilder:
     def begin_flush(self) -> progress.FlushTicket:
         """Capture what to sync and the progress record (under the caller's lock; cheap)."""
         paths = []
-        if self.current is not None and (self.current.file.take_dirty()
-                                         or self.built_offset != self.durable_offset):
+        if self.current is not None and (
+            self.current.file.take_dirty() or self.built_offset != self.durable_offset
+        ):
             paths.append(self.current.file.path)
         dirs = [self.dir, self.dir.parent] if self._dir_dirty else []
         self._dir_dirty = False
         return progress.FlushTicket(self._progress_record(), paths, dirs, self._generation)
-
-    def finish_flush(self, ticket: progress.FlushTicket) -> int:
-        """Sync, then record the ticket's state: the header it captured describes entries
-        that are on disk by then (later entries past it are zeroed on a restart)."""
-        t0 = time.perf_counter()
-        for path in ticket.paths:
-            sync_file(path)
-        for d in ticket.dirs:
-            progress.fsync_dir(d)
-        if ticket.generation != self._generation:  # a truncate came in between
-            return self.durable_offset
-        offset = ticket.record.offset
-        if offset != self.durable_offset or not self.progress_path.exists():
-            progress.write(self.progress_path, ticket.record)
-        self.durable_offset = offset
-        self.last_flush_seconds = time.perf_counter() - t0
-        self.total_flush_seconds += self.last_flush_seconds
-        self.flushes += 1
-        return self.durable_offset
 
     def truncate(self, phy_end: int) -> None:
         """Drop entries of records at or past ``phy_end`` (the commitlog was cut there).
@@ -285,11 +287,17 @@ class IndexBuilder:
             self.file_names.pop()
         self.built_offset = self.skip_below = min(self.built_offset, phy_end)
         self.durable_offset = self.built_offset
-        progress.write(self.progress_path, progress.Progress(self.durable_offset, {
-            "file": self.file_names[-1] if target else None,
-            "header": list(target) if target else None,
-            "files": list(self.file_names),
-        }))
+        progress.write(
+            self.progress_path,
+            progress.Progress(
+                self.durable_offset,
+                {
+                    "file": self.file_names[-1] if target else None,
+                    "header": list(target) if target else None,
+                    "files": list(self.file_names),
+                },
+            ),
+        )
         for h in handles:
             if target is not None and h.name == self.file_names[-1]:
                 self.current = h

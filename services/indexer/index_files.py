@@ -50,8 +50,9 @@ class IndexHandle:
         return np.frombuffer(self.file.mm, dtype=">i4", count=self.slots, offset=ixf.HEADER_SIZE)
 
     def entry_view(self, count: int) -> np.ndarray:
-        return np.frombuffer(self.file.mm, dtype=ixf.ENTRY_DTYPE, count=count,
-                             offset=self._entry_base)
+        return np.frombuffer(
+            self.file.mm, dtype=ixf.ENTRY_DTYPE, count=count, offset=self._entry_base
+        )
 
     def flush(self) -> None:
         self.file.dirty = True

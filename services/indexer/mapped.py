@@ -93,4 +93,3 @@ class MappedFile:
         """Unmap (callers must drop their numpy views first)."""
         if not self.mm.closed:
             self.mm.close()
-

@@ -7,6 +7,7 @@ record, never a torn one. Builders may add fields of their own (``extra``).
 
 import json
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,3 +75,39 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+class FlushedOutput:
+    """What both builders share about flushing: sync a ticket's files, then record it.
+
+    Subclasses set ``progress_path``, ``durable_offset``, ``_generation`` (bumped by their
+    truncate) and the flush counters, and capture tickets in ``begin_flush``.
+    """
+
+    progress_path: Path
+    durable_offset: int
+    _generation: int
+    flushes: int
+    last_flush_seconds: float
+    total_flush_seconds: float
+
+    def finish_flush(self, ticket: FlushTicket) -> int:
+        """Sync, then record the ticket's state (may run while batches are being applied:
+        the record describes only what was captured, and that is on disk by then)."""
+        from services.indexer.mapped import sync_file
+
+        t0 = time.perf_counter()
+        for path in ticket.paths:
+            sync_file(path)
+        for d in ticket.dirs:
+            fsync_dir(d)
+        if ticket.generation != self._generation:  # a truncate came in between
+            return self.durable_offset
+        offset = ticket.record.offset
+        if offset != self.durable_offset or not self.progress_path.exists():
+            write(self.progress_path, ticket.record)
+        self.durable_offset = offset
+        self.last_flush_seconds = time.perf_counter() - t0
+        self.total_flush_seconds += self.last_flush_seconds
+        self.flushes += 1
+        return self.durable_offset

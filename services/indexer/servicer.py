@@ -14,7 +14,11 @@ class BuilderServicer(indexer_pb2_grpc.BuilderServicer):
         s = self.subscriber
         b = s.builder
         return indexer_pb2.Progress(
-            name=b.name, durable_offset=b.durable_offset, built_offset=b.built_offset,
-            writer_max_offset=s.writer_max_offset, entries=b.entries, files=b.files,
+            name=b.name,
+            durable_offset=b.durable_offset,
+            built_offset=b.built_offset,
+            writer_max_offset=s.writer_max_offset,
+            entries=b.entries,
+            files=b.files,
             connected=s.connected,
         )

@@ -51,8 +51,14 @@ class Builder(Protocol):
 
 
 class Subscriber:
-    def __init__(self, builder: Builder, address: str, flush_interval: float = 0.5,
-                 max_batch_records: int = 0, channel: grpc.Channel | None = None) -> None:
+    def __init__(
+        self,
+        builder: Builder,
+        address: str,
+        flush_interval: float = 0.5,
+        max_batch_records: int = 0,
+        channel: grpc.Channel | None = None,
+    ) -> None:
         self.builder = builder
         self.address = address
         self.flush_interval = flush_interval
@@ -71,8 +77,7 @@ class Subscriber:
         self._channel = channel or make_channel(address)
         self._stub = commitlog_pb2_grpc.CommitLogStub(self._channel)
         self._threads = [
-            threading.Thread(target=self._read_loop, name=f"{builder.name}-subscribe",
-                             daemon=True),
+            threading.Thread(target=self._read_loop, name=f"{builder.name}-subscribe", daemon=True),
             threading.Thread(target=self._flush_loop, name=f"{builder.name}-flush", daemon=True),
         ]
 
@@ -91,8 +96,13 @@ class Subscriber:
                 code = e.code() if isinstance(e, grpc.Call) else None
                 if not self._stop.is_set():
                     self.last_error = f"{code}: {e.details() if isinstance(e, grpc.Call) else e}"
-                    log.info("%s: writer at %s not usable (%s); retrying in %.2fs",
-                             self.builder.name, self.address, self.last_error, backoff)
+                    log.info(
+                        "%s: writer at %s not usable (%s); retrying in %.2fs",
+                        self.builder.name,
+                        self.address,
+                        self.last_error,
+                        backoff,
+                    )
             except StoreError as e:
                 self.last_error = str(e)
                 log.error("%s: %s; retrying in %.2fs", self.builder.name, e, backoff)
@@ -103,33 +113,54 @@ class Subscriber:
 
     def _session(self) -> None:
         seen = self._seen_epoch()
-        offsets = self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(since_epoch=seen or 0),
-                                        timeout=RPC_TIMEOUT)
+        offsets = self._stub.GetOffsets(
+            commitlog_pb2.GetOffsetsRequest(since_epoch=seen or 0), timeout=RPC_TIMEOUT
+        )
         self.writer_max_offset = offsets.max_offset
         with self.lock, self.progress_lock:
             b = self.builder
-            if seen is not None and offsets.epoch != seen and 0 <= offsets.cut_offset \
-                    < b.built_offset:
+            if (
+                seen is not None
+                and offsets.epoch != seen
+                and 0 <= offsets.cut_offset < b.built_offset
+            ):
                 # the writer restarted uncleanly since we last saw it: bytes past the cut may
                 # not be the ones we built from (a lost tail, then new records over it)
-                log.warning("%s: writer epoch %d -> %d, cutting our output at %d (was %d)",
-                            b.name, seen, offsets.epoch, offsets.cut_offset, b.built_offset)
+                log.warning(
+                    "%s: writer epoch %d -> %d, cutting our output at %d (was %d)",
+                    b.name,
+                    seen,
+                    offsets.epoch,
+                    offsets.cut_offset,
+                    b.built_offset,
+                )
                 b.truncate(offsets.cut_offset)
             if offsets.max_offset < b.built_offset:
-                log.warning("%s: writer ends at %d, below our %d: cutting our output",
-                            b.name, offsets.max_offset, b.built_offset)
+                log.warning(
+                    "%s: writer ends at %d, below our %d: cutting our output",
+                    b.name,
+                    offsets.max_offset,
+                    b.built_offset,
+                )
                 b.truncate(offsets.max_offset)
             start = b.built_offset
             if start < offsets.min_offset:
-                log.warning("%s: resuming at the writer's minimum %d (we were at %d)",
-                            b.name, offsets.min_offset, start)
+                log.warning(
+                    "%s: resuming at the writer's minimum %d (we were at %d)",
+                    b.name,
+                    offsets.min_offset,
+                    start,
+                )
                 start = offsets.min_offset
             if offsets.epoch != seen:
                 self._save_epoch(offsets.epoch)
-        stream = self._stub.Subscribe(commitlog_pb2.SubscribeRequest(
-            subscriber=self.builder.name, from_offset=start,
-            max_batch_records=self.max_batch_records,
-        ))
+        stream = self._stub.Subscribe(
+            commitlog_pb2.SubscribeRequest(
+                subscriber=self.builder.name,
+                from_offset=start,
+                max_batch_records=self.max_batch_records,
+            )
+        )
         self._stream = stream
         if self._stop.is_set():
             stream.cancel()
@@ -178,9 +209,10 @@ class Subscriber:
             durable = self.builder.finish_flush(ticket)
         if durable != self.acked_offset and self.connected:
             try:
-                self._stub.Ack(commitlog_pb2.AckRequest(subscriber=self.builder.name,
-                                                        durable_offset=durable),
-                               timeout=RPC_TIMEOUT)
+                self._stub.Ack(
+                    commitlog_pb2.AckRequest(subscriber=self.builder.name, durable_offset=durable),
+                    timeout=RPC_TIMEOUT,
+                )
                 self.acked_offset = durable
             except grpc.RpcError as e:
                 log.debug("%s: ack %d failed: %s", self.builder.name, durable, e)
