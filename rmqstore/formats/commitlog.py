@@ -488,7 +488,7 @@ def scan_end(
     """Where the valid data of a segment ends: (end position, blank marker, first error)."""
     pos = start
     try:
-        for pos_, rec in iter_segment(buf, start, None, check_crc, base_offset):
+        for pos_, rec in iter_segment(buf, start, None, check_crc, base_offset, decode_meta):
             pos = pos_ + rec.total_size
     except CorruptRecordError as e:
         return pos, None, e
