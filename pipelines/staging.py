@@ -14,19 +14,12 @@ import shutil
 import uuid
 from pathlib import Path
 
+from rmqstore.durable import fsync_dir
 from rmqstore.errors import InvalidArgumentError
 
 
 def _nonempty_dir(p: Path) -> bool:
     return p.is_dir() and any(p.iterdir())
-
-
-def _fsync_dir(p: Path) -> None:
-    fd = os.open(p, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class Staging:
@@ -66,11 +59,11 @@ class Staging:
         """Swap the finished output into place."""
         for name in self.names:
             for dirpath, _, _ in os.walk(self.dir / name):
-                _fsync_dir(Path(dirpath))
+                fsync_dir(Path(dirpath))
         if not self.in_place:
-            _fsync_dir(self.dir)
+            fsync_dir(self.dir)
             os.rename(self.dir, self.out)
-            _fsync_dir(self.out.parent)
+            fsync_dir(self.out.parent)
             return
         self._check_free()
         old = self.dir / ".old"
@@ -79,7 +72,7 @@ class Staging:
             if (self.out / name).exists():
                 os.rename(self.out / name, old / name)
             os.rename(self.dir / name, self.out / name)
-        _fsync_dir(self.out)
+        fsync_dir(self.out)
         shutil.rmtree(self.dir)
 
     def abort(self) -> None:

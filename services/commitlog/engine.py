@@ -7,7 +7,6 @@ batch either fits (segments pre-created first) or nothing of it is written.
 
 import bisect
 import logging
-import os
 import re
 import struct
 import threading
@@ -17,6 +16,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import NamedTuple
 
 from rmqstore.dispatch import DispatchRecord, from_meta
+from rmqstore.durable import replace_file
 from rmqstore.errors import (
     InvalidArgumentError,
     OffsetOutOfRangeError,
@@ -277,13 +277,7 @@ class CommitLogEngine:
             elif name == CONSUME_QUEUE_SUBSCRIBER:
                 logics = t
         self._checkpoint = checkpoint.Checkpoint(physic, logics, index)
-        path = self.layout.checkpoint
-        tmp = path.with_name("checkpoint.tmp")
-        with open(tmp, "wb") as f:
-            f.write(checkpoint.encode(self._checkpoint))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_file(self.layout.checkpoint, checkpoint.encode(self._checkpoint))
 
     # -- reading -------------------------------------------------------------------------
     def _record_at(self, offset: int) -> tuple[Segment, int, int]:

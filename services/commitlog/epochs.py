@@ -8,8 +8,9 @@ its output at the lowest start of the epochs it missed. The history is a small J
 """
 
 import json
-import os
 from pathlib import Path
+
+from rmqstore.durable import replace_file
 
 MAX_HISTORY = 1000
 
@@ -31,13 +32,7 @@ class Epochs:
         """Start a new epoch at ``start_offset`` (durably) and return its number."""
         self.history.append((self.current + 1, start_offset))
         self.history = self.history[-MAX_HISTORY:]
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            json.dump(self.history, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        replace_file(self.path, json.dumps(self.history).encode())
         return self.current
 
     def cut_offset_since(self, epoch: int) -> int:

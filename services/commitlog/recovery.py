@@ -10,10 +10,10 @@
 
 import json
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rmqstore.durable import replace_file
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import commitlog
 from services.commitlog.segment_files import SegmentQueue
@@ -47,14 +47,8 @@ def load_snapshot(path: Path) -> tuple[int, dict[tuple[str, int], int]] | None:
 
 def save_snapshot(path: Path, offset: int, table: dict[tuple[str, int], int]) -> None:
     """Atomically record the queue table valid at commitlog ``offset`` (durable by then)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
     doc = {"offset": offset, "queues": {f"{t}/{q}": n for (t, q), n in table.items()}}
-    with open(tmp, "w") as f:
-        json.dump(doc, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(doc).encode())
 
 
 def _zero_tail(mm, start: int) -> None:

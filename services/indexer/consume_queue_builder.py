@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rmqstore.durable import fsync_dir
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
 from rmqstore.formats import consume_queue as cq
@@ -74,7 +75,7 @@ class ConsumeQueueBuilder(progress.FlushedOutput):
             self.durable_offset = stored.offset
             self._cut(stored.offset)
             for d in self._take_dirs():
-                progress.fsync_dir(d)
+                fsync_dir(d)
         self.built_offset = self.durable_offset
         log.info(
             "%s: %d queues, %d files, resuming from %d",

@@ -6,12 +6,12 @@ record, never a torn one. Builders may add fields of their own (``extra``).
 """
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rmqstore.durable import fsync_dir, replace_file  # noqa: F401  (fsync_dir re-used)
 from rmqstore.errors import StoreError
 
 
@@ -56,25 +56,7 @@ def read(path: Path) -> Progress | None:
 
 def write(path: Path, progress: Progress) -> None:
     """Replace the record atomically and durably."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    data = json.dumps({"offset": progress.offset, **progress.extra}).encode()
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    replace_file(path, json.dumps({"offset": progress.offset, **progress.extra}).encode())
 
 
 class FlushedOutput:

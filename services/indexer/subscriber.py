@@ -8,7 +8,6 @@ recovery cut the commitlog), the builder's output is cut to it before resuming.
 """
 
 import logging
-import os
 import threading
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from typing import Protocol
 
 import grpc
 
+from rmqstore.durable import replace_file
 from rmqstore.errors import StoreError
 from rmqstore.layout import StoreLayout
 from rmqstore.server import channel as make_channel
@@ -188,14 +188,7 @@ class Subscriber:
 
     def _save_epoch(self, epoch: int) -> None:
         """Record the epoch after any cut it required is durable (truncate records it)."""
-        path = self._epoch_path()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        with open(tmp, "w") as f:
-            f.write(str(epoch))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
+        replace_file(self._epoch_path(), str(epoch).encode())
 
     # -- flushing ------------------------------------------------------------------------
     def _flush_loop(self) -> None:
