@@ -167,7 +167,8 @@ class WriterMetrics:
         )
         self.reads = Counter(
             "rmqstore_writer_read_records_total",
-            "Records served by ReadRecords, by outcome (ok, out_of_range, error).",
+            "Records asked of ReadRecords/ReadRecordsStream, by outcome (ok or the refusal's "
+            "status: out_of_range, invalid_argument, resource_exhausted...).",
             ["status"],
             registry=r,
         )

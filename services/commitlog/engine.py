@@ -300,12 +300,19 @@ class CommitLogEngine:
             raise InvalidArgumentError(f"offset {offset} does not start a record")
         return seg, pos, size
 
-    def read(self, offsets: Sequence[int]) -> list[bytes]:
+    def read(self, offsets: Sequence[int], max_bytes: int = 1 << 62) -> list[bytes]:
+        """Records starting at ``offsets``; RESOURCE_EXHAUSTED past ``max_bytes`` in all."""
         out = []
+        total = 0
         for off in offsets:
             seg, pos, size = self._record_at(off)
             if size == 0:
                 raise InvalidArgumentError(f"offset {off} is an end-of-segment marker")
+            total += size
+            if total > max_bytes:
+                raise ResourceExhaustedError(
+                    f"{len(offsets)} records are more than {max_bytes} bytes: ask for fewer"
+                )
             out.append(bytes(seg.map[pos : pos + size]))
         return out
 

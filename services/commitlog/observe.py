@@ -46,6 +46,10 @@ class WriterObserver:
             self.m.reads.labels(status="ok").inc(len(records))
             self.m.read_bytes.inc(sum(map(len, records)))
 
+    def read_failed(self, status: str, n: int) -> None:
+        if self.m is not None:
+            self.m.reads.labels(status=status).inc(n)
+
     def dispatched(self, subscriber: str, n: int) -> None:
         if self.m is not None:
             self.m.dispatched_records.labels(builder=subscriber).inc(n)

@@ -1,14 +1,19 @@
 """gRPC face of the writer: translates protos to engine calls and back, nothing else."""
 
+import threading
 import time
 
 import grpc
 
-from rmqstore.errors import StoreError
-from rmqstore.server import grpc_errors
+from rmqstore.errors import ResourceExhaustedError, StoreError
+from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.engine import CommitLogEngine, PutResult
 from services.commitlog.observe import WriterObserver
+
+# each open stream holds one of the server's worker threads (see __main__'s pool size)
+MAX_READ_STREAMS = 8
+READ_MAX_BYTES = MAX_MESSAGE_BYTES - 1024 * 1024  # room for the reply's own framing
 
 
 def _result(r: PutResult) -> commitlog_pb2.PutResult:
@@ -28,6 +33,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(self, engine: CommitLogEngine, observer: WriterObserver | None = None) -> None:
         self.engine = engine
         self.observer = observer or WriterObserver(engine, None)
+        self._read_streams = threading.BoundedSemaphore(MAX_READ_STREAMS)
 
     def _put(self, messages) -> list[PutResult]:
         t0 = time.perf_counter()
@@ -55,9 +61,34 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def ReadRecords(self, request, context):
-        records = self.engine.read(request.offsets)
+        try:
+            records = self.engine.read(request.offsets, READ_MAX_BYTES)
+        except StoreError as e:
+            self.observer.read_failed(e.grpc_status.lower(), len(request.offsets))
+            raise
         self.observer.reads(records)
         return commitlog_pb2.ReadRecordsResponse(records=records)
+
+    @grpc_errors
+    def ReadRecordsStream(self, request_iterator, context):
+        if not self._read_streams.acquire(blocking=False):
+            raise ResourceExhaustedError(
+                f"{MAX_READ_STREAMS} read streams are open already: use ReadRecords"
+            )
+        try:
+            for request in request_iterator:
+                try:
+                    records = self.engine.read(request.offsets, READ_MAX_BYTES)
+                except StoreError as e:
+                    self.observer.read_failed(e.grpc_status.lower(), len(request.offsets))
+                    yield commitlog_pb2.ReadRecordsReply(
+                        status_code=status_code(e).value[0], error=str(e)
+                    )
+                    continue
+                self.observer.reads(records)
+                yield commitlog_pb2.ReadRecordsReply(records=records)
+        finally:
+            self._read_streams.release()
 
     @grpc_errors
     def GetOffsets(self, request, context):

@@ -139,6 +139,61 @@ def test_reads_and_subscriptions_check_offsets(writer):
         assert err.value.code() == grpc.StatusCode.OUT_OF_RANGE
 
 
+def test_read_stream_answers_each_request_and_survives_refusals(writer):
+    stub = _stub(writer)
+    rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)])).results
+    requests = [
+        [rs[0].phy_offset, rs[4].phy_offset],
+        [rs[1].phy_offset + 3],  # not a record start
+        [10**9],  # past the end
+        [rs[2].phy_offset],
+    ]
+    replies = list(
+        stub.ReadRecordsStream(iter(commitlog_pb2.ReadRecordsRequest(offsets=o) for o in requests))
+    )
+    assert [r.status_code for r in replies] == [
+        0,
+        grpc.StatusCode.INVALID_ARGUMENT.value[0],
+        grpc.StatusCode.OUT_OF_RANGE.value[0],
+        0,
+    ]
+    assert "does not start a record" in replies[1].error and not replies[1].records
+    assert [commitlog.decode(r).physical_offset for r in replies[0].records] == [
+        rs[0].phy_offset,
+        rs[4].phy_offset,
+    ]
+    assert commitlog.decode(replies[3].records[0]).body == b"body-2"
+
+
+def test_read_streams_are_bounded(writer):
+    from services.commitlog.servicer import MAX_READ_STREAMS
+
+    stub = _stub(writer)
+    (r,) = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(0)])).results
+    held = []  # open streams, each waiting for its next request
+    try:
+        for _ in range(MAX_READ_STREAMS):
+            gate = threading.Event()
+
+            def gen(gate=gate):
+                yield commitlog_pb2.ReadRecordsRequest(offsets=[r.phy_offset])
+                gate.wait(30)
+
+            call = stub.ReadRecordsStream(gen())
+            assert next(call).records  # the stream is open and served
+            held.append((call, gate))
+        extra = stub.ReadRecordsStream(iter([commitlog_pb2.ReadRecordsRequest(offsets=[0])]))
+        with pytest.raises(grpc.RpcError) as err:
+            next(extra)
+        assert err.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "use ReadRecords" in err.value.details()
+        assert stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[r.phy_offset])).records
+    finally:
+        for call, gate in held:
+            gate.set()
+            call.cancel()
+
+
 def test_subscribe_streams_every_record_in_order(writer):
     stub = _stub(writer)
     sent = []

@@ -1,0 +1,121 @@
+"""Record bytes from a real writer process: streams, the unary fallback, restarts, timeouts."""
+
+import signal
+import threading
+import time
+
+import pytest
+
+from rmqstore.errors import OffsetOutOfRangeError, UnavailableError
+from rmqstore.formats import commitlog
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from services.query.record_source import GrpcRecordSource, read_some
+from tests import procs
+
+pytestmark = pytest.mark.integration
+
+
+def _writer(store, listen="127.0.0.1:0"):
+    return procs.start("services.commitlog", "--store", str(store), "--listen", listen,
+                       "--commitlog-segment-size", str(1 << 20))  # fmt: skip
+
+
+def _put(address, n):
+    stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
+    msgs = [common_pb2.Message(topic="Src", body=f"b{i}".encode()) for i in range(n)]
+    results = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=msgs)).results
+    return [r.phy_offset for r in results]
+
+
+@pytest.fixture
+def writer(tmp_path):
+    p = _writer(tmp_path / "store")
+    yield p
+    p.stop()
+
+
+def _bodies(raws):
+    return [commitlog.decode(r).body for r in raws]
+
+
+@pytest.mark.parametrize("streams", [0, 1, 4])
+def test_reads_are_exact_with_and_without_streams(writer, streams):
+    offsets = _put(writer.address, 40)
+    src = GrpcRecordSource(writer.address, streams=streams)
+    try:
+        assert _bodies(src.read(offsets)) == [f"b{i}".encode() for i in range(40)]
+        errors: list[BaseException] = []
+
+        def reader(k: int) -> None:  # more readers than streams: the rest go unary
+            try:
+                for i in range(k, 40, 8):
+                    assert _bodies(src.read([offsets[i]])) == [f"b{i}".encode()]
+            except BaseException as e:  # noqa: BLE001 - reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert not errors
+    finally:
+        src.close()
+
+
+def test_a_refused_read_keeps_the_stream(writer):
+    offsets = _put(writer.address, 3)
+    src = GrpcRecordSource(writer.address, streams=1)
+    try:
+        with pytest.raises(OffsetOutOfRangeError, match="does not start a record"):
+            src.read([offsets[1] + 1])
+        assert read_some(src, [offsets[0], offsets[2] + 10**6, offsets[2]])[1] is None
+        assert _bodies(src.read([offsets[2]])) == [b"b2"]
+        assert len(src._open) == 1  # still the one stream
+    finally:
+        src.close()
+
+
+def test_reads_resume_after_the_writer_restarts(tmp_path):
+    store = tmp_path / "store"
+    w = _writer(store)
+    address = w.address
+    offsets = _put(address, 5)
+    src = GrpcRecordSource(address, streams=2, timeout=5)
+    try:
+        assert _bodies(src.read(offsets[:1])) == [b"b0"]
+        w.kill()
+        with pytest.raises(UnavailableError):
+            src.read(offsets[:1])
+        w = _writer(store, address)  # same port
+        deadline = time.monotonic() + 30
+        while True:  # the channel reconnects after its back-off
+            try:
+                raws = src.read(offsets)
+                break
+            except UnavailableError:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert _bodies(raws) == [f"b{i}".encode() for i in range(5)]
+    finally:
+        src.close()
+        w.stop()
+
+
+def test_a_read_from_a_stalled_writer_times_out(writer):
+    offsets = _put(writer.address, 2)
+    src = GrpcRecordSource(writer.address, streams=1, timeout=0.5)
+    try:
+        assert src.read(offsets[:1])
+        writer.proc.send_signal(signal.SIGSTOP)
+        t0 = time.monotonic()
+        try:
+            with pytest.raises(UnavailableError):
+                src.read(offsets[1:])
+        finally:
+            writer.proc.send_signal(signal.SIGCONT)
+        assert time.monotonic() - t0 < 5  # the stream was cancelled, then a unary call failed
+        assert _bodies(src.read(offsets)) == [b"b0", b"b1"]
+    finally:
+        src.close()
