@@ -30,6 +30,13 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--cluster-name", default="DefaultCluster")
     p.add_argument("--warmup", action="store_true", help="touch every page of new segments")
+    p.add_argument(
+        "--prefault-window",
+        type=int,
+        default=32 * 1024 * 1024,
+        help="bytes of the segment mapped ahead of the write position by a background "
+        "thread, so appends do not take page faults (0 = off)",
+    )
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
@@ -43,6 +50,7 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
         store_host=args.store_host,
         cluster_name=args.cluster_name,
         warmup=args.warmup,
+        prefault_window=args.prefault_window,
     )
 
 

@@ -21,12 +21,15 @@ class WriterConfig:
     cluster_name: str = "DefaultCluster"
     warmup: bool = False
     preallocate: bool = True
+    prefault_window: int = 32 * 1024 * 1024  # pages mapped ahead of the write position; 0 = off
 
     def __post_init__(self) -> None:
         if self.flush not in ("async", "sync"):
             raise ValueError(f"--flush must be async or sync, not {self.flush!r}")
         if self.segment_size < 4096 or self.segment_size % 4096:
             raise ValueError("--commitlog-segment-size must be a multiple of 4096")
+        if self.prefault_window < 0:
+            raise ValueError("--prefault-window must be 0 (off) or positive")
         if self.max_message_size <= 0:
             raise ValueError("--max-message-size must be positive")
         if not 1 <= self.queues_per_topic <= 65536:

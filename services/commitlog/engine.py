@@ -33,6 +33,7 @@ from services.commitlog.dispatch_cache import DispatchCache
 from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
 from services.commitlog.messages import MessageBuilder, Prepared
+from services.commitlog.prefault import Prefaulter
 from services.commitlog.recovery import Recovered, recover, save_snapshot
 from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
@@ -124,6 +125,8 @@ class CommitLogEngine:
             self.epochs.begin(r.end)
         self.layout.abort.write_bytes(b"")
         self.flusher.start(r.end)
+        self.prefaulter = Prefaulter(lambda: self._head, cfg.prefault_window)
+        self.prefaulter.start()
 
     @property
     def _snapshot_path(self):
@@ -156,6 +159,7 @@ class CommitLogEngine:
                 raise UnavailableError("the commitlog writer is shutting down")
             self._ensure_segments(prepared)
             results, end = self._append(prepared, now_ms or _now_ms())  # store time
+        self.prefaulter.poke()
         with self._appended:
             self._appended.notify_all()
         if self.config.flush == "sync" and not self.flusher.wait_durable(end):
@@ -442,6 +446,7 @@ class CommitLogEngine:
             self._closed = True
         with self._appended:
             self._appended.notify_all()
+        self.prefaulter.stop()
         self.flusher.stop()
         self._flush_all()
         try:

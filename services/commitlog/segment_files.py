@@ -4,6 +4,7 @@ A segment is created with ``posix_fallocate`` so that a full disk fails at creat
 clear error instead of a SIGBUS on a later write into a sparse mapping.
 """
 
+import ctypes
 import logging
 import mmap
 import os
@@ -34,6 +35,12 @@ class Segment:
         self.wrote = 0
         self.flushed = 0
         self.released = 0
+        self.populated = 0  # pages below this were pre-faulted (see prefault.py)
+        self.lock = threading.Lock()  # held by the pre-faulter while it touches the mapping
+        self.closed = False
+        exported = ctypes.c_char.from_buffer(self.map)
+        self.address = ctypes.addressof(exported)  # valid until close()
+        del exported  # release the export, or the map could not be closed
 
     @property
     def end(self) -> int:
@@ -57,6 +64,8 @@ class Segment:
             self.released = upto
 
     def close(self) -> None:
+        with self.lock:
+            self.closed = True
         self.view.release()
         try:
             self.map.close()
