@@ -77,6 +77,8 @@ class Prefaulter:
                 return
 
     def _populate(self, seg: Segment) -> None:
+        madvise = self._madvise
+        assert madvise is not None  # the thread runs only when supported
         ahead = seg.wrote + self.window
         target = min(ahead - ahead % PAGE, seg.size)  # madvise wants page-aligned ranges
         while not self._stop:
@@ -88,7 +90,7 @@ class Prefaulter:
             with seg.lock:
                 if seg.closed:
                     return
-                rc = self._madvise(seg.address + start, length, MADV_POPULATE_WRITE)
+                rc = madvise(seg.address + start, length, MADV_POPULATE_WRITE)
             if rc != 0:
                 err = ctypes.get_errno()
                 if err in (errno.EINVAL, errno.ENOSYS, errno.EPERM):
