@@ -16,6 +16,7 @@ import itertools
 import os
 import struct
 import time
+from collections.abc import Callable
 from typing import NamedTuple
 
 from rmqstore.errors import InvalidArgumentError
@@ -102,16 +103,22 @@ class UniqKeyGenerator:
         self._head = ""
 
     def next(self, now_ms: int | None = None) -> str:
-        now = time.time_ns() // 1_000_000 if now_ms is None else now_ms
-        if not self._month_start <= now < self._next_month:
-            self._month_start = month_start_ms(now)
+        return self.at(time.time_ns() // 1_000_000 if now_ms is None else now_ms)()
+
+    def at(self, now_ms: int) -> Callable[[], str]:
+        """A maker of keys for one instant (a whole batch): only the counter changes."""
+        if not self._month_start <= now_ms < self._next_month:
+            self._month_start = month_start_ms(now_ms)
             self._next_month = month_start_ms(self._month_start + 32 * 86_400_000)
             self._head = uniq_key(self._prefix, self._pid, self._loader, 0, 0)[:-12]
         # same bytes as uniq_key(...), formatted directly: this runs once per message
-        return (
-            f"{self._head}{(now - self._month_start) & 0xFFFFFFFF:08X}"
-            f"{next(self._counter) & 0xFFFF:04X}"
-        )
+        head = f"{self._head}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
+        counter = self._counter
+
+        def make() -> str:
+            return f"{head}{next(counter) & 0xFFFF:04X}"
+
+        return make
 
 
 def uniq_key_time(uniq_key: str, now_ms: int | None = None) -> int:

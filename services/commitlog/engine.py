@@ -8,12 +8,12 @@ batch either fits (segments pre-created first) or nothing of it is written.
 import bisect
 import logging
 import re
-import struct
 import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from typing import NamedTuple
+from itertools import accumulate
+from typing import NamedTuple, overload
 
 from rmqstore.dispatch import DispatchRecord, from_meta
 from rmqstore.durable import replace_file
@@ -32,14 +32,13 @@ from services.commitlog.config import WriterConfig
 from services.commitlog.dispatch_cache import DispatchCache
 from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
-from services.commitlog.messages import MessageBuilder, Prepared
+from services.commitlog.messages import MessageBuilder
 from services.commitlog.prefault import Prefaulter
 from services.commitlog.recovery import Recovered, recover, save_snapshot
 from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
 
 log = logging.getLogger(__name__)
-_LONG = struct.Struct(">q")
 DEFAULT_BATCH_RECORDS = 4096
 INDEX_SUBSCRIBER = "index"  # builders' subscriber names: their acks feed the checkpoint
 CONSUME_QUEUE_SUBSCRIBER = "consume-queue"
@@ -57,6 +56,52 @@ class PutResult(NamedTuple):
     store_timestamp: int
     topic: str
     queue_id: int
+
+
+class Stored(Sequence[PutResult]):
+    """What one put stored, as columns: entry i answers message i (topic and queue as
+    stored, i.e. the schedule topic for a delayed message). Indexing gives a PutResult."""
+
+    __slots__ = (
+        "id_prefix", "phy_offsets", "queue_offsets", "sizes", "store_timestamp", "topics",
+        "queue_ids", "unique_keys",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        id_prefix: str,
+        phy_offsets: Sequence[int],
+        queue_offsets: Sequence[int],
+        sizes: Sequence[int],
+        store_timestamp: int,
+        topics: Sequence[str],
+        queue_ids: Sequence[int],
+        unique_keys: Sequence[str],
+    ) -> None:
+        self.id_prefix = id_prefix
+        self.phy_offsets, self.queue_offsets, self.sizes = phy_offsets, queue_offsets, sizes
+        self.store_timestamp = store_timestamp
+        self.topics, self.queue_ids, self.unique_keys = topics, queue_ids, unique_keys
+
+    def msg_ids(self) -> list[str]:
+        prefix = self.id_prefix
+        return [f"{prefix}{phy:016X}" for phy in self.phy_offsets]
+
+    def __len__(self) -> int:
+        return len(self.phy_offsets)
+
+    @overload
+    def __getitem__(self, i: int) -> PutResult: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[PutResult]: ...
+    def __getitem__(self, i: int | slice) -> PutResult | list[PutResult]:
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        phy = self.phy_offsets[i]
+        return PutResult(
+            f"{self.id_prefix}{phy:016X}", self.unique_keys[i], phy, self.queue_offsets[i],
+            self.sizes[i], self.store_timestamp, self.topics[i], self.queue_ids[i],
+        )  # fmt: skip
 
 
 def _now_ms() -> int:
@@ -147,106 +192,110 @@ class CommitLogEngine:
         return self.flusher.flushed
 
     # -- appending -----------------------------------------------------------------------
-    def put(self, messages: Sequence, now_ms: int | None = None) -> list[PutResult]:
+    def put(self, messages: Sequence, now_ms: int | None = None) -> Stored:
         """Validate, then append all messages or none; durable first under sync flush."""
         now = now_ms or _now_ms()
-        build = self.builder.build
-        prepared = [build(m, now) for m in messages]
+        prepared = self.builder.build_many(messages, now)
         if not prepared:
-            return []
+            return Stored(self._msg_id_prefix, [], [], [], now, [], [], [])
+        columns = tuple(zip(*prepared, strict=True))
         with self._lock:
             if self._closed:
                 raise UnavailableError("the commitlog writer is shutting down")
-            self._ensure_segments(prepared)
-            results, end = self._append(prepared, now_ms or _now_ms())  # store time
+            self._ensure_segments(columns[1])
+            stored, end = self._append(columns, now_ms or _now_ms())  # store time
         self.prefaulter.poke()
         with self._appended:
             self._appended.notify_all()
         if self.config.flush == "sync" and not self.flusher.wait_durable(end):
             raise StoreError(f"flush did not reach offset {end} within 5 s (FLUSH_DISK_TIMEOUT)")
-        return results
+        return stored
 
-    def _ensure_segments(self, prepared: list[Prepared]) -> None:
+    def _ensure_segments(self, sizes: Sequence[int]) -> None:
         """Create every segment file this batch will need before writing any of it."""
         size = self.config.segment_size
         head = self._head
         start = head.start if head else self.max_offset - self.max_offset % size
         pos = head.wrote if head else self.max_offset - start
+        if head and pos + sum(sizes) + commitlog.BLANK_SIZE <= size:
+            return  # the common case: the batch fits in the head segment
         needed = [] if head else [start]
-        for p in prepared:
-            if pos + p.size + commitlog.BLANK_SIZE > size:
+        for n in sizes:
+            if pos + n + commitlog.BLANK_SIZE > size:
                 start += size
                 pos = 0
                 needed.append(start)
-            pos += p.size
+            pos += n
         for s in needed:
             self.segments.ensure_file(s)
 
-    def _append(self, prepared: list[Prepared], ts: int) -> tuple[list[PutResult], int]:
+    def _append(self, columns: tuple, ts: int) -> tuple[Stored, int]:
+        """Write prepared messages, given as columns (see messages.Prepared)."""
         batch_start = self.max_offset
         seg = self._head
         if seg is None:  # a fresh store, or the last segment ended with a blank record
             seg = self._head = self.segments.roll(batch_start)
+        records, sizes, topics, queue_ids, sys_flags, codes, keys, uniqs, delays, ptxs, advances = (
+            columns
+        )
         table = self.queue_table
-        pack_long = _LONG.pack_into
-        phys: list[int] = []
         qos: list[int] = []
-        mm, wrote = seg.map, seg.wrote
-        limit = seg.size - commitlog.BLANK_SIZE
-        for p in prepared:
-            size = p.size
-            if wrote + size > limit:
-                mm[wrote : wrote + 8] = commitlog.blank(seg.size - wrote)
-                seg.wrote = seg.size
-                seg = self._head = self.segments.roll(seg.end)
-                mm, wrote = seg.map, 0
-            if p.advances_queue:
-                key = (p.topic, p.queue_id)
+        for key, advance in zip(zip(topics, queue_ids, strict=True), advances, strict=True):
+            if advance:
                 qo = table.get(key, 0)
                 table[key] = qo + 1
+                qos.append(qo)
             else:
-                qo = 0
-            phy = seg.start + wrote
-            mm[wrote : wrote + size] = p.data
-            pack_long(mm, wrote + commitlog.QUEUE_OFFSET_AT, qo)
-            pack_long(mm, wrote + commitlog.PHYSICAL_OFFSET_AT, phy)
-            pack_long(mm, wrote + p.store_timestamp_at, ts)
-            wrote += size
-            seg.wrote = wrote
-            phys.append(phy)
-            qos.append(qo)
-        end = seg.start + wrote
+                qos.append(0)
+        encode = self.builder.encoder.encode
+        total = sum(sizes)
+        wrote = seg.wrote
+        if wrote + total + commitlog.BLANK_SIZE <= seg.size:  # one copy for the whole batch
+            phys = list(accumulate(sizes[:-1], initial=seg.start + wrote))
+            seg.map[wrote : wrote + total] = encode(records, qos, phys, ts)
+            seg.wrote = wrote + total
+        else:  # the batch crosses into the next segment: record by record
+            phys = []
+            limit = seg.size - commitlog.BLANK_SIZE
+            for rec, size, qo in zip(records, sizes, qos, strict=True):
+                if wrote + size > limit:
+                    seg.map[wrote : wrote + 8] = commitlog.blank(seg.size - wrote)
+                    seg.wrote = seg.size
+                    seg = self._head = self.segments.roll(seg.end)
+                    wrote, limit = 0, seg.size - commitlog.BLANK_SIZE
+                phy = seg.start + wrote
+                seg.map[wrote : wrote + size] = encode((rec,), (qo,), (phy,), ts)
+                wrote += size
+                seg.wrote = wrote
+                phys.append(phy)
+        end = seg.start + seg.wrote
         self.max_offset = end
         self.bytes_written += end - batch_start
-        self.messages_written += len(prepared)
+        self.messages_written += len(sizes)
         self._marks.append((end, ts))
-        id_prefix = self._msg_id_prefix
-        results = [
-            PutResult(
-                f"{id_prefix}{phy:016X}", p.uniq_key, phy, qo, p.size, ts, p.topic, p.queue_id
-            )
-            for p, phy, qo in zip(prepared, phys, qos, strict=True)
-        ]
+        if any(delays):  # the schedule topic's tags code is the delivery time
+            codes = tuple(ts + d if d else c for c, d in zip(codes, delays, strict=True))
         self.cache.add(
             batch_start,
             end,
             commitlog_pb2.DispatchBatch(
-                topic=[p.topic for p in prepared],
-                queue_id=[p.queue_id for p in prepared],
+                topic=topics,
+                queue_id=queue_ids,
                 queue_offset=qos,
                 phy_offset=phys,
-                size=[p.size for p in prepared],
-                tags_code=[ts + p.delay_ms if p.delay_ms else p.tags_code for p in prepared],
-                store_timestamp=[ts] * len(prepared),
-                keys=[p.keys for p in prepared],
-                unique_key=[p.uniq_key for p in prepared],
-                sys_flag=[p.sys_flag for p in prepared],
-                prepared_transaction_offset=[p.prepared_transaction_offset for p in prepared],
+                size=sizes,
+                tags_code=codes,
+                store_timestamp=[ts] * len(sizes),
+                keys=keys,
+                unique_key=uniqs,
+                sys_flag=sys_flags,
+                prepared_transaction_offset=ptxs,
                 next_offset=end,
                 max_offset=end,
             ),
         )
-        return results, end
+        stored = Stored(self._msg_id_prefix, phys, qos, sizes, ts, topics, queue_ids, uniqs)
+        return stored, end
 
     # -- flushing ------------------------------------------------------------------------
     def _flush_all(self) -> int:

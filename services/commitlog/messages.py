@@ -7,11 +7,12 @@ queue level-1. Then serialized in Java HashMap order.
 """
 
 import time
-from dataclasses import dataclass
+from collections.abc import Iterable
 
 from rmqstore import delay
 from rmqstore.errors import CorruptRecordError, MessageIllegalError
 from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog_batch as batch_fmt
 from rmqstore.formats import properties as P
 from rmqstore.formats.hosts import Host, parse_host
 from rmqstore.formats.javahash import tags_code, utf16_len
@@ -23,26 +24,18 @@ RESERVED = frozenset(
     (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
 )
 _QUEUED_TX_TYPES = (commitlog.TRANSACTION_NOT_TYPE, commitlog.TRANSACTION_COMMIT_TYPE)
-_V6_BITS = commitlog.BORNHOST_V6_FLAG | commitlog.STOREHOST_V6_FLAG
+# both tx types that take no queue offset (0x4 prepared, 0xC rollback) have this bit
+PREPARED_OR_ROLLBACK = commitlog.TRANSACTION_PREPARED_TYPE
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 
 
-@dataclass(slots=True)
-class Prepared:
-    """An encoded record waiting for its offsets, plus what dispatch needs."""
-
-    data: bytes
-    topic: str
-    queue_id: int
-    sys_flag: int
-    tags_code: int
-    keys: str
-    uniq_key: str
-    delay_ms: int  # > 0 for the schedule topic: tags code = store time + this
-    prepared_transaction_offset: int
-    size: int
-    advances_queue: bool  # not a prepared/rollback record: takes the next queue offset
-    store_timestamp_at: int
+# A message ready for the append lock, as a plain tuple (cheap to make; the engine reads it
+# by column): its record but for offsets (see commitlog_batch), record size, stored topic and
+# queue id, stored sys flag, tags code, keys, unique key, delay ms (> 0 for the schedule
+# topic: its tags code is store time + this), prepared tx offset, and whether it takes the
+# next queue offset (not a prepared/rollback record).
+Prepared = tuple[batch_fmt.Prepared, int, str, int, int, int, str, str, int, int, bool]
+COLUMNS = 11
 
 
 def _check_text(what: str, value: str) -> None:
@@ -56,40 +49,29 @@ class MessageBuilder:
     def __init__(self, config: WriterConfig) -> None:
         self.config = config
         self.store_host: Host = config.host
-        self._store_v6_bit = commitlog.STOREHOST_V6_FLAG if self.store_host.is_v6 else 0
         self.uniq = UniqKeyGenerator(
             self.store_host.ip if len(self.store_host.ip) == 4 else b"\x7f\x00\x00\x01"
         )
         self._born_cache: dict[str, Host] = {}
         self._topics: dict[str, bytes] = {}
-        # property order of the common case (no user properties, no delay) per present fields;
-        # WAIT was in the client's map too, so the map once held one more entry
-        # as a %-template over (tags, keys, unique key) per combination of present fields
-        self._templates: dict[tuple[bool, bool, bool], tuple[str, tuple[int, ...]]] = {}
+        # the properties string of the common case (no user properties, no delay) for each
+        # combination of present fields, in HashMap order, as a str.format template over
+        # (tags, keys, unique key); WAIT was in the client's map too, so the map once held
+        # one more entry
+        self._templates: dict[tuple[bool, bool, bool], str] = {}
+        cluster = config.cluster_name.replace("{", "{{").replace("}", "}}")
+        slot = {P.TAGS: "{0}", P.KEYS: "{1}", P.UNIQ_KEY: "{2}", P.CLUSTER: cluster}
         for has_tags in (False, True):
             for has_keys in (False, True):
                 for has_uniq in (False, True):
-                    names = [
-                        n
-                        for n, on in (
-                            (P.TAGS, has_tags),
-                            (P.KEYS, has_keys),
-                            (P.UNIQ_KEY, has_uniq),
-                            (P.CLUSTER, True),
-                        )
-                        if on
-                    ]
+                    present = ((P.TAGS, has_tags), (P.KEYS, has_keys), (P.UNIQ_KEY, has_uniq))
+                    names = [n for n, on in present if on] + [P.CLUSTER]
                     order = P.hashmap_order(names, len(names) + 1)
-                    slot = {P.TAGS: 0, P.KEYS: 1, P.UNIQ_KEY: 2}
-                    template = P.PROPERTY_SEPARATOR.join(
-                        f"{n}{P.NAME_VALUE_SEPARATOR}"
-                        + (config.cluster_name.replace("%", "%%") if n == P.CLUSTER else "%s")
-                        for n in order
+                    self._templates[(has_tags, has_keys, has_uniq)] = P.PROPERTY_SEPARATOR.join(
+                        f"{n}{P.NAME_VALUE_SEPARATOR}{slot[n]}" for n in order
                     )
-                    self._templates[(has_tags, has_keys, has_uniq)] = (
-                        template,
-                        tuple(slot[n] for n in order if n != P.CLUSTER),
-                    )
+        self.encoder = batch_fmt.BatchEncoder(self.store_host)
+        self._record_limit = min(config.max_message_size + 64 * 1024, config.segment_size - 8)
         self._tag_codes: dict[str, int] = {}
 
     def _born(self, text: str) -> Host:
@@ -162,36 +144,91 @@ class MessageBuilder:
             if delay_ms:
                 topic_bytes = topic.encode()
         else:
-            template, slots = self._templates[(bool(tags), bool(keys), bool(uniq))]
-            values = (tags, keys, uniq)
-            prop_str = template % tuple([values[i] for i in slots])
+            prop_str = self._templates[(bool(tags), bool(keys), bool(uniq))].format(
+                tags, keys, uniq
+            )
         props = prop_str.encode()
         if len(props) > P.MAX_PROPERTIES_LENGTH:
             raise MessageIllegalError(
                 f"properties are {len(props)} bytes, the limit is {P.MAX_PROPERTIES_LENGTH}"
             )
         born_ts = m.born_timestamp or (now_ms if now_ms is not None else int(time.time() * 1000))
-        born = self._born(m.born_host)
         try:
-            data = commitlog.encode_parts(
-                topic_bytes, queue_id, body, props, m.flag, sys_flag, born_ts, born,
-                self.store_host, m.reconsume_times, m.prepared_transaction_offset,
+            record = self.encoder.prepare(
+                topic_bytes, queue_id, body, props, m.flag, sys_flag, born_ts,
+                self._born(m.born_host), m.reconsume_times, m.prepared_transaction_offset,
             )  # fmt: skip
         except CorruptRecordError as e:
             raise MessageIllegalError(str(e)) from None
-        if len(data) > cfg.max_message_size + 64 * 1024 or len(data) + 8 > cfg.segment_size:
+        size = record[batch_fmt.TOTAL_SIZE]
+        if size > self._record_limit:
             raise MessageIllegalError(
-                f"record is {len(data)} bytes, too large for the limit "
+                f"record is {size} bytes, too large for the limit "
                 f"({cfg.max_message_size}) or the segment size ({cfg.segment_size})"
             )
-        v6_bits = (commitlog.BORNHOST_V6_FLAG if len(born.ip) == 16 else 0) | self._store_v6_bit
-        stored_flag = (sys_flag & ~_V6_BITS) | v6_bits
-        return Prepared(
-            data, topic, queue_id, stored_flag, 0 if delay_ms else self._tags_code(tags), keys,
-            uniq, delay_ms, m.prepared_transaction_offset, len(data),
+        return (
+            record, size, topic, queue_id, record[batch_fmt.SYS_FLAG],
+            0 if delay_ms else self._tags_code(tags), keys, uniq, delay_ms,
+            m.prepared_transaction_offset,
             (sys_flag & commitlog.TRANSACTION_TYPE_MASK) in _QUEUED_TX_TYPES,
-            commitlog.store_timestamp_at(stored_flag),
         )  # fmt: skip
+
+    def build_many(self, messages: Iterable, now_ms: int) -> list[Prepared]:
+        """``build`` for each message; the common shape (a known topic, no user properties,
+        no delay, IPv4 or default born host) takes a shorter path to the same record."""
+        topics, templates, born_cache = self._topics, self._templates, self._born_cache
+        queues, max_body = self.config.queues_per_topic, self.config.max_message_size
+        prepare, next_uniq, limit = self.encoder.prepare, self.uniq.at(now_ms), self._record_limit
+        tag_codes, store = self._tag_codes, self.store_host
+        out: list[Prepared] = []
+        append = out.append
+        for m in messages:
+            topic = m.topic
+            topic_bytes = topics.get(topic)
+            queue_id = m.queue_id
+            body = m.body
+            sys_flag = m.sys_flag
+            born_text = m.born_host
+            born = born_cache.get(born_text) if born_text else store
+            tags, keys, uniq = m.tags, m.keys, m.unique_key
+            text = tags + keys + uniq
+            if (
+                topic_bytes is None
+                or born is None
+                or m.delay_level
+                or m.properties
+                or not 0 <= queue_id < queues
+                or len(body) > max_body
+                or sys_flag & ~CLIENT_SYS_FLAGS
+                or "\x01" in text
+                or "\x02" in text
+            ):
+                append(self.build(m, now_ms))  # the general path: every check, every error
+                continue
+            if not uniq and not m.without_unique_key:
+                uniq = next_uniq()
+            props = templates[(bool(tags), bool(keys), bool(uniq))].format(tags, keys, uniq)
+            props_bytes = props.encode()
+            code = tag_codes.get(tags)
+            if code is None or len(props_bytes) > P.MAX_PROPERTIES_LENGTH:
+                append(self.build(m, now_ms))
+                continue
+            record = prepare(
+                topic_bytes, queue_id, body, props_bytes, m.flag, sys_flag,
+                m.born_timestamp or now_ms, born, m.reconsume_times,
+                m.prepared_transaction_offset,
+            )  # fmt: skip
+            size = record[batch_fmt.TOTAL_SIZE]
+            if size > limit:
+                append(self.build(m, now_ms))
+                continue
+            append(
+                (
+                    record, size, topic, queue_id, record[batch_fmt.SYS_FLAG], code, keys, uniq,
+                    0, m.prepared_transaction_offset, not sys_flag & PREPARED_OR_ROLLBACK,
+                )  # fmt: skip
+            )
+        return out
 
     def _general_properties(self, m, uniq: str) -> tuple[str, str, int, int]:
         """User properties and/or delay: (properties, stored topic, stored queue, delay ms)."""

@@ -6,7 +6,7 @@ from collections import Counter as Tally
 from prometheus_client import CollectorRegistry
 
 from rmqstore.metrics import WriterMetrics, on_scrape
-from services.commitlog.engine import CommitLogEngine, PutResult
+from services.commitlog.engine import CommitLogEngine, Stored
 
 
 class WriterObserver:
@@ -28,13 +28,13 @@ class WriterObserver:
             metrics.abnormal_recoveries.inc()
         metrics.watch_store(engine.layout.root)
 
-    def puts(self, results: list[PutResult], seconds: float) -> None:
+    def puts(self, stored: Stored, seconds: float) -> None:
         m = self.m
         if m is None:
             return
         m.put_latency.observe(seconds)
-        m.put_batch_messages.observe(len(results))
-        for topic, n in Tally(r.topic for r in results).items():
+        m.put_batch_messages.observe(len(stored))
+        for topic, n in Tally(stored.topics).items():
             m.puts.labels(topic=topic, status="ok").inc(n)
 
     def put_failed(self, status: str) -> None:

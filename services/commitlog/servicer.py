@@ -8,7 +8,7 @@ import grpc
 from rmqstore.errors import ResourceExhaustedError, StoreError
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
-from services.commitlog.engine import CommitLogEngine, PutResult
+from services.commitlog.engine import CommitLogEngine, PutResult, Stored
 from services.commitlog.observe import WriterObserver
 
 # each open stream holds one of the server's worker threads (see __main__'s pool size)
@@ -29,21 +29,34 @@ def _result(r: PutResult) -> commitlog_pb2.PutResult:
     )
 
 
+def _columns(s: Stored) -> commitlog_pb2.PutResultColumns:
+    return commitlog_pb2.PutResultColumns(
+        msg_id=s.msg_ids(),
+        unique_key=s.unique_keys,
+        phy_offset=s.phy_offsets,
+        queue_offset=s.queue_offsets,
+        size=s.sizes,
+        store_timestamp=s.store_timestamp,
+        topic=s.topics,
+        queue_id=s.queue_ids,
+    )
+
+
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(self, engine: CommitLogEngine, observer: WriterObserver | None = None) -> None:
         self.engine = engine
         self.observer = observer or WriterObserver(engine, None)
         self._read_streams = threading.BoundedSemaphore(MAX_READ_STREAMS)
 
-    def _put(self, messages) -> list[PutResult]:
+    def _put(self, messages) -> Stored:
         t0 = time.perf_counter()
         try:
-            results = self.engine.put(messages)
+            stored = self.engine.put(messages)
         except StoreError as e:
             self.observer.put_failed(e.grpc_status.lower())
             raise
-        self.observer.puts(results, time.perf_counter() - t0)
-        return results
+        self.observer.puts(stored, time.perf_counter() - t0)
+        return stored
 
     @grpc_errors
     def Put(self, request, context):
@@ -51,12 +64,18 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def PutBatch(self, request, context):
+        s = self._put(request.messages)
+        if request.columnar_results:
+            return commitlog_pb2.PutBatchResponse(columns=_columns(s))
         response = commitlog_pb2.PutBatchResponse()
         add = response.results.add  # filled in place: no per-result message copied
-        for r in self._put(request.messages):
-            add(msg_id=r.msg_id, unique_key=r.unique_key, phy_offset=r.phy_offset,
-                queue_offset=r.queue_offset, size=r.size, store_timestamp=r.store_timestamp,
-                topic=r.topic, queue_id=r.queue_id)  # fmt: skip
+        ts = s.store_timestamp
+        for msg_id, uniq, phy, qo, size, topic, qid in zip(
+            s.msg_ids(), s.unique_keys, s.phy_offsets, s.queue_offsets, s.sizes, s.topics,
+            s.queue_ids, strict=True,
+        ):  # fmt: skip
+            add(msg_id=msg_id, unique_key=uniq, phy_offset=phy, queue_offset=qo, size=size,
+                store_timestamp=ts, topic=topic, queue_id=qid)  # fmt: skip
         return response
 
     @grpc_errors

@@ -41,8 +41,8 @@ def test_the_window_ahead_of_the_writer_is_populated(tmp_path):
         assert engine._head is not head
         new_head = engine._head
         _wait_for(lambda: new_head.populated >= WINDOW)
-        raws = engine.read([r.phy_offset for r in results + rolled])
-        assert all(len(r) == res.size for r, res in zip(raws, results + rolled, strict=True))
+        raws = engine.read([r.phy_offset for r in [*results, *rolled]])
+        assert all(len(r) == res.size for r, res in zip(raws, [*results, *rolled], strict=True))
     finally:
         engine.close()
     assert not engine.prefaulter._thread.is_alive()

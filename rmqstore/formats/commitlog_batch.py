@@ -1,0 +1,109 @@
+"""Many v1 commitlog records at once, split around the writer's append lock.
+
+``prepare`` runs before the lock: it checks a record and computes everything except the
+three fields only the lock can assign (queue offset, physical offset, store timestamp).
+``encode`` runs inside it: it packs each header with those and joins the whole batch into the
+bytes copied into the segment. Both only feed the structs of ``commitlog.py``, where the
+record layout is described; the bytes equal ``commitlog.encode_parts`` given the same fields.
+
+A prepared record is a plain tuple (cheap to make, cheap to unpack):
+
+    (header struct, total size, body CRC, queue id, flag, sys flag, born timestamp,
+     born ip, born port, reconsume times, prepared tx offset, body, tail)
+
+where ``tail`` is ``[topic length][topic][properties length][properties]``.
+"""
+
+import zlib
+from collections.abc import Sequence
+from typing import Any
+
+from rmqstore.errors import CorruptRecordError
+from rmqstore.formats import commitlog as cl
+from rmqstore.formats import properties as props_fmt
+from rmqstore.formats.hosts import Host
+
+_V6_BITS = cl.BORNHOST_V6_FLAG | cl.STOREHOST_V6_FLAG
+_SHORT = cl._SHORT  # the properties length
+TOTAL_SIZE = 1  # position of the total size in a prepared tuple
+SYS_FLAG = 5  # position of the stored sys flag (v6 bits set)
+
+Prepared = tuple[Any, ...]
+
+
+class BatchEncoder:
+    """Encodes records stored by one host (its address is in every record)."""
+
+    def __init__(self, store_host: Host) -> None:
+        self._store_ip, self._store_port = store_host.ip, store_host.port
+        self._store_v6 = len(store_host.ip) == 16
+        self._store_bit = cl.STOREHOST_V6_FLAG if self._store_v6 else 0
+        self._topic_heads: dict[bytes, bytes] = {}
+        self._fixed_v4_born = cl._FIXED[(False, self._store_v6)]
+        self._fixed_v6_born = cl._FIXED[(True, self._store_v6)]
+
+    def prepare(
+        self,
+        topic: bytes,
+        queue_id: int,
+        body: bytes,
+        properties: bytes,
+        flag: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: Host,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+    ) -> Prepared:
+        """Everything of one record but its offsets and store time (raises on bad sizes)."""
+        head = self._topic_heads.get(topic)
+        if head is None:
+            if len(topic) > cl.MAX_TOPIC_BYTES:
+                raise CorruptRecordError(
+                    f"topic is {len(topic)} bytes, v1 records hold at most {cl.MAX_TOPIC_BYTES}"
+                )
+            head = bytes((len(topic),)) + topic
+            if len(self._topic_heads) < 100_000:
+                self._topic_heads[topic] = head
+        props_len = len(properties)
+        if props_len > props_fmt.MAX_PROPERTIES_LENGTH:
+            raise CorruptRecordError(f"properties are {props_len} bytes, at most 32767")
+        if len(born_host.ip) == 4:
+            fixed, born_bit = self._fixed_v4_born, 0
+        else:
+            fixed, born_bit = self._fixed_v6_born, cl.BORNHOST_V6_FLAG
+        return (
+            fixed,
+            fixed.size + len(body) + len(head) + 2 + props_len,
+            zlib.crc32(body) & 0x7FFFFFFF,  # cl.body_crc, inlined: this runs per message
+            queue_id,
+            flag,
+            (sys_flag & ~_V6_BITS) | born_bit | self._store_bit,
+            born_timestamp,
+            born_host.ip,
+            born_host.port,
+            reconsume_times,
+            prepared_transaction_offset,
+            body,
+            head + _SHORT.pack(props_len) + properties,
+        )
+
+    def encode(
+        self,
+        records: Sequence[Prepared],
+        queue_offsets: Sequence[int],
+        physical_offsets: Sequence[int],
+        store_timestamp: int,
+    ) -> bytes:
+        """The records, in order, with their offsets and the store time filled in."""
+        sip, sport, magic = self._store_ip, self._store_port, cl.MAGIC_V1
+        out: list[bytes] = []
+        extend = out.extend
+        for rec, qo, phy in zip(records, queue_offsets, physical_offsets, strict=True):
+            fixed, total, crc, qid, flag, sf, bts, bip, bport, rc, ptx, body, tail = rec
+            header = fixed.pack(
+                total, magic, crc, qid, flag, qo, phy, sf, bts, bip, bport,
+                store_timestamp, sip, sport, rc, ptx, len(body),
+            )  # fmt: skip
+            extend((header, body, tail))
+        return b"".join(out)
