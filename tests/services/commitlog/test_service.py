@@ -119,6 +119,28 @@ def test_bad_input_is_refused_and_nothing_written(writer, case, fields, text):
     assert stub.Put(commitlog_pb2.PutRequest(message=_msg(3))).phy_offset == before
 
 
+def test_columnar_results_answer_the_same_facts(writer):
+    stub = _stub(writer)
+    rows = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)]))
+    msgs = [_msg(i, delay_level=2 if i == 8 else 0) for i in range(5, 10)]
+    col = stub.PutBatch(
+        commitlog_pb2.PutBatchRequest(messages=msgs, columnar_results=True)
+    ).columns
+    assert not rows.columns.phy_offset and len(rows.results) == 5
+    assert col.phy_offset[0] == rows.results[-1].phy_offset + rows.results[-1].size
+    assert list(col.queue_offset) == [1, 1, 1, 0, 2]  # the delayed one went to its own queue
+    assert col.topic[3] == "SCHEDULE_TOPIC_XXXX" and col.queue_id[3] == 1
+    recs = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=col.phy_offset)).records
+    for i, raw in enumerate(recs):
+        rec = commitlog.decode(raw)
+        assert (rec.physical_offset, rec.queue_offset, rec.total_size) == (
+            col.phy_offset[i], col.queue_offset[i], col.size[i]
+        )
+        assert rec.store_timestamp == col.store_timestamp and rec.uniq_key == col.unique_key[i]
+        assert col.msg_id[i].endswith(f"{rec.physical_offset:016X}")
+        assert (rec.topic, rec.queue_id) == (col.topic[i], col.queue_id[i])
+
+
 def test_reads_and_subscriptions_check_offsets(writer):
     stub = _stub(writer)
     rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)])).results
