@@ -120,9 +120,11 @@ def lag_at_rate(rate: float, seconds: float) -> dict:
             for k in range(batches):
                 t_put = time.perf_counter()
                 r = stub.PutBatch(
-                    commitlog_pb2.PutBatchRequest(messages=_messages(100, 1024, k * 100))
-                )
-                marks.append((r.results[-1].phy_offset + r.results[-1].size, t_put))
+                    commitlog_pb2.PutBatchRequest(
+                        messages=_messages(100, 1024, k * 100), columnar_results=True
+                    )
+                ).columns
+                marks.append((r.phy_offset[-1] + r.size[-1], t_put))
                 delay = t0 + (k + 1) * interval - time.perf_counter()
                 if delay > 0:
                     time.sleep(delay)

@@ -46,7 +46,9 @@ def in_process(body_size: int, flush: str, count: int) -> dict:
 def _producer(address: str, body_size: int, count: int, pid: int, q, go) -> None:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
     reqs = [
-        commitlog_pb2.PutBatchRequest(messages=_messages(BATCH, body_size, pid * 10**8 + k))
+        commitlog_pb2.PutBatchRequest(
+            messages=_messages(BATCH, body_size, pid * 10**8 + k), columnar_results=True
+        )
         for k in range(0, count, BATCH)
     ]
     stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connect

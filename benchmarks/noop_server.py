@@ -11,6 +11,20 @@ class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
         return commitlog_pb2.Offsets()
 
     def PutBatch(self, request, context):
+        if request.columnar_results:
+            msgs = request.messages
+            return commitlog_pb2.PutBatchResponse(
+                columns=commitlog_pb2.PutResultColumns(
+                    msg_id=[f"7F00000100002A9F{i:016X}" for i in range(len(msgs))],
+                    unique_key=[m.unique_key or "7F000001000000000000000000000000" for m in msgs],
+                    phy_offset=range(len(msgs)),
+                    queue_offset=range(len(msgs)),
+                    size=[len(m.body) for m in msgs],
+                    store_timestamp=1,
+                    topic=[m.topic for m in msgs],
+                    queue_id=[m.queue_id for m in msgs],
+                )
+            )
         return commitlog_pb2.PutBatchResponse(
             results=[
                 commitlog_pb2.PutResult(
