@@ -485,15 +485,56 @@ def scan_end(
     check_crc: bool = True,
     base_offset: int = 0,
 ) -> tuple[int, Blank | None, CorruptRecordError | None]:
-    """Where the valid data of a segment ends: (end position, blank marker, first error)."""
+    """Where the valid data of a segment ends: (end position, blank marker, first error).
+
+    The checks of ``decode_meta`` (magic, sizes, field lengths, UTF-8 topic and properties,
+    body CRC) in one loop without building a record per step: recovery runs this over whole
+    segments. A record it doubts is decoded by ``decode_meta`` for the precise error.
+    """
+    end = len(buf)
     pos = start
-    try:
-        for pos_, rec in iter_segment(buf, start, None, check_crc, base_offset, decode_meta):
-            pos = pos_ + rec.total_size
-    except CorruptRecordError as e:
-        return pos, None, e
-    if pos + 8 <= len(buf):
-        size, magic = BLANK.unpack_from(buf, pos)
-        if magic == BLANK_MAGIC:
-            return pos, Blank(pos, size), None
+    head, tail, short = HEAD.unpack_from, _TAIL.unpack_from, _SHORT
+    v6_born, v6_store, magic_v1 = BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, MAGIC_V1
+    crc32 = zlib.crc32
+    with memoryview(buf) as view:
+        while pos + 8 <= end:
+            total, magic = BLANK.unpack_from(view, pos)
+            if magic == BLANK_MAGIC:
+                return pos, Blank(pos, total), None
+            if total == 0 and magic == 0:
+                return pos, None, None
+            try:
+                _, _, crc, _, _, _, _, sys_flag, _ = head(view, pos)
+                p = pos + BODY_LENGTH_BASE - 12
+                p += 20 if sys_flag & v6_born else 8
+                p += 20 if sys_flag & v6_store else 8
+                _, _, body_len = tail(view, p)
+                body_at = p + _TAIL.size
+                p = body_at + body_len
+                topic_len = view[p]
+                p += 1 + topic_len
+                (props_len,) = short.unpack_from(view, p)
+                ok = (
+                    magic == magic_v1
+                    and 0 < total <= end - pos
+                    and body_len >= 0
+                    and topic_len <= MAX_TOPIC_BYTES
+                    and props_len >= 0
+                    and p + 2 + props_len - pos == total
+                    and (
+                        not check_crc
+                        or crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF == crc
+                    )
+                )
+                if ok:
+                    str(view[p - topic_len : p], "utf-8")
+                    str(view[p + 2 : p + 2 + props_len], "utf-8")
+            except (struct.error, IndexError, UnicodeDecodeError):
+                ok = False
+            if not ok:  # v2, or something wrong: the full decoder decides and says why
+                try:
+                    total = decode_meta(view, pos, check_crc, base_offset).total_size
+                except CorruptRecordError as e:
+                    return pos, None, e
+            pos += total
     return pos, None, None

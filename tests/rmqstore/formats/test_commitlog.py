@@ -230,3 +230,36 @@ def test_any_single_byte_change_in_tv4_decodes_or_raises_typed(pos, value):
         assert e.offset == 0
     else:
         assert r.total_size == 205
+
+
+def _reference_scan_end(buf):
+    """scan_end spelled with the record decoder, one record at a time."""
+    pos = 0
+    try:
+        for at, rec in cl.iter_segment(buf, 0, None, True, 0, cl.decode_meta):
+            pos = at + rec.total_size
+    except CorruptRecordError as e:
+        return pos, None, e.offset
+    if pos + 8 <= len(buf) and cl.BLANK.unpack_from(buf, pos)[1] == cl.BLANK_MAGIC:
+        return pos, cl.Blank(pos, cl.BLANK.unpack_from(buf, pos)[0]), None
+    return pos, None, None
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(_records.filter(lambda r: len(r.topic.encode()) <= 127), min_size=1, max_size=5),
+    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    st.sampled_from(["zeros", "blank", "cut"]),
+)
+def test_the_segment_scan_agrees_with_the_record_decoder(records, flips, ending):
+    buf = bytearray(b"".join(cl.encode(r) for r in records))
+    if ending == "blank":
+        buf += cl.blank(64) + bytes(56)
+    elif ending == "zeros":
+        buf += bytes(40)
+    else:
+        del buf[-3:]
+    for at, value in flips:
+        buf[at % len(buf)] = value
+    end, blank, err = cl.scan_end(bytes(buf))
+    assert (end, blank, err.offset if err else None) == _reference_scan_end(bytes(buf))
