@@ -411,37 +411,45 @@ def iter_heads(
     """
     end = len(buf) if end is None else end
     pos = start
-    unpack = HEAD.unpack_from
-    while pos + HEAD_SIZE <= end:
-        total, magic, _crc, qid, _flag, qo, _phy, sys_flag, _born = unpack(buf, pos)
-        if magic == BLANK_MAGIC or (magic == 0 and total == 0):
-            return
-        if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0 or pos + total > end:
-            raise CorruptRecordError(
-                f"bad record header (size {total}, magic {magic & 0xFFFFFFFF:#010x})",
-                base_offset + pos,
-                total,
-            )
-        p = (
-            pos
-            + BODY_LENGTH_BASE
-            + host_len(sys_flag, BORNHOST_V6_FLAG)
-            + host_len(sys_flag, STOREHOST_V6_FLAG)
-        )
-        (body_len,) = _INT.unpack_from(buf, p)
-        p += 4 + body_len
-        if body_len < 0 or p + 2 > pos + total:
-            raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
-        if magic == MAGIC_V1:
-            topic_len = buf[p]
-            p += 1
-        else:
-            (topic_len,) = _SHORT.unpack_from(buf, p)
-            p += 2
-        if p + topic_len > pos + total:
-            raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
-        yield RecordHead(pos, total, qid, qo, sys_flag, bytes(buf[p : p + topic_len]).decode())
-        pos += total
+    unpack, unpack_int, new = HEAD.unpack_from, _INT.unpack_from, tuple.__new__
+    body_length_v4 = BODY_LENGTH_BASE + 16  # both hosts IPv4; each IPv6 one adds 12
+    topics: dict[bytes, str] = {}
+    with memoryview(buf) as view:
+        while pos + HEAD_SIZE <= end:
+            total, magic, _crc, qid, _flag, qo, _phy, sys_flag, _born = unpack(view, pos)
+            if magic == BLANK_MAGIC or (magic == 0 and total == 0):
+                return
+            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0 or pos + total > end:
+                raise CorruptRecordError(
+                    f"bad record header (size {total}, magic {magic & 0xFFFFFFFF:#010x})",
+                    base_offset + pos,
+                    total,
+                )
+            p = pos + body_length_v4
+            if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+                p += (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (
+                    12 if sys_flag & STOREHOST_V6_FLAG else 0
+                )
+            (body_len,) = unpack_int(view, p)
+            p += 4 + body_len
+            if body_len < 0 or p + 2 > pos + total:
+                raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
+            if magic == MAGIC_V1:
+                topic_len = view[p]
+                p += 1
+            else:
+                (topic_len,) = _SHORT.unpack_from(view, p)
+                p += 2
+            if p + topic_len > pos + total:
+                raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
+            raw = view[p : p + topic_len].tobytes()
+            topic = topics.get(raw)
+            if topic is None:
+                topic = raw.decode()
+                if len(topics) < 100_000:
+                    topics[raw] = topic
+            yield new(RecordHead, (pos, total, qid, qo, sys_flag, topic))
+            pos += total
 
 
 class Blank(NamedTuple):

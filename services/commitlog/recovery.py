@@ -113,17 +113,18 @@ def _rebuild_queue_table(segments: SegmentQueue, snapshot: Path, out: Recovered)
             break
         begin = max(start - seg.start, 0)
         limit = min(out.end - seg.start, seg.size)
+        # prepared (0x4) and rollback (0xC) records take no queue offset; both have this bit
+        no_queue_offset = commitlog.TRANSACTION_PREPARED_TYPE
+        get = table.get
         try:
-            for h in commitlog.iter_heads(seg.map, begin, limit, seg.start):
-                if commitlog.transaction_type(h.sys_flag) in (
-                    commitlog.TRANSACTION_NOT_TYPE,
-                    commitlog.TRANSACTION_COMMIT_TYPE,
-                ):
-                    key = (h.topic, h.queue_id)
-                    nxt = h.queue_offset + 1
-                    if table.get(key, 0) < nxt:
-                        table[key] = nxt
-                last_ts_pos = (seg, h.position)
+            for pos, _size, queue_id, queue_offset, sys_flag, topic in commitlog.iter_heads(
+                seg.map, begin, limit, seg.start
+            ):
+                if not sys_flag & no_queue_offset:
+                    key = (topic, queue_id)
+                    if get(key, 0) <= queue_offset:
+                        table[key] = queue_offset + 1
+                last_ts_pos = (seg, pos)
         except CorruptRecordError as e:
             log.error("commitlog recovery: %s; queue offsets after it are not counted", e)
         out.scanned_bytes += limit - begin
