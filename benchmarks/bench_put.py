@@ -1,6 +1,7 @@
 """Put throughput: in-process engine and batched gRPC, against the no-op gRPC ceiling."""
 
 import multiprocessing as mp
+import queue
 import tempfile
 import time
 from pathlib import Path
@@ -43,7 +44,7 @@ def in_process(body_size: int, flush: str, count: int) -> dict:
     }
 
 
-def _producer(address: str, body_size: int, count: int, pid: int, q, go) -> None:
+def _producer(address: str, body_size: int, count: int, pid: int, q, go, stream: bool) -> None:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
     reqs = [
         commitlog_pb2.PutBatchRequest(
@@ -56,22 +57,38 @@ def _producer(address: str, body_size: int, count: int, pid: int, q, go) -> None
     go.wait()
     lat = []
     start = time.time()
-    for r in reqs:
-        t = time.perf_counter()
-        stub.PutBatch(r)
-        lat.append(time.perf_counter() - t)
+    if stream:  # one batch in flight on one long-lived PutStream
+        requests: queue.SimpleQueue = queue.SimpleQueue()
+        replies = stub.PutStream(iter(requests.get, None))
+        for r in reqs:
+            t = time.perf_counter()
+            requests.put(r)
+            reply = next(replies)
+            lat.append(time.perf_counter() - t)
+            assert not reply.status_code, reply.error
+        requests.put(None)
+    else:
+        for r in reqs:
+            t = time.perf_counter()
+            stub.PutBatch(r)
+            lat.append(time.perf_counter() - t)
     q.put((len(reqs) * BATCH, start, time.time(), lat))
 
 
-def over_grpc(address: str, body_size: int, producers: int, count: int) -> dict:
+def over_grpc(
+    address: str, body_size: int, producers: int, count: int, stream: bool = False
+) -> dict:
     """Producers in their own processes start together; the rate is over the common span.
 
+    ``stream``: each producer sends its batches over one PutStream instead of PutBatch calls.
     ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts.
     """
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
     ps = [
-        ctx.Process(target=_producer, args=(address, body_size, count // producers, i, q, go))
+        ctx.Process(
+            target=_producer, args=(address, body_size, count // producers, i, q, go, stream)
+        )
         for i in range(producers)
     ]
     for p in ps:
@@ -114,9 +131,10 @@ def run(quick: bool = False) -> list[dict]:
     noop = start("benchmarks.noop_server", "127.0.0.1:0")
     try:
         ceiling = {
-            (s, p): over_grpc(noop.address, s, p, count)["msgs/s"]
+            (s, p, stream): over_grpc(noop.address, s, p, count, stream)["msgs/s"]
             for s in (128, 1024, 4096)
             for p in (1, 4)
+            for stream in (False, True)
         }
     finally:
         noop.stop()
@@ -137,18 +155,20 @@ def run(quick: bool = False) -> list[dict]:
                 sizes = (128, 1024, 4096) if flush == "async" else (1024,)
                 for size in sizes:
                     for prod in (1, 4):
-                        r = over_grpc(
-                            w.address, size, prod, count if flush == "async" else count // 4
-                        )
-                        rows.append(
-                            {
-                                "scenario": f"gRPC {size} B {flush}, {prod} producer(s)",
-                                **{k: v for k, v in r.items() if not k.startswith("_")},
-                                "no-op ceiling msgs/s": ceiling[(size, prod)],
-                                "ratio": r["msgs/s"] / ceiling[(size, prod)],
-                                "writer peak RSS MiB": peak_rss_mib(w.proc.pid),
-                            }
-                        )
+                        for stream in (False, True):
+                            n = count if flush == "async" else count // 4
+                            r = over_grpc(w.address, size, prod, n, stream)
+                            how = "PutStream" if stream else "PutBatch"
+                            top = ceiling[(size, prod, stream)]
+                            rows.append(
+                                {
+                                    "scenario": f"gRPC {how} {size} B {flush}, {prod} producer(s)",
+                                    **{k: v for k, v in r.items() if not k.startswith("_")},
+                                    "no-op ceiling msgs/s": top,
+                                    "ratio": r["msgs/s"] / top,
+                                    "writer peak RSS MiB": peak_rss_mib(w.proc.pid),
+                                }
+                            )
             finally:
                 w.stop()
     return rows

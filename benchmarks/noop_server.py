@@ -10,6 +10,10 @@ class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
     def GetOffsets(self, request, context):
         return commitlog_pb2.Offsets()
 
+    def PutStream(self, request_iterator, context):
+        for request in request_iterator:
+            yield commitlog_pb2.PutStreamReply(response=self.PutBatch(request, context))
+
     def PutBatch(self, request, context):
         if request.columnar_results:
             msgs = request.messages

@@ -9,6 +9,7 @@ waitStoreMsgOK). ``{i}`` in --keys/--body expands to the message number.
 import argparse
 import base64
 import json
+import queue
 import sys
 import threading
 import time
@@ -104,15 +105,45 @@ def _send(stub, batch: list, latencies: list[float], out: list | None) -> int:
     t0 = time.perf_counter()
     if len(batch) == 1:
         results = [stub.Put(commitlog_pb2.PutRequest(message=batch[0]))]
-    elif out is None:  # only counted: the compact answer
-        request = commitlog_pb2.PutBatchRequest(messages=batch, columnar_results=True)
-        results = stub.PutBatch(request).columns.phy_offset
     else:
         results = list(stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=batch)).results)
     latencies.append(time.perf_counter() - t0)
     if out is not None:
         out.extend(results)
     return len(results)
+
+
+class _Stream:
+    """A producer's batches over one PutStream, one in flight; only counted."""
+
+    def __init__(self, stub) -> None:
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._replies = stub.PutStream(iter(self._requests.get, None))
+
+    def send(self, batch: list, latencies: list[float]) -> int:
+        t0 = time.perf_counter()
+        self._requests.put(commitlog_pb2.PutBatchRequest(messages=batch, columnar_results=True))
+        reply = next(self._replies)
+        latencies.append(time.perf_counter() - t0)
+        if reply.status_code:
+            code = next(c for c in grpc.StatusCode if c.value[0] == reply.status_code)
+            raise _Refused(code, reply.error)
+        return len(reply.response.columns.phy_offset)
+
+    def close(self) -> None:
+        self._requests.put(None)
+
+
+class _Refused(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
 
 
 def run(args: argparse.Namespace) -> int:
@@ -154,11 +185,18 @@ def run(args: argparse.Namespace) -> int:
             def producer(p: int) -> None:
                 own = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
                 lat: list[float] = []
+                stream = None if args.json or args.batch == 1 else _Stream(own)
                 try:
                     for b in _batches(_generated(args, starts[p], per[p]), args.batch):
-                        counts[p] += _send(own, b, lat, collected if args.json else None)
+                        if stream is not None:
+                            counts[p] += stream.send(b, lat)
+                        else:
+                            counts[p] += _send(own, b, lat, collected if args.json else None)
                 except BaseException as e:
                     errors.append(e)
+                finally:
+                    if stream is not None:
+                        stream.close()
                 latencies.extend(lat)
 
             threads = [threading.Thread(target=producer, args=(p,)) for p in range(args.producers)]

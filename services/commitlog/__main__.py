@@ -74,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     registry = metrics.new_registry("commitlog")
     observer = WriterObserver(engine, registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    # puts, builders' dispatch streams and the query service's read streams each hold a worker
-    service = Service(args.listen, max_workers=32, credentials=credentials)
+    # unary calls, builders' dispatch streams, the query service's read streams and
+    # producers' put streams (at most 8 and 32, see servicer) each hold a worker thread
+    service = Service(args.listen, max_workers=64, credentials=credentials)
     service.add(
         commitlog_pb2_grpc.add_CommitLogServicer_to_server,
         CommitLogServicer(engine, observer),

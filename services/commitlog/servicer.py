@@ -13,6 +13,7 @@ from services.commitlog.observe import WriterObserver
 
 # each open stream holds one of the server's worker threads (see __main__'s pool size)
 MAX_READ_STREAMS = 8
+MAX_PUT_STREAMS = 32
 READ_MAX_BYTES = MAX_MESSAGE_BYTES - 1024 * 1024  # room for the reply's own framing
 
 
@@ -47,6 +48,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         self.engine = engine
         self.observer = observer or WriterObserver(engine, None)
         self._read_streams = threading.BoundedSemaphore(MAX_READ_STREAMS)
+        self._put_streams = threading.BoundedSemaphore(MAX_PUT_STREAMS)
 
     def _put(self, messages) -> Stored:
         t0 = time.perf_counter()
@@ -64,6 +66,28 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def PutBatch(self, request, context):
+        return self._batch_response(request)
+
+    @grpc_errors
+    def PutStream(self, request_iterator, context):
+        if not self._put_streams.acquire(blocking=False):
+            raise ResourceExhaustedError(
+                f"{MAX_PUT_STREAMS} put streams are open already: use PutBatch"
+            )
+        try:
+            for request in request_iterator:
+                try:
+                    response = self._batch_response(request)
+                except StoreError as e:
+                    yield commitlog_pb2.PutStreamReply(
+                        status_code=status_code(e).value[0], error=str(e)
+                    )
+                    continue
+                yield commitlog_pb2.PutStreamReply(response=response)
+        finally:
+            self._put_streams.release()
+
+    def _batch_response(self, request) -> commitlog_pb2.PutBatchResponse:
         s = self._put(request.messages)
         if request.columnar_results:
             return commitlog_pb2.PutBatchResponse(columns=_columns(s))

@@ -106,3 +106,24 @@ def test_put_flags_and_load_generator(writer):
     assert "msgs/s" in out.stderr
     out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--body", "x")
     assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr
+
+
+def test_load_generator_streams_batches(writer):
+    stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))
+    before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+    flags = ["--topic", "Load", "--keys", "k-{i}", "--body-size", "64", "--count", "300"]
+    out = _cli("put", "--commitlog", writer.address, *flags, "--producers", "3", "--batch", "40")
+    assert out.returncode == 0, out.stderr
+    assert "sent 300 messages" in out.stdout and "msgs/s" in out.stdout
+    after = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+    keys = []
+    for batch in stub.Subscribe(
+        commitlog_pb2.SubscribeRequest(subscriber="load-test", from_offset=before)
+    ):
+        keys += batch.keys
+        if batch.next_offset >= after:
+            break
+    assert sorted(keys) == sorted(f"k-{i}" for i in range(300))
+    out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--count", "5",
+               "--batch", "5")  # fmt: skip
+    assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr

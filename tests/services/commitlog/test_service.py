@@ -141,6 +141,28 @@ def test_columnar_results_answer_the_same_facts(writer):
         assert (rec.topic, rec.queue_id) == (col.topic[i], col.queue_id[i])
 
 
+def test_put_stream_answers_each_batch_and_survives_refusals(writer):
+    stub = _stub(writer)
+    before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+    batches = [
+        commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(3)]),
+        commitlog_pb2.PutBatchRequest(messages=[_msg(3), _msg(4, queue_id=99)]),  # refused
+        commitlog_pb2.PutBatchRequest(messages=[_msg(5)], columnar_results=True),
+    ]
+    replies = list(stub.PutStream(iter(batches)))
+    assert [r.status_code for r in replies] == [0, grpc.StatusCode.INVALID_ARGUMENT.value[0], 0]
+    assert "queue id 99" in replies[1].error and not replies[1].response.results
+    first = replies[0].response.results
+    assert first[0].phy_offset == before and [r.queue_offset for r in first] == [0, 0, 0]
+    third = replies[2].response.columns
+    assert third.phy_offset[0] == first[-1].phy_offset + first[-1].size  # nothing of batch 2
+    assert list(third.queue_offset) == [1]  # queue 1 again: msg 4 never took an offset
+    rec = commitlog.decode(
+        stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=third.phy_offset)).records[0]
+    )
+    assert rec.body == b"body-5"
+
+
 def test_reads_and_subscriptions_check_offsets(writer):
     stub = _stub(writer)
     rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)])).results
