@@ -52,7 +52,7 @@ bench: setup system-deps ## benchmarks; writes benchmarks/results/*.json and pri
 
 lint: setup ## ruff and mypy
 	$(BIN)/ruff check rmqstore services pipelines tests benchmarks
-	$(BIN)/mypy rmqstore services pipelines
+	$(BIN)/mypy rmqstore services pipelines benchmarks
 
 fmt: setup ## format the code
 	$(BIN)/ruff format rmqstore services pipelines tests benchmarks

@@ -134,7 +134,7 @@ def lag_at_rate(rate: float, seconds: float) -> dict:
         finally:
             for p in (ix, cq, w):
                 p.stop()
-    row = {"scenario": f"dispatch lag at {rate:,.0f} msgs/s"}
+    row: dict[str, object] = {"scenario": f"dispatch lag at {rate:,.0f} msgs/s"}
     for name, xs in lags.items():
         xs.sort()
         row[f"{name} p50 ms"] = xs[len(xs) // 2] * 1000 if xs else float("nan")
