@@ -8,6 +8,8 @@ from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.javahash import tags_code as tag_hash
 from rmqstore.layout import SCHEDULE_TOPIC
 
+_new_tuple = tuple.__new__
+
 
 class DispatchRecord(NamedTuple):
     topic: str
@@ -36,19 +38,15 @@ def from_meta(m: commitlog.RecordMeta | commitlog.Record) -> DispatchRecord:
     """The dispatch record of a record checked by ``commitlog.decode_meta`` (no body copy) or
     decoded in full by ``commitlog.decode``."""
     p = m.property_map if isinstance(m, commitlog.Record) else props_fmt.parse(m.properties)
-    return DispatchRecord(
-        topic=m.topic,
-        queue_id=m.queue_id,
-        queue_offset=m.queue_offset,
-        phy_offset=m.physical_offset,
-        size=m.total_size,
-        tags_code=tags_code(m.topic, p, m.store_timestamp),
-        store_timestamp=m.store_timestamp,
-        keys=p.get(props_fmt.KEYS, ""),
-        uniq_key=p.get(props_fmt.UNIQ_KEY, ""),
-        sys_flag=m.sys_flag,
-        prepared_transaction_offset=m.prepared_transaction_offset,
-    )
+    topic, ts = m.topic, m.store_timestamp
+    return _new_tuple(
+        DispatchRecord,  # in field order, without NamedTuple's slower keyword __new__
+        (
+            topic, m.queue_id, m.queue_offset, m.physical_offset, m.total_size,
+            tags_code(topic, p, ts), ts, p.get(props_fmt.KEYS, ""),
+            p.get(props_fmt.UNIQ_KEY, ""), m.sys_flag, m.prepared_transaction_offset,
+        ),
+    )  # fmt: skip
 
 
 def from_record(r: commitlog.Record) -> DispatchRecord:
