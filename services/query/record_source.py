@@ -20,6 +20,7 @@ from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 log = logging.getLogger(__name__)
+STREAM_RETRY_S = 30  # after the writer refuses a read stream, read over unary calls this long
 
 
 class RecordSource(Protocol):
@@ -82,6 +83,7 @@ class _ReadStream:
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._call = stub.ReadRecordsStream(iter(self._requests.get, None))
         self.deadline = 0.0  # monotonic time the read in flight must end by; 0 when idle
+        self.timed_out = False  # cancelled by the watchdog
 
     def read(self, offsets: list[int], timeout: float) -> list[bytes]:
         """Records, or _Refused; grpc.RpcError when the stream itself ended."""
@@ -109,8 +111,9 @@ class GrpcRecordSource:
     """Reads records from the commitlog writer over gRPC; bounds are cached briefly.
 
     Reads go over up to ``streams`` long-lived ``ReadRecordsStream`` calls (about half the
-    latency of a unary call here); past that, or when the writer refuses a stream, over
-    ``ReadRecords``. A read that outlives ``timeout`` cancels its stream.
+    latency of a unary call here); past that, or for 30 s after the writer refuses a stream,
+    over ``ReadRecords``. A read that outlives ``timeout`` cancels its stream and fails with
+    UNAVAILABLE.
     """
 
     def __init__(self, address: str, timeout: float = 10.0, bounds_ttl: float = 0.2,
@@ -128,6 +131,7 @@ class GrpcRecordSource:
         self._open: set[_ReadStream] = set()
         self._closed = threading.Event()
         self._watchdog: threading.Thread | None = None
+        self._streams_off_until = 0.0  # the writer refused streams: unary reads until then
 
     def read(self, offsets: Sequence[int]) -> list[bytes]:
         for off in offsets:
@@ -153,8 +157,15 @@ class GrpcRecordSource:
         if stream is not None:
             try:
                 records = stream.read(offsets, self._timeout)
-            except grpc.RpcError:  # the stream ended (writer restarted, refused, timed out)
+            except grpc.RpcError as e:  # the stream ended: writer restarted, refused, timed out
                 self._discard(stream)
+                if stream.timed_out:
+                    raise _Refused(
+                        grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {self._timeout} s"
+                    ) from e
+                if e.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNIMPLEMENTED):
+                    self._streams_off_until = time.monotonic() + STREAM_RETRY_S
+                    log.info("reading over unary calls for %d s: %s", STREAM_RETRY_S, e.details())
             except BaseException:
                 self._checkin(stream)
                 raise
@@ -174,7 +185,11 @@ class GrpcRecordSource:
         with self._lock:
             if self._idle:
                 return self._idle.pop()
-            if len(self._open) >= self._max_streams or self._closed.is_set():
+            if (
+                len(self._open) >= self._max_streams
+                or self._closed.is_set()
+                or time.monotonic() < self._streams_off_until
+            ):
                 return None
             stream = _ReadStream(self._stub)
             self._open.add(stream)
@@ -203,6 +218,7 @@ class GrpcRecordSource:
                 overdue = [s for s in self._open if s.overdue(now)]
             for s in overdue:
                 log.warning("a read from the commitlog writer took over %.1f s", self._timeout)
+                s.timed_out = True
                 self._discard(s)
 
     def bounds(self) -> tuple[int, int]:

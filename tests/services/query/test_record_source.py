@@ -1,5 +1,6 @@
 """Record bytes from a real writer process: streams, the unary fallback, restarts, timeouts."""
 
+import os
 import signal
 import threading
 import time
@@ -33,6 +34,20 @@ def writer(tmp_path):
     p = _writer(tmp_path / "store")
     yield p
     p.stop()
+
+
+def _wait_stopped(pid: int) -> None:
+    """Until every thread of the process is stopped (a signal lands asynchronously)."""
+    deadline = time.monotonic() + 10
+    while True:
+        states = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/stat") as f:
+                states.append(f.read().rsplit(")", 1)[1].split()[0])
+        if all(st in ("T", "t") for st in states):
+            return
+        assert time.monotonic() < deadline, f"process {pid} did not stop: {states}"
+        time.sleep(0.01)
 
 
 def _bodies(raws):
@@ -109,6 +124,7 @@ def test_a_read_from_a_stalled_writer_times_out(writer):
     try:
         assert src.read(offsets[:1])
         writer.proc.send_signal(signal.SIGSTOP)
+        _wait_stopped(writer.proc.pid)
         t0 = time.monotonic()
         try:
             with pytest.raises(UnavailableError):
@@ -118,4 +134,31 @@ def test_a_read_from_a_stalled_writer_times_out(writer):
         assert time.monotonic() - t0 < 5  # the stream was cancelled, then a unary call failed
         assert _bodies(src.read(offsets)) == [b"b0", b"b1"]
     finally:
+        src.close()
+
+
+def test_a_writer_refusing_streams_is_read_over_unary_calls(writer):
+    from services.commitlog.servicer import MAX_READ_STREAMS
+
+    offsets = _put(writer.address, 2)
+    stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))
+    gate = threading.Event()
+
+    def hold():
+        yield commitlog_pb2.ReadRecordsRequest(offsets=offsets[:1])
+        gate.wait(30)
+
+    held = [stub.ReadRecordsStream(hold()) for _ in range(MAX_READ_STREAMS)]
+    src = GrpcRecordSource(writer.address, streams=2)
+    try:
+        for call in held:
+            assert next(call).records  # every stream the writer allows is taken
+        assert _bodies(src.read(offsets)) == [b"b0", b"b1"]  # refused, then unary
+        assert not src._open
+        assert _bodies(src.read(offsets[1:])) == [b"b1"]
+        assert not src._open  # no new stream is tried for a while
+    finally:
+        gate.set()
+        for call in held:
+            call.cancel()
         src.close()
