@@ -67,6 +67,7 @@ def _producer(address: str, body_size: int, count: int, pid: int, q, go, stream:
             lat.append(time.perf_counter() - t)
             assert not reply.status_code, reply.error
         requests.put(None)
+        replies.cancel()  # every batch was answered; an unfinished call can hang the exit
     else:
         for r in reqs:
             t = time.perf_counter()

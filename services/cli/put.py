@@ -132,6 +132,7 @@ class _Stream:
 
     def close(self) -> None:
         self._requests.put(None)
+        self._replies.cancel()  # an unfinished stream call can hang the interpreter's exit
 
 
 class _Refused(grpc.RpcError):
