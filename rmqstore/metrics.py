@@ -175,6 +175,12 @@ class WriterMetrics:
         self.read_bytes = Counter(
             "rmqstore_writer_read_bytes_total", "Record bytes served by ReadRecords.", registry=r
         )
+        self.streams = Gauge(
+            "rmqstore_writer_streams",
+            "Open PutStream (kind=put) and ReadRecordsStream (kind=read) calls.",
+            ["kind"],
+            registry=r,
+        )
         self.subscribers = Gauge(
             "rmqstore_writer_subscribers",
             "Open dispatch-stream subscriptions, by subscriber name.",

@@ -46,6 +46,11 @@ class WriterObserver:
             self.m.reads.labels(status="ok").inc(len(records))
             self.m.read_bytes.inc(sum(map(len, records)))
 
+    def stream(self, kind: str, delta: int) -> None:
+        """A put or read stream opened (+1) or ended (-1)."""
+        if self.m is not None:
+            self.m.streams.labels(kind=kind).inc(delta)
+
     def read_failed(self, status: str, n: int) -> None:
         if self.m is not None:
             self.m.reads.labels(status=status).inc(n)

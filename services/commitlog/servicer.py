@@ -74,6 +74,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             raise ResourceExhaustedError(
                 f"{MAX_PUT_STREAMS} put streams are open already: use PutBatch"
             )
+        self.observer.stream("put", 1)
         try:
             for request in request_iterator:
                 try:
@@ -85,6 +86,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
                     continue
                 yield commitlog_pb2.PutStreamReply(response=response)
         finally:
+            self.observer.stream("put", -1)
             self._put_streams.release()
 
     def _batch_response(self, request) -> commitlog_pb2.PutBatchResponse:
@@ -118,6 +120,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             raise ResourceExhaustedError(
                 f"{MAX_READ_STREAMS} read streams are open already: use ReadRecords"
             )
+        self.observer.stream("read", 1)
         try:
             for request in request_iterator:
                 try:
@@ -131,6 +134,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
                 self.observer.reads(records)
                 yield commitlog_pb2.ReadRecordsReply(records=records)
         finally:
+            self.observer.stream("read", -1)
             self._read_streams.release()
 
     @grpc_errors

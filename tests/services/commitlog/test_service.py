@@ -1,5 +1,6 @@
 """The writer as a real process over gRPC: puts, reads, bad input, locking, crashes."""
 
+import queue
 import threading
 
 import grpc
@@ -370,5 +371,14 @@ def test_metrics_endpoint(tmp_path):
             time.sleep(0.1)
         assert 'rmqstore_writer_puts_total{status="ok",topic="Orders"} 10.0' in text
         assert "rmqstore_writer_max_offset_bytes 0.0" not in text
+        requests: queue.SimpleQueue = queue.SimpleQueue()
+        replies = stub.PutStream(iter(requests.get, None))
+        requests.put(commitlog_pb2.PutBatchRequest(messages=[_msg(0, queue_id=99)]))
+        assert next(replies).status_code  # refused, the stream stays open
+        text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
+        assert 'rmqstore_writer_streams{kind="put"} 1.0' in text
+        assert 'rmqstore_writer_puts_total{status="invalid_argument",topic=""} 1.0' in text
+        requests.put(None)
+        replies.cancel()
     finally:
         w.stop()
