@@ -1,5 +1,6 @@
-"""End to end: stored *and indexed* msgs/s (writer + both builders as processes), and the
-dispatch lag of each builder at half of that rate."""
+"""End to end: stored *and indexed* msgs/s (writer + both builders as processes; producers
+on PutStream, as the load generator), and the dispatch lag of each builder at half of that
+rate."""
 
 import tempfile
 import threading
@@ -54,7 +55,7 @@ def stored_and_indexed(count: int, producers: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         w, cq, ix = _node(d)
         try:
-            put = over_grpc(w.address, 1024, producers, count)
+            put = over_grpc(w.address, 1024, producers, count, stream=True)
             end = (
                 commitlog_pb2_grpc.CommitLogStub(channel(w.address))
                 .GetOffsets(commitlog_pb2.GetOffsetsRequest())
