@@ -14,6 +14,7 @@ from services.commitlog.observe import WriterObserver
 # each open stream holds one of the server's worker threads (see __main__'s pool size)
 MAX_READ_STREAMS = 8
 MAX_PUT_STREAMS = 32
+_STREAM_LIMITS = {"read": (MAX_READ_STREAMS, "ReadRecords"), "put": (MAX_PUT_STREAMS, "PutBatch")}
 READ_MAX_BYTES = MAX_MESSAGE_BYTES - 1024 * 1024  # room for the reply's own framing
 
 
@@ -70,24 +71,28 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def PutStream(self, request_iterator, context):
-        if not self._put_streams.acquire(blocking=False):
-            raise ResourceExhaustedError(
-                f"{MAX_PUT_STREAMS} put streams are open already: use PutBatch"
-            )
-        self.observer.stream("put", 1)
+        yield from self._stream(
+            "put", self._put_streams, request_iterator,
+            lambda request: commitlog_pb2.PutStreamReply(response=self._batch_response(request)),
+            commitlog_pb2.PutStreamReply,
+        )  # fmt: skip
+
+    def _stream(self, kind: str, slots: threading.BoundedSemaphore, requests, answer, reply):
+        """One ``answer(request)`` per request; a StoreError becomes ``reply(status_code,
+        error)`` and the stream goes on. At most the semaphore's count of streams at once."""
+        if not slots.acquire(blocking=False):
+            limit, unary = _STREAM_LIMITS[kind]
+            raise ResourceExhaustedError(f"{limit} {kind} streams are open already: use {unary}")
+        self.observer.stream(kind, 1)
         try:
-            for request in request_iterator:
+            for request in requests:
                 try:
-                    response = self._batch_response(request)
+                    yield answer(request)
                 except StoreError as e:
-                    yield commitlog_pb2.PutStreamReply(
-                        status_code=status_code(e).value[0], error=str(e)
-                    )
-                    continue
-                yield commitlog_pb2.PutStreamReply(response=response)
+                    yield reply(status_code=status_code(e).value[0], error=str(e))
         finally:
-            self.observer.stream("put", -1)
-            self._put_streams.release()
+            self.observer.stream(kind, -1)
+            slots.release()
 
     def _batch_response(self, request) -> commitlog_pb2.PutBatchResponse:
         s = self._put(request.messages)
@@ -106,36 +111,24 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def ReadRecords(self, request, context):
+        return commitlog_pb2.ReadRecordsResponse(records=self._read(request.offsets))
+
+    def _read(self, offsets) -> list[bytes]:
         try:
-            records = self.engine.read(request.offsets, READ_MAX_BYTES)
+            records = self.engine.read(offsets, READ_MAX_BYTES)
         except StoreError as e:
-            self.observer.read_failed(e.grpc_status.lower(), len(request.offsets))
+            self.observer.read_failed(e.grpc_status.lower(), len(offsets))
             raise
         self.observer.reads(records)
-        return commitlog_pb2.ReadRecordsResponse(records=records)
+        return records
 
     @grpc_errors
     def ReadRecordsStream(self, request_iterator, context):
-        if not self._read_streams.acquire(blocking=False):
-            raise ResourceExhaustedError(
-                f"{MAX_READ_STREAMS} read streams are open already: use ReadRecords"
-            )
-        self.observer.stream("read", 1)
-        try:
-            for request in request_iterator:
-                try:
-                    records = self.engine.read(request.offsets, READ_MAX_BYTES)
-                except StoreError as e:
-                    self.observer.read_failed(e.grpc_status.lower(), len(request.offsets))
-                    yield commitlog_pb2.ReadRecordsReply(
-                        status_code=status_code(e).value[0], error=str(e)
-                    )
-                    continue
-                self.observer.reads(records)
-                yield commitlog_pb2.ReadRecordsReply(records=records)
-        finally:
-            self.observer.stream("read", -1)
-            self._read_streams.release()
+        yield from self._stream(
+            "read", self._read_streams, request_iterator,
+            lambda request: commitlog_pb2.ReadRecordsReply(records=self._read(request.offsets)),
+            commitlog_pb2.ReadRecordsReply,
+        )  # fmt: skip
 
     @grpc_errors
     def GetOffsets(self, request, context):
