@@ -176,48 +176,20 @@ def encode_parts(
     physical_offset: int = 0,
     store_timestamp: int = 0,
 ) -> bytes:
-    """Encode a v1 record from already-encoded topic and properties (the put hot path).
+    """Encode a v1 record from already-encoded topic and properties.
 
-    The v6 bits of ``sys_flag`` are set from the hosts; the size and CRC are computed.
+    The v6 bits of ``sys_flag`` are set from the hosts; the size and CRC are computed. The
+    record is assembled by ``commitlog_batch`` (the writer's batch path), so there is one
+    assembly of the layout above.
     """
-    bv6, sv6 = len(born_host.ip) == 16, len(store_host.ip) == 16
-    sys_flag = (sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)) | (
-        (BORNHOST_V6_FLAG if bv6 else 0) | (STOREHOST_V6_FLAG if sv6 else 0)
-    )
-    if len(topic) > MAX_TOPIC_BYTES:
-        raise CorruptRecordError(f"topic is {len(topic)} bytes, v1 records hold at most 127")
-    if len(properties) > props_fmt.MAX_PROPERTIES_LENGTH:
-        raise CorruptRecordError(f"properties are {len(properties)} bytes, at most 32767")
-    fixed = _FIXED[(bv6, sv6)]
-    total = fixed.size + len(body) + 1 + len(topic) + 2 + len(properties)
-    return b"".join(
-        (
-            fixed.pack(
-                total,
-                MAGIC_V1,
-                zlib.crc32(body) & 0x7FFFFFFF,
-                queue_id,
-                flag,
-                queue_offset,
-                physical_offset,
-                sys_flag,
-                born_timestamp,
-                born_host.ip,
-                born_host.port,
-                store_timestamp,
-                store_host.ip,
-                store_host.port,
-                reconsume_times,
-                prepared_transaction_offset,
-                len(body),
-            ),
-            body,
-            bytes((len(topic),)),
-            topic,
-            _SHORT.pack(len(properties)),
-            properties,
-        )
-    )
+    from rmqstore.formats.commitlog_batch import encoder_for  # it builds on this module
+
+    enc = encoder_for(store_host)
+    record = enc.prepare(
+        topic, queue_id, body, properties, flag, sys_flag, born_timestamp, born_host,
+        reconsume_times, prepared_transaction_offset,
+    )  # fmt: skip
+    return enc.encode((record,), (queue_offset,), (physical_offset,), store_timestamp)
 
 
 def encode(r: Record) -> bytes:

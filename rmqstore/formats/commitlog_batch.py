@@ -14,6 +14,7 @@ A prepared record is a plain tuple (cheap to make, cheap to unpack):
 where ``tail`` is ``[topic length][topic][properties length][properties]``.
 """
 
+import functools
 import zlib
 from collections.abc import Sequence
 from typing import Any
@@ -107,3 +108,9 @@ class BatchEncoder:
             )  # fmt: skip
             extend((header, body, tail))
         return b"".join(out)
+
+
+@functools.lru_cache(maxsize=64)
+def encoder_for(store_host: Host) -> BatchEncoder:
+    """A shared encoder per store host (encoders keep small caches)."""
+    return BatchEncoder(store_host)
