@@ -35,7 +35,6 @@ CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 # topic: its tags code is store time + this), prepared tx offset, and whether it takes the
 # next queue offset (not a prepared/rollback record).
 Prepared = tuple[batch_fmt.Prepared, int, str, int, int, int, str, str, int, int, bool]
-COLUMNS = 11
 
 
 def _check_text(what: str, value: str) -> None:
