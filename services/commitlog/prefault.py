@@ -1,7 +1,7 @@
 """Map the pages ahead of the write position before the append lock needs them.
 
-The first write to each page of a fresh segment mapping costs a page fault, on this kind of
-machine 0.5-3 µs per 1 KiB record, all of it inside the append lock and under the GIL. A
+The first write to each page of a fresh segment mapping costs a page fault, all of it inside
+the append lock and under the GIL. A
 background thread asks the kernel to populate the next ``window`` bytes with
 ``madvise(MADV_POPULATE_READ)`` (Linux 5.14+) called through ctypes, which releases the GIL,
 so the page cache pages are allocated and mapped on the other core while the writer keeps
@@ -46,6 +46,7 @@ class Prefaulter:
         self._wake = threading.Event()
         self._stop = False
         self.populated_bytes = 0
+        self.off_reason = ""  # why the thread stopped early (the kernel lacks the call)
         self._thread = threading.Thread(target=self._run, name="commitlog-prefault", daemon=True)
 
     @property
@@ -77,6 +78,7 @@ class Prefaulter:
                 self._populate(seg)
             except OSError as e:
                 log.info("page pre-faulting is off: %s", e)
+                self.off_reason = str(e)
                 return
 
     def _populate(self, seg: Segment) -> None:

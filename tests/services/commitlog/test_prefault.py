@@ -35,7 +35,9 @@ def test_the_window_ahead_of_the_writer_is_populated(tmp_path):
         head = engine._head
         assert head is not None
         ahead = head.wrote + WINDOW
-        _wait_for(lambda: head.populated >= ahead - ahead % PAGE)
+        _wait_for(lambda: head.populated >= ahead - ahead % PAGE or engine.prefaulter.off_reason)
+        if engine.prefaulter.off_reason:
+            pytest.skip(f"pre-faulting is off here: {engine.prefaulter.off_reason}")
         assert head.populated <= min(ahead, head.size)  # never more than the window
         rolled = engine.put(msgs * 3)  # across a segment boundary: the new head is served too
         assert engine._head is not head
