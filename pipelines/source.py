@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog, commitlog_segment
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
 
@@ -139,7 +139,7 @@ def iter_range(r: ByteRange, check_crc: bool = True, decoder: Callable[..., Any]
     with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         pos = r.begin
         try:
-            for pos_, rec in commitlog.iter_segment(m, r.begin, r.end, check_crc,
+            for pos_, rec in commitlog_segment.iter_segment(m, r.begin, r.end, check_crc,
                                                     seg.start_offset, decoder):
                 yield pos_, rec
                 pos = pos_ + rec.total_size

@@ -34,6 +34,7 @@ from rmqstore.dispatch import tags_code
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError, StoreError
 from rmqstore.formats import checkpoint as ck
 from rmqstore.formats import commitlog as cl
+from rmqstore.formats import commitlog_segment
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ix
 from rmqstore.formats.msgid import offset_msg_id
@@ -120,7 +121,7 @@ def inspect_commitlog(buf, path: Path, limit: int | None) -> Iterator[Row]:
     count, end = 0, 0
     error: CorruptRecordError | None = None
     try:
-        for pos, rec in cl.iter_segment(buf, base_offset=base):
+        for pos, rec in commitlog_segment.iter_segment(buf, base_offset=base):
             if limit is None or count < limit:
                 yield record_row(rec, base, pos)
             count += 1
@@ -299,7 +300,7 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
         # the data ends in the last segment holding any: walk back over empty ones
         for base, p in reversed(segs):
             with read_only(p) as buf:
-                end, blank, err = cl.scan_end(buf, base_offset=base)
+                end, blank, err = commitlog_segment.scan_end(buf, base_offset=base)
                 size = len(buf)
             if err is not None:
                 clog["corrupt"] = {"phyOffset": base + end, "reason": str(err)}

@@ -13,7 +13,6 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
-from typing import NamedTuple, overload
 
 from rmqstore.dispatch import DispatchRecord, from_meta
 from rmqstore.durable import replace_file
@@ -37,6 +36,7 @@ from services.commitlog.prefault import Prefaulter
 from services.commitlog.recovery import Recovered, recover, save_snapshot
 from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
+from services.commitlog.stored import Stored
 
 log = logging.getLogger(__name__)
 DEFAULT_BATCH_RECORDS = 4096
@@ -45,63 +45,6 @@ CONSUME_QUEUE_SUBSCRIBER = "consume-queue"
 SUBSCRIBER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_SUBSCRIBERS = 64
 MAX_BATCH_RECORDS = 100_000
-
-
-class PutResult(NamedTuple):
-    msg_id: str
-    unique_key: str
-    phy_offset: int
-    queue_offset: int
-    size: int
-    store_timestamp: int
-    topic: str
-    queue_id: int
-
-
-class Stored(Sequence[PutResult]):
-    """What one put stored, as columns: entry i answers message i (topic and queue as
-    stored, i.e. the schedule topic for a delayed message). Indexing gives a PutResult."""
-
-    __slots__ = (
-        "id_prefix", "phy_offsets", "queue_offsets", "sizes", "store_timestamp", "topics",
-        "queue_ids", "unique_keys",
-    )  # fmt: skip
-
-    def __init__(
-        self,
-        id_prefix: str,
-        phy_offsets: Sequence[int],
-        queue_offsets: Sequence[int],
-        sizes: Sequence[int],
-        store_timestamp: int,
-        topics: Sequence[str],
-        queue_ids: Sequence[int],
-        unique_keys: Sequence[str],
-    ) -> None:
-        self.id_prefix = id_prefix
-        self.phy_offsets, self.queue_offsets, self.sizes = phy_offsets, queue_offsets, sizes
-        self.store_timestamp = store_timestamp
-        self.topics, self.queue_ids, self.unique_keys = topics, queue_ids, unique_keys
-
-    def msg_ids(self) -> list[str]:
-        prefix = self.id_prefix
-        return [f"{prefix}{phy:016X}" for phy in self.phy_offsets]
-
-    def __len__(self) -> int:
-        return len(self.phy_offsets)
-
-    @overload
-    def __getitem__(self, i: int) -> PutResult: ...
-    @overload
-    def __getitem__(self, i: slice) -> list[PutResult]: ...
-    def __getitem__(self, i: int | slice) -> PutResult | list[PutResult]:
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        phy = self.phy_offsets[i]
-        return PutResult(
-            f"{self.id_prefix}{phy:016X}", self.unique_keys[i], phy, self.queue_offsets[i],
-            self.sizes[i], self.store_timestamp, self.topics[i], self.queue_ids[i],
-        )  # fmt: skip
 
 
 def _now_ms() -> int:

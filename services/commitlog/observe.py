@@ -6,7 +6,8 @@ from collections import Counter as Tally
 from prometheus_client import CollectorRegistry
 
 from rmqstore.metrics import WriterMetrics, on_scrape
-from services.commitlog.engine import CommitLogEngine, Stored
+from services.commitlog.engine import CommitLogEngine
+from services.commitlog.stored import Stored
 
 
 class WriterObserver:

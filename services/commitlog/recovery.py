@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rmqstore.durable import replace_file
 from rmqstore.errors import CorruptRecordError
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog, commitlog_segment
 from services.commitlog.segment_files import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -71,7 +71,7 @@ def recover(segments: SegmentQueue, snapshot: Path) -> Recovered:
     crc_from = max(0, len(segs) - CRC_CHECKED_SEGMENTS)
     end = segs[0].start
     for seg in segs[crc_from:]:
-        pos, blank, err = commitlog.scan_end(seg.map, 0, True, seg.start)
+        pos, blank, err = commitlog_segment.scan_end(seg.map, 0, True, seg.start)
         out.scanned_bytes += pos
         end = seg.start + pos
         if err is not None:
@@ -117,7 +117,7 @@ def _rebuild_queue_table(segments: SegmentQueue, snapshot: Path, out: Recovered)
         no_queue_offset = commitlog.TRANSACTION_PREPARED_TYPE
         get = table.get
         try:
-            for pos, _size, queue_id, queue_offset, sys_flag, topic in commitlog.iter_heads(
+            for pos, _size, queue_id, queue_offset, sys_flag, topic in commitlog_segment.iter_heads(
                 seg.map, begin, limit, seg.start
             ):
                 if not sys_flag & no_queue_offset:

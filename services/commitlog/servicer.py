@@ -8,8 +8,9 @@ import grpc
 from rmqstore.errors import ResourceExhaustedError, StoreError
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
-from services.commitlog.engine import CommitLogEngine, PutResult, Stored
+from services.commitlog.engine import CommitLogEngine
 from services.commitlog.observe import WriterObserver
+from services.commitlog.stored import PutResult, Stored
 
 # each open stream holds one of the server's worker threads (see __main__'s pool size)
 MAX_READ_STREAMS = 8

@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 
 from rmqstore.errors import (
     BudgetExhaustedError,
-    CorruptRecordError,
     InvalidArgumentError,
     NotFoundError,
 )
@@ -27,7 +26,7 @@ from rmqstore.layout import StoreLayout, validate_topic
 from services.query import cursor as cursor_fmt
 from services.query.budget import Budget, BudgetLimits
 from services.query.index_reader import POS_INF, ChainWalk, IndexCatalog, IndexEntry
-from services.query.record_source import RecordSource, read_some
+from services.query.record_source import RecordSource, read_some, record_at
 
 DEFAULT_LIMIT = 64
 MAX_KEY_LENGTH = MAX_PROPERTIES_LENGTH
@@ -174,13 +173,8 @@ class KeyLookup:
                     continue
                 budget.bytes += len(raw)
                 records_seen += 1
-                try:
-                    rec = commitlog.decode(raw)
-                except CorruptRecordError:
-                    continue
-                if rec.physical_offset != e.phy_offset:
-                    continue
-                if not record_matches(rec, topic, key, begin, end):
+                rec = record_at(raw, e.phy_offset)
+                if rec is None or not record_matches(rec, topic, key, begin, end):
                     continue
                 if len(result.records) >= limit:
                     result.truncated = True
@@ -217,14 +211,8 @@ class KeyLookup:
 
     def _by_offset_id(self, msg_id: str, topic: str) -> commitlog.Record | None:
         ip, port, offset = decode_offset_msg_id(msg_id)
-        raw = read_some(self.source, [offset])[0]  # None outside the commitlog
-        if raw is None:
-            return None
-        try:
-            rec = commitlog.decode(raw)
-        except CorruptRecordError:
-            return None
-        if rec.physical_offset != offset or rec.store_host != Host(ip, port):
+        rec = record_at(read_some(self.source, [offset])[0], offset)  # None outside the log
+        if rec is None or rec.store_host != Host(ip, port):
             return None
         if topic and rec.topic != topic:
             return None

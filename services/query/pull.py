@@ -12,13 +12,13 @@ import enum
 import os
 from dataclasses import dataclass, field
 
-from rmqstore.errors import CorruptRecordError, InvalidArgumentError
+from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
 from rmqstore.formats.consume_queue import UNIT_SIZE
 from rmqstore.formats.javahash import java_hash
 from rmqstore.layout import validate_topic
 from services.query.queue_reader import QueueCatalog
-from services.query.record_source import RecordSource, read_some
+from services.query.record_source import RecordSource, read_some, record_at
 
 DEFAULT_MAX_MESSAGES = 32
 MAX_SCAN_BYTES = 16000
@@ -158,7 +158,7 @@ class Puller:
                 want = self._prefetch(phys, sizes, codes, i, cl_min, tag_filter,
                                       max(1, max_messages - count))
                 for p, raw in zip(want, read_some(self.source, want), strict=True):
-                    fetched[p] = _decode(raw, p)
+                    fetched[p] = record_at(raw, p)
             rec = fetched[phy]
             if rec is None:
                 if not result.records:
@@ -188,12 +188,3 @@ class Puller:
             total += sizes[j]
         return out
 
-
-def _decode(raw: bytes | None, phy: int) -> commitlog.Record | None:
-    if raw is None:
-        return None
-    try:
-        rec = commitlog.decode(raw)
-    except CorruptRecordError:
-        return None
-    return rec if rec.physical_offset == phy else None

@@ -15,7 +15,13 @@ from typing import Protocol
 
 import grpc
 
-from rmqstore.errors import OffsetOutOfRangeError, StoreError, UnavailableError
+from rmqstore.errors import (
+    CorruptRecordError,
+    OffsetOutOfRangeError,
+    StoreError,
+    UnavailableError,
+)
+from rmqstore.formats import commitlog
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
@@ -49,6 +55,18 @@ def read_some(source: RecordSource, offsets: Sequence[int]) -> list[bytes | None
         except OffsetOutOfRangeError:
             out.append(None)
     return out
+
+
+def record_at(raw: bytes | None, phy: int) -> commitlog.Record | None:
+    """The record read for offset ``phy``, or None if nothing (or not that record) was read:
+    a bad record is skipped, as RocketMQ skips it, never returned."""
+    if raw is None:
+        return None
+    try:
+        rec = commitlog.decode(raw)
+    except CorruptRecordError:
+        return None
+    return rec if rec.physical_offset == phy else None
 
 
 _BAD_OFFSET = {

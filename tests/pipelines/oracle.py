@@ -4,7 +4,7 @@ parallel rebuild is checked against. It uses the same rmqstore format modules.""
 from pathlib import Path
 
 from rmqstore import dispatch
-from rmqstore.formats import commitlog, consume_queue
+from rmqstore.formats import commitlog_segment, consume_queue
 from rmqstore.formats.index_file import IndexFile, file_size
 from rmqstore.formats.javahash import index_hash
 from rmqstore.layout import unique_index_file_name
@@ -21,7 +21,7 @@ def sequential_build(commitlog_dir: Path, epf: int, slots: int, entries: int,
     for seg in sorted(p for p in commitlog_dir.iterdir() if parse_segment_name(p.name) is not None):
         buf = seg.read_bytes()
         base = parse_segment_name(seg.name)
-        for _, rec in commitlog.iter_segment(buf, base_offset=base):
+        for _, rec in commitlog_segment.iter_segment(buf, base_offset=base):
             d = dispatch.from_record(rec)
             if dispatch.goes_to_consume_queue(d.sys_flag):
                 q = queues.setdefault((d.topic, d.queue_id), bytearray())

@@ -12,7 +12,7 @@ import subprocess
 import grpc
 import pytest
 
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog, commitlog_segment
 from rmqstore.segments import segment_name
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests import procs
@@ -55,7 +55,7 @@ def _disk_end(store) -> tuple[int, str]:
     end, error = 0, ""
     for seg in sorted((store / "commitlog").iterdir()):
         data = seg.read_bytes()
-        pos, blank, err = commitlog.scan_end(data, 0, True, int(seg.name))
+        pos, blank, err = commitlog_segment.scan_end(data, 0, True, int(seg.name))
         end = int(seg.name) + pos
         if err is not None:
             return end, str(err)

@@ -5,6 +5,7 @@ import pytest
 from rmqstore import delay
 from rmqstore.dispatch import from_record, goes_to_consume_queue, index_keys, tags_code
 from rmqstore.formats import commitlog as cl
+from rmqstore.formats import commitlog_segment
 from rmqstore.formats import properties as p
 from rmqstore.layout import SCHEDULE_TOPIC
 
@@ -78,8 +79,9 @@ def test_from_meta_equals_from_record_on_every_golden_record(golden_store):
     n = 0
     for path in sorted((golden_store / "commitlog").iterdir()):
         data, base = path.read_bytes(), parse_segment_name(path.name)
-        metas = list(commitlog.iter_segment(data, base_offset=base, decoder=commitlog.decode_meta))
-        recs = list(commitlog.iter_segment(data, base_offset=base))
+        walk = commitlog_segment.iter_segment
+        metas = list(walk(data, base_offset=base, decoder=commitlog.decode_meta))
+        recs = list(commitlog_segment.iter_segment(data, base_offset=base))
         assert [p for p, _ in metas] == [p for p, _ in recs]
         for (_, m), (_, r) in zip(metas, recs, strict=True):
             assert from_meta(m) == from_record(r)

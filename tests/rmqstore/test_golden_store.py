@@ -12,7 +12,7 @@ import pytest
 
 from rmqstore.dispatch import from_record, goes_to_consume_queue, index_keys
 from rmqstore.formats import checkpoint as ck
-from rmqstore.formats import commitlog as cl
+from rmqstore.formats import commitlog_segment
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ix
 from rmqstore.formats.javahash import index_hashes
@@ -27,7 +27,7 @@ def dispatched(golden_store):
     for path in sorted((golden_store / "commitlog").iterdir()):
         base = parse_segment_name(path.name)
         data = path.read_bytes()
-        out += [from_record(r) for _, r in cl.iter_segment(data, base_offset=base)]
+        out += [from_record(r) for _, r in commitlog_segment.iter_segment(data, base_offset=base)]
     return out
 
 

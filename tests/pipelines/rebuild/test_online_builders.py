@@ -9,7 +9,7 @@ from pipelines.rebuild.consume_queue_sink import PRE_BLANK
 from pipelines.rebuild.job import RebuildSettings, rebuild
 from pipelines.synthetic import mixed_messages, write_commitlog
 from rmqstore import dispatch
-from rmqstore.formats import commitlog, consume_queue
+from rmqstore.formats import commitlog_segment, consume_queue
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
 from tests.pipelines.oracle import read_tree
@@ -29,7 +29,7 @@ def online_build(commitlog_dir: Path, root: Path, settings: RebuildSettings,
         base = parse_segment_name(p.name)
         if base is None:
             continue
-        for _, rec in commitlog.iter_segment(p.read_bytes(), base_offset=base):
+        for _, rec in commitlog_segment.iter_segment(p.read_bytes(), base_offset=base):
             records.append(dispatch.from_record(rec))
     layout = StoreLayout.of(root)
     cqb = cq_builder.ConsumeQueueBuilder(layout, settings.cq_entries_per_file)

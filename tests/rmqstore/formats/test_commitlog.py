@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import commitlog as cl
+from rmqstore.formats import commitlog_segment
 from rmqstore.formats import properties as p
 from rmqstore.formats.hosts import Host, parse_host
 from rmqstore.formats.msgid import offset_msg_id
@@ -81,26 +82,9 @@ def test_tv5_blank_record():
     seg[0:8] = cl.blank(24)
     assert bytes(seg[:8]).hex() == "00000018cbd43194"
     assert seg[8:] == b"\xee" * 16  # the 16 bytes after the marker are not touched
-    end, blank, err = cl.scan_end(bytes(seg))
-    assert (end, blank, err) == (0, cl.Blank(0, 24), None)
-    assert list(cl.iter_segment(bytes(seg))) == []
-
-
-def test_segment_with_records_then_blank_then_junk():
-    r = tv4_record()
-    rec0 = cl.encode(r)
-    r.physical_offset += len(rec0)
-    rec1 = cl.encode(r)
-    size = 1024
-    seg = bytearray(size)
-    seg[: len(rec0)] = rec0
-    seg[len(rec0) : 2 * len(rec0)] = rec1
-    left = size - 2 * len(rec0)
-    seg[2 * len(rec0) : 2 * len(rec0) + 8] = cl.blank(left)
-    seg[-5:] = b"\xff" * 5
-    got = list(cl.iter_segment(bytes(seg)))
-    assert [pos for pos, _ in got] == [0, 205]
-    assert cl.scan_end(bytes(seg)) == (410, cl.Blank(410, left), None)
+    end, blank, err = commitlog_segment.scan_end(bytes(seg))
+    assert (end, blank, err) == (0, commitlog_segment.Blank(0, 24), None)
+    assert list(commitlog_segment.iter_segment(bytes(seg))) == []
 
 
 @pytest.mark.parametrize("v6", [(False, True), (True, False), (True, True)])
@@ -214,7 +198,7 @@ def test_encode_decode_encode_is_identical(r):
 def test_random_bytes_only_raise_corrupt_record(data, at):
     with contextlib.suppress(CorruptRecordError):
         cl.decode(data, min(at, len(data)))
-    end, _, err = cl.scan_end(data)  # reports a bad record, never raises
+    end, _, err = commitlog_segment.scan_end(data)  # reports a bad record, never raises
     assert 0 <= end <= len(data)
     assert err is None or isinstance(err, CorruptRecordError)
 
@@ -230,36 +214,3 @@ def test_any_single_byte_change_in_tv4_decodes_or_raises_typed(pos, value):
         assert e.offset == 0
     else:
         assert r.total_size == 205
-
-
-def _reference_scan_end(buf):
-    """scan_end spelled with the record decoder, one record at a time."""
-    pos = 0
-    try:
-        for at, rec in cl.iter_segment(buf, 0, None, True, 0, cl.decode_meta):
-            pos = at + rec.total_size
-    except CorruptRecordError as e:
-        return pos, None, e.offset
-    if pos + 8 <= len(buf) and cl.BLANK.unpack_from(buf, pos)[1] == cl.BLANK_MAGIC:
-        return pos, cl.Blank(pos, cl.BLANK.unpack_from(buf, pos)[0]), None
-    return pos, None, None
-
-
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(_records.filter(lambda r: len(r.topic.encode()) <= 127), min_size=1, max_size=5),
-    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
-    st.sampled_from(["zeros", "blank", "cut"]),
-)
-def test_the_segment_scan_agrees_with_the_record_decoder(records, flips, ending):
-    buf = bytearray(b"".join(cl.encode(r) for r in records))
-    if ending == "blank":
-        buf += cl.blank(64) + bytes(56)
-    elif ending == "zeros":
-        buf += bytes(40)
-    else:
-        del buf[-3:]
-    for at, value in flips:
-        buf[at % len(buf)] = value
-    end, blank, err = cl.scan_end(bytes(buf))
-    assert (end, blank, err.offset if err else None) == _reference_scan_end(bytes(buf))

@@ -3,7 +3,7 @@
 import pytest
 
 from rmqstore.dispatch import from_record
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog, commitlog_segment
 from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.segments import parse_segment_name
@@ -20,11 +20,11 @@ def test_every_record_decodes_and_matches(golden_store, golden_expected):
     stored = {m["stored"]["phyOffset"]: m["stored"] for m in golden_expected["messages"]}
     seen, blanks = 0, []
     for base, data in _segments(golden_store):
-        end, blank, err = commitlog.scan_end(data, base_offset=base)
+        end, blank, err = commitlog_segment.scan_end(data, base_offset=base)
         assert err is None
         if blank:
             blanks.append({"phyOffset": base + blank.position, "declaredSize": blank.declared_size})
-        for pos, rec in commitlog.iter_segment(data, base_offset=base):
+        for pos, rec in commitlog_segment.iter_segment(data, base_offset=base):
             exp = stored[base + pos]
             assert rec.physical_offset == base + pos
             assert rec.total_size == exp["totalSize"]
@@ -65,5 +65,5 @@ def test_properties_reserialize_in_hashmap_order(golden_expected):
 def test_iter_heads_agrees_with_full_decode(golden_store):
     for base, data in _segments(golden_store):
         full = [(pos, r.total_size, r.queue_id, r.queue_offset, r.sys_flag, r.topic)
-                for pos, r in commitlog.iter_segment(data, base_offset=base)]
-        assert [tuple(h) for h in commitlog.iter_heads(data, base_offset=base)] == full
+                for pos, r in commitlog_segment.iter_segment(data, base_offset=base)]
+        assert [tuple(h) for h in commitlog_segment.iter_heads(data, base_offset=base)] == full

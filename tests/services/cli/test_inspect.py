@@ -11,6 +11,7 @@ import pytest
 
 from rmqstore.formats import checkpoint as ck
 from rmqstore.formats import commitlog as cl
+from rmqstore.formats import commitlog_segment
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ix
 from rmqstore.formats.hosts import parse_host
@@ -261,7 +262,7 @@ def test_crafted_store_and_index_shape_inference(tmp_path):
     rs = rows(root)
     (clog,) = of_type(rs, "commitlog")
     data = (root / "commitlog" / ("0" * 20)).read_bytes()
-    end, _, _ = cl.scan_end(data)
+    end, _, _ = commitlog_segment.scan_end(data)
     assert (clog["minOffset"], clog["maxOffset"]) == (0, end)
     (q,) = of_type(rs, "queue")
     assert (q["topic"], q["queueId"], q["minOffset"], q["maxOffset"]) == ("Crafted", 1, 5, 11)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog, commitlog_segment
 from rmqstore.segments import parse_segment_name
 from services.cli.put import message_from_json
 from services.commitlog.config import WriterConfig
@@ -18,7 +18,7 @@ def _golden_records(golden_store):
     for path in sorted((golden_store / "commitlog").iterdir()):
         base = parse_segment_name(path.name)
         data = path.read_bytes()
-        for pos, rec in commitlog.iter_segment(data, base_offset=base):
+        for pos, rec in commitlog_segment.iter_segment(data, base_offset=base):
             out[base + pos] = (rec, data[pos : pos + rec.total_size])
     return out
 

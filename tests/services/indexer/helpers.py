@@ -4,7 +4,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rmqstore.dispatch import DispatchRecord, from_record
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog_segment
 from rmqstore.formats import index_file as ixf
 from rmqstore.layout import is_index_file_name
 from rmqstore.segments import parse_segment_name
@@ -22,7 +22,7 @@ def dispatch_records(store: Path) -> list[DispatchRecord]:
     for p in sorted((store / "commitlog").iterdir()):
         base = parse_segment_name(p.name)
         assert base is not None
-        for _pos, rec in commitlog.iter_segment(p.read_bytes(), base_offset=base):
+        for _pos, rec in commitlog_segment.iter_segment(p.read_bytes(), base_offset=base):
             out.append(from_record(rec))
     return out
 

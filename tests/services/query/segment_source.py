@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rmqstore.errors import CorruptRecordError, OffsetOutOfRangeError
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog, commitlog_segment
 from rmqstore.segments import parse_segment_name
 
 
@@ -28,7 +28,7 @@ class SegmentRecordSource:
         self.min = starts[0] if starts else 0
         self.max = self.min
         for s in starts:
-            end, _, _ = commitlog.scan_end(memoryview(self.maps[s]), 0, False, s)
+            end, _, _ = commitlog_segment.scan_end(memoryview(self.maps[s]), 0, False, s)
             self.max = s + end
 
     def bounds(self) -> tuple[int, int]:
