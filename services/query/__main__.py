@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         service.stop()
         if metrics_server is not None:
             metrics_server.stop()
-        app.catalog.close()
+        app.close()
         source.close()
 
     termination.wait(stop)

@@ -22,6 +22,7 @@ class QueryApp:
     puller: Puller
     times: TimeSearch
     catalog: IndexCatalog
+    queues: QueueCatalog
 
     @classmethod
     def build(cls, store: str | Path, source: RecordSource, index_slots: int = DEFAULT_SLOTS,
@@ -36,7 +37,13 @@ class QueryApp:
             puller=Puller(queues, source),
             times=TimeSearch(queues, source),
             catalog=catalog,
+            queues=queues,
         )
+
+    def close(self) -> None:
+        """Unmap the index and consume-queue files."""
+        self.catalog.close()
+        self.queues.close()
 
     def servicer(self, observer: QueryObserver | None = None) -> QueryServicer:
         return QueryServicer(self.keys, self.puller, self.times, observer)

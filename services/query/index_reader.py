@@ -11,10 +11,8 @@ time before the file's begin is clamped to 0) and entry #1 (RocketMQ measures it
 previous file's end, then overwrites the begin with it; spec §6.3 Q2).
 """
 
-import contextlib
 import mmap
 import os
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +21,7 @@ from rmqstore.formats.index_file import ENTRY, ENTRY_SIZE, HEADER_SIZE, SLOT, In
 from rmqstore.layout import is_index_file_name
 from services.query.budget import Budget
 from services.query.errors import IndexConfigError
+from services.query.mapped_files import MappedFiles
 
 SLACK_MS = 999  # an entry's time is its store time truncated to the second
 NEG_INF = -(2**63)
@@ -105,8 +104,7 @@ class IndexCatalog:
         self.slots = slots
         self.entries = entries
         self.expected_size = file_size(slots, entries)
-        self._lock = threading.Lock()
-        self._open: dict[str, tuple[int, mmap.mmap, IndexFile]] = {}  # inode, map, file
+        self._files = MappedFiles(self._index)
 
     def names(self) -> list[str]:
         """Index file names, newest first (names sort by time)."""
@@ -126,46 +124,19 @@ class IndexCatalog:
     def open(self, name: str) -> IndexFile | None:
         """The file mapped read-only; None if it vanished or is still empty (being created).
         A file replaced under the same name (a rebuilt tail) is mapped again."""
-        path = self.dir / name
-        try:
-            inode = os.stat(path).st_ino
-        except FileNotFoundError:
-            return None
-        with self._lock:
-            hit = self._open.get(name)
-            if hit is not None and hit[0] == inode:
-                return hit[2]
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            try:
-                st = os.fstat(fd)
-                size = st.st_size
-                if size == 0:
-                    return None
-                if size != self.expected_size:
-                    raise IndexConfigError(
-                        f"index file {path} is {size} bytes, but --index-slots {self.slots} "
-                        f"and --index-entries {self.entries} make {self.expected_size}"
-                    )
-                mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
-            index = IndexFile(mm, self.slots, self.entries)
-            self._open[name] = (st.st_ino, mm, index)
-            return index
+        return self._files.get(self.dir / name)
+
+    def _index(self, path: Path, mm: mmap.mmap) -> IndexFile:
+        if len(mm) != self.expected_size:
+            raise IndexConfigError(
+                f"index file {path} is {len(mm)} bytes, but --index-slots {self.slots} "
+                f"and --index-entries {self.entries} make {self.expected_size}"
+            )
+        return IndexFile(mm, self.slots, self.entries)
 
     def forget_missing(self, present: list[str]) -> None:
         """Drop mappings of deleted files (a query still using one keeps it alive)."""
-        keep = set(present)
-        with self._lock:
-            for name in [n for n in self._open if n not in keep]:
-                del self._open[name]
+        self._files.forget_except(self.dir / n for n in present)
 
     def close(self) -> None:
-        with self._lock:
-            for _, mm, _ in self._open.values():
-                with contextlib.suppress(BufferError):  # a query still holds a view
-                    mm.close()
-            self._open.clear()
+        self._files.close()

@@ -8,9 +8,7 @@ unit it is still writing reads as empty. Every segment before the last is full. 
 offset is the first unit after them whose record is still in the commitlog.
 """
 
-import mmap
 import os
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import numpy as np
 
 from rmqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from rmqstore.segments import parse_segment_name
+from services.query.mapped_files import MappedFiles
 
 PRE_BLANK_SIZE = 0x7FFFFFFF
 
@@ -100,8 +99,10 @@ class QueueCatalog:
 
     def __init__(self, consumequeue_dir: Path) -> None:
         self.dir = Path(consumequeue_dir)
-        self._lock = threading.Lock()
-        self._maps: dict[Path, tuple[int, mmap.mmap, np.ndarray]] = {}  # inode, map, units
+        self._files = MappedFiles(
+            lambda _path, mm: np.frombuffer(mm, dtype=UNIT_DTYPE, count=len(mm) // UNIT_SIZE),
+            min_size=UNIT_SIZE,
+        )
 
     def exists(self, topic: str, queue_id: int) -> bool:
         return (self.dir / topic / str(queue_id)).is_dir()
@@ -129,25 +130,7 @@ class QueueCatalog:
 
     def _units(self, path: Path) -> np.ndarray | None:
         """Units of a segment; remapped when the file was replaced or resized."""
-        try:
-            st = os.stat(path)
-        except FileNotFoundError:
-            return None
-        with self._lock:
-            hit = self._maps.get(path)
-            if hit is not None and hit[0] == st.st_ino and len(hit[1]) == st.st_size:
-                return hit[2]
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                return None
-            try:
-                st = os.fstat(fd)
-                if st.st_size < UNIT_SIZE:
-                    return None
-                mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
-            finally:
-                os.close(fd)
-            units = np.frombuffer(mm, dtype=UNIT_DTYPE, count=st.st_size // UNIT_SIZE)
-            self._maps[path] = (st.st_ino, mm, units)
-            return units
+        return self._files.get(path)
+
+    def close(self) -> None:
+        self._files.close()

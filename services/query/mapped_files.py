@@ -1,0 +1,68 @@
+"""Files the query service maps read-only, cached by path while writers change them.
+
+A file is mapped once and its mapping reused while the same file (inode) of the same size is
+there; a file replaced under its name (a rebuilt one) or grown is mapped again. A file that is
+missing or shorter than ``min_size`` (still being created) reads as None.
+"""
+
+import contextlib
+import mmap
+import os
+import threading
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class MappedFiles(Generic[T]):
+    """``get(path)`` gives ``view(path, map)`` of the file's current mapping, or None."""
+
+    def __init__(self, view: Callable[[Path, mmap.mmap], T], min_size: int = 1) -> None:
+        self._view = view
+        self._min_size = min_size
+        self._lock = threading.Lock()
+        self._maps: dict[Path, tuple[int, mmap.mmap, T]] = {}  # inode, map, view
+
+    def get(self, path: Path) -> T | None:
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        with self._lock:
+            hit = self._maps.get(path)
+            if hit is not None and hit[0] == st.st_ino and len(hit[1]) == st.st_size:
+                return hit[2]
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return None
+            try:
+                st = os.fstat(fd)
+                if st.st_size < self._min_size:
+                    return None
+                mm = mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ)
+            finally:
+                os.close(fd)
+            try:
+                view = self._view(path, mm)
+            except BaseException:
+                mm.close()
+                raise
+            self._maps[path] = (st.st_ino, mm, view)
+            return view
+
+    def forget_except(self, present: Iterable[Path]) -> None:
+        """Drop the mappings of files no longer there (a query still using one keeps it)."""
+        keep = set(present)
+        with self._lock:
+            for path in [p for p in self._maps if p not in keep]:
+                del self._maps[path]
+
+    def close(self) -> None:
+        with self._lock:
+            for _, mm, _ in self._maps.values():
+                with contextlib.suppress(BufferError):  # a query still holds a view
+                    mm.close()
+            self._maps.clear()
