@@ -22,6 +22,7 @@ class WriterConfig:
     warmup: bool = False
     preallocate: bool = True
     prefault_window: int = 32 * 1024 * 1024  # pages mapped ahead of the write position; 0 = off
+    snapshot_interval_ms: int = 10_000  # checkpoint file and queue-offset snapshot
 
     def __post_init__(self) -> None:
         if self.flush not in ("async", "sync"):
@@ -30,6 +31,8 @@ class WriterConfig:
             raise ValueError("--commitlog-segment-size must be a multiple of 4096")
         if self.prefault_window < 0:
             raise ValueError("--prefault-window must be 0 (off) or positive")
+        if self.snapshot_interval_ms <= 0:
+            raise ValueError("the snapshot interval must be positive")
         if self.max_message_size <= 0:
             raise ValueError("--max-message-size must be positive")
         if not 1 <= self.queues_per_topic <= 65536:

@@ -107,6 +107,7 @@ class CommitLogEngine:
             self._housekeeping,
             cfg.flush == "sync",
             cfg.flush_interval_ms / 1000 if cfg.flush == "async" else 0.01,
+            cfg.snapshot_interval_ms / 1000,
         )
         self.epochs = Epochs(self.layout.progress("commitlog-epochs"))
         if not self.last_exit_clean or r.corruption or not self.epochs.history:
@@ -255,9 +256,12 @@ class CommitLogEngine:
         return marks[i][1] if i >= 0 else 0
 
     def _housekeeping(self) -> None:
+        """Runs on the flush thread, so it flushes itself (waiting for that thread would
+        stall every sync put for the flush timeout); the snapshot never runs ahead of what
+        is durable."""
         with self._lock:
             offset, table = self.max_offset, dict(self.queue_table)
-        self.flusher.wait_durable(offset) if self.config.flush == "sync" else self._flush_all()
+        self._flush_all()
         save_snapshot(self._snapshot_path, offset, table)
         self._write_checkpoint()
 

@@ -31,6 +31,7 @@ class Flusher:
         self._stop = False
         self.last_flush_seconds = 0.0
         self.flushes = 0
+        self.housekeepings = 0
         self._thread = threading.Thread(target=self._run, name="commitlog-flush", daemon=True)
 
     def start(self, flushed: int) -> None:
@@ -80,6 +81,7 @@ class Flusher:
                 next_housekeeping = time.monotonic() + self.snapshot_interval
                 try:
                     self._housekeeping()
+                    self.housekeepings += 1
                 except Exception:
                     log.exception("checkpoint/snapshot failed")
 
