@@ -138,10 +138,17 @@ class CommitLogEngine:
     # -- appending -----------------------------------------------------------------------
     def put(self, messages: Sequence, now_ms: int | None = None) -> Stored:
         """Validate, then append all messages or none; durable first under sync flush."""
+        stored, end = self.append(messages, now_ms)
+        self.wait_durable(end)
+        return stored
+
+    def append(self, messages: Sequence, now_ms: int | None = None) -> tuple[Stored, int]:
+        """``put`` without waiting for the flush: the stored batch and the commitlog offset
+        its last byte ends at (pass it to ``wait_durable`` before acknowledging)."""
         now = now_ms or _now_ms()
         prepared = self.builder.build_many(messages, now)
         if not prepared:
-            return Stored(self._msg_id_prefix, [], [], [], now, [], [], [])
+            return Stored(self._msg_id_prefix, [], [], [], now, [], [], []), 0
         columns = tuple(zip(*prepared, strict=True))
         with self._lock:
             if self._closed:
@@ -151,9 +158,12 @@ class CommitLogEngine:
         self.prefaulter.poke()
         with self._appended:
             self._appended.notify_all()
+        return stored, end
+
+    def wait_durable(self, end: int) -> None:
+        """Under sync flush, block until the commitlog is durable up to ``end``."""
         if self.config.flush == "sync" and not self.flusher.wait_durable(end):
             raise StoreError(f"flush did not reach offset {end} within 5 s (FLUSH_DISK_TIMEOUT)")
-        return stored
 
     def _ensure_segments(self, sizes: Sequence[int]) -> None:
         """Create every segment file this batch will need before writing any of it."""

@@ -8,6 +8,7 @@ import grpc
 from rmqstore.errors import ResourceExhaustedError, StoreError
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.commitlog.append_ahead import appended_ahead
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.observe import WriterObserver
 from services.commitlog.stored import PutResult, Stored
@@ -53,9 +54,22 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         self._put_streams = threading.BoundedSemaphore(MAX_PUT_STREAMS)
 
     def _put(self, messages) -> Stored:
+        return self._acknowledge(self._append(messages))
+
+    def _append(self, messages) -> tuple[Stored, int, float]:
         t0 = time.perf_counter()
         try:
-            stored = self.engine.put(messages)
+            stored, end = self.engine.append(messages)
+        except StoreError as e:
+            self.observer.put_failed(e.grpc_status.lower())
+            raise
+        return stored, end, t0
+
+    def _acknowledge(self, appended: tuple[Stored, int, float]) -> Stored:
+        """Wait until an appended batch is durable (sync flush), then count it."""
+        stored, end, t0 = appended
+        try:
+            self.engine.wait_durable(end)
         except StoreError as e:
             self.observer.put_failed(e.grpc_status.lower())
             raise
@@ -72,11 +86,29 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     def PutStream(self, request_iterator, context):
+        if self.engine.config.flush != "sync":  # answered as soon as appended, in this thread
+            yield from self._stream(
+                "put", self._put_streams, request_iterator,
+                lambda request: commitlog_pb2.PutStreamReply(
+                    response=self._batch_response(request)
+                ),
+                commitlog_pb2.PutStreamReply,
+            )  # fmt: skip
+            return
+
+        def answer(item: tuple) -> commitlog_pb2.PutStreamReply:
+            request, appended = item
+            if isinstance(appended, StoreError):
+                raise appended
+            stored = self._acknowledge(appended)
+            return commitlog_pb2.PutStreamReply(response=self._response(request, stored))
+
+        ahead = appended_ahead(
+            request_iterator, lambda request: self._append(request.messages), context.is_active
+        )
         yield from self._stream(
-            "put", self._put_streams, request_iterator,
-            lambda request: commitlog_pb2.PutStreamReply(response=self._batch_response(request)),
-            commitlog_pb2.PutStreamReply,
-        )  # fmt: skip
+            "put", self._put_streams, ahead, answer, commitlog_pb2.PutStreamReply
+        )
 
     def _stream(self, kind: str, slots: threading.BoundedSemaphore, requests, answer, reply):
         """One ``answer(request)`` per request; a StoreError becomes ``reply(status_code,
@@ -96,7 +128,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             slots.release()
 
     def _batch_response(self, request) -> commitlog_pb2.PutBatchResponse:
-        s = self._put(request.messages)
+        return self._response(request, self._put(request.messages))
+
+    def _response(self, request, s: Stored) -> commitlog_pb2.PutBatchResponse:
         if request.columnar_results:
             return commitlog_pb2.PutBatchResponse(columns=_columns(s))
         response = commitlog_pb2.PutBatchResponse()

@@ -142,8 +142,18 @@ def test_columnar_results_answer_the_same_facts(writer):
         assert (rec.topic, rec.queue_id) == (col.topic[i], col.queue_id[i])
 
 
-def test_put_stream_answers_each_batch_and_survives_refusals(writer):
-    stub = _stub(writer)
+@pytest.mark.parametrize("flush", ["async", "sync"])
+def test_put_stream_answers_each_batch_and_survives_refusals(tmp_path, flush):
+    """All batches are sent at once (under sync flush they are appended ahead of their
+    acknowledgements); answers come in order and a refusal writes nothing."""
+    writer = _start(tmp_path / "store", "--flush", flush)
+    try:
+        _put_stream_case(_stub(writer))
+    finally:
+        writer.stop()
+
+
+def _put_stream_case(stub):
     before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
     batches = [
         commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(3)]),
