@@ -1,12 +1,12 @@
 """End to end: stored *and indexed* msgs/s (writer + both builders as processes; producers
-on PutStream, as the load generator), and the dispatch lag of each builder at half of that
-rate."""
+on PutStream with 4 batches in flight, as ``rmqstore put --inflight 4``), and the dispatch
+lag of each builder at half of that rate."""
 
 import tempfile
 import threading
 import time
 
-from benchmarks.bench_put import _messages, over_grpc, peak_rss_mib
+from benchmarks.bench_put import WINDOW, _messages, over_grpc, peak_rss_mib
 from benchmarks.procs import start
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
@@ -55,7 +55,7 @@ def stored_and_indexed(count: int, producers: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         w, cq, ix = _node(d)
         try:
-            put = over_grpc(w.address, 1024, producers, count, stream=True)
+            put = over_grpc(w.address, 1024, producers, count, stream=True, window=WINDOW)
             end = (
                 commitlog_pb2_grpc.CommitLogStub(channel(w.address))
                 .GetOffsets(commitlog_pb2.GetOffsetsRequest())

@@ -1,5 +1,6 @@
 """Put throughput: in-process engine and batched gRPC, against the no-op gRPC ceiling."""
 
+import collections
 import multiprocessing as mp
 import queue
 import tempfile
@@ -13,6 +14,7 @@ from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 
 BATCH = 100
+WINDOW = 4  # PutStream rows: batches a producer has in flight (as ``rmqstore put --inflight``)
 
 
 def _messages(n: int, body_size: int, offset: int = 0) -> list:
@@ -44,7 +46,9 @@ def in_process(body_size: int, flush: str, count: int) -> dict:
     }
 
 
-def _producer(address: str, body_size: int, count: int, pid: int, q, go, stream: bool) -> None:
+def _producer(
+    address: str, body_size: int, count: int, pid: int, q, go, stream: bool, window: int
+) -> None:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
     reqs = [
         commitlog_pb2.PutBatchRequest(
@@ -57,15 +61,18 @@ def _producer(address: str, body_size: int, count: int, pid: int, q, go, stream:
     go.wait()
     lat = []
     start = time.time()
-    if stream:  # one batch in flight on one long-lived PutStream
+    if stream:  # up to ``window`` batches in flight on one long-lived PutStream
         requests: queue.SimpleQueue = queue.SimpleQueue()
         replies = stub.PutStream(iter(requests.get, None))
-        for r in reqs:
-            t = time.perf_counter()
-            requests.put(r)
-            reply = next(replies)
-            lat.append(time.perf_counter() - t)
-            assert not reply.status_code, reply.error
+        sent: collections.deque[float] = collections.deque()
+        for i in range(len(reqs) + window):
+            if i < len(reqs):
+                sent.append(time.perf_counter())
+                requests.put(reqs[i])
+            if len(sent) == window or (i >= len(reqs) and sent):
+                reply = next(replies)
+                lat.append(time.perf_counter() - sent.popleft())
+                assert not reply.status_code, reply.error
         requests.put(None)
         replies.cancel()  # every batch was answered; an unfinished call can hang the exit
     else:
@@ -77,18 +84,21 @@ def _producer(address: str, body_size: int, count: int, pid: int, q, go, stream:
 
 
 def over_grpc(
-    address: str, body_size: int, producers: int, count: int, stream: bool = False
+    address: str, body_size: int, producers: int, count: int, stream: bool = False,
+    window: int = 1,
 ) -> dict:
     """Producers in their own processes start together; the rate is over the common span.
 
-    ``stream``: each producer sends its batches over one PutStream instead of PutBatch calls.
+    ``stream``: each producer sends its batches over one PutStream instead of PutBatch calls,
+    with up to ``window`` batches unanswered.
     ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts.
     """
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
     ps = [
         ctx.Process(
-            target=_producer, args=(address, body_size, count // producers, i, q, go, stream)
+            target=_producer,
+            args=(address, body_size, count // producers, i, q, go, stream, window),
         )
         for i in range(producers)
     ]
@@ -132,7 +142,9 @@ def run(quick: bool = False) -> list[dict]:
     noop = start("benchmarks.noop_server", "127.0.0.1:0")
     try:
         ceiling = {
-            (s, p, stream): over_grpc(noop.address, s, p, count, stream)["msgs/s"]
+            (s, p, stream): over_grpc(
+                noop.address, s, p, count, stream, WINDOW if stream else 1
+            )["msgs/s"]
             for s in (128, 1024, 4096)
             for p in (1, 4)
             for stream in (False, True)
@@ -158,8 +170,10 @@ def run(quick: bool = False) -> list[dict]:
                     for prod in (1, 4):
                         for stream in (False, True):
                             n = count if flush == "async" else count // 4
-                            r = over_grpc(w.address, size, prod, n, stream)
-                            how = "PutStream" if stream else "PutBatch"
+                            r = over_grpc(
+                                w.address, size, prod, n, stream, WINDOW if stream else 1
+                            )
+                            how = f"PutStream ({WINDOW} in flight)" if stream else "PutBatch"
                             top = ceiling[(size, prod, stream)]
                             rows.append(
                                 {

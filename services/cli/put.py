@@ -8,6 +8,7 @@ waitStoreMsgOK). ``{i}`` in --keys/--body expands to the message number.
 
 import argparse
 import base64
+import collections
 import json
 import queue
 import sys
@@ -114,17 +115,31 @@ def _send(stub, batch: list, latencies: list[float], out: list | None) -> int:
 
 
 class _Stream:
-    """A producer's batches over one PutStream, one in flight; only counted."""
+    """A producer's batches over one PutStream, up to ``inflight`` unanswered; only counted."""
 
-    def __init__(self, stub) -> None:
+    def __init__(self, stub, inflight: int = 1) -> None:
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
         self._replies = stub.PutStream(iter(self._requests.get, None))
+        self._sent: collections.deque[float] = collections.deque()
+        self._inflight = inflight
 
     def send(self, batch: list, latencies: list[float]) -> int:
-        t0 = time.perf_counter()
+        """Send a batch; once ``inflight`` are unanswered, wait for the oldest answer.
+        Returns the messages acknowledged meanwhile."""
+        self._sent.append(time.perf_counter())
         self._requests.put(commitlog_pb2.PutBatchRequest(messages=batch, columnar_results=True))
+        return self._answer(latencies) if len(self._sent) >= self._inflight else 0
+
+    def drain(self, latencies: list[float]) -> int:
+        """Wait for every unanswered batch; the messages they acknowledge."""
+        n = 0
+        while self._sent:
+            n += self._answer(latencies)
+        return n
+
+    def _answer(self, latencies: list[float]) -> int:
         reply = next(self._replies)
-        latencies.append(time.perf_counter() - t0)
+        latencies.append(time.perf_counter() - self._sent.popleft())
         if reply.status_code:
             code = next(c for c in grpc.StatusCode if c.value[0] == reply.status_code)
             raise _Refused(code, reply.error)
@@ -148,6 +163,10 @@ class _Refused(grpc.RpcError):
 
 
 def run(args: argparse.Namespace) -> int:
+    for flag in ("batch", "producers", "inflight"):
+        if getattr(args, flag) < 1:
+            print(f"error: --{flag} must be at least 1", file=sys.stderr)
+            return 2
     stub = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
     latencies: list[float] = []
     collected: list = []
@@ -186,13 +205,15 @@ def run(args: argparse.Namespace) -> int:
             def producer(p: int) -> None:
                 own = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
                 lat: list[float] = []
-                stream = None if args.json or args.batch == 1 else _Stream(own)
+                stream = None if args.json or args.batch == 1 else _Stream(own, args.inflight)
                 try:
                     for b in _batches(_generated(args, starts[p], per[p]), args.batch):
                         if stream is not None:
                             counts[p] += stream.send(b, lat)
                         else:
                             counts[p] += _send(own, b, lat, collected if args.json else None)
+                    if stream is not None:
+                        counts[p] += stream.drain(lat)
                 except BaseException as e:
                     errors.append(e)
                 finally:
@@ -247,5 +268,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--count", type=int, default=1)
     p.add_argument("--producers", type=int, default=1)
     p.add_argument("--batch", type=int, default=100, help="messages per call")
+    p.add_argument(
+        "--inflight",
+        type=int,
+        default=1,
+        help="batches a producer sends before waiting for the oldest answer (load generator)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON result per message")
     p.set_defaults(run=run)

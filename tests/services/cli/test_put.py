@@ -108,11 +108,13 @@ def test_put_flags_and_load_generator(writer):
     assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr
 
 
-def test_load_generator_streams_batches(writer):
+@pytest.mark.parametrize("inflight", ["1", "4"])
+def test_load_generator_streams_batches(writer, inflight):
     stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))
     before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
     flags = ["--topic", "Load", "--keys", "k-{i}", "--body-size", "64", "--count", "300"]
-    out = _cli("put", "--commitlog", writer.address, *flags, "--producers", "3", "--batch", "40")
+    out = _cli("put", "--commitlog", writer.address, *flags, "--producers", "3", "--batch", "40",
+               "--inflight", inflight)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "sent 300 messages" in out.stdout and "msgs/s" in out.stdout
     after = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
@@ -127,3 +129,9 @@ def test_load_generator_streams_batches(writer):
     out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--count", "5",
                "--batch", "5")  # fmt: skip
     assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
+
+
+def test_load_generator_refuses_a_window_of_zero(writer):
+    out = _cli("put", "--commitlog", writer.address, "--topic", "Load", "--count", "5",
+               "--inflight", "0")  # fmt: skip
+    assert out.returncode == 2 and "--inflight must be at least 1" in out.stderr
