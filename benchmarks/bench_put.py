@@ -46,7 +46,17 @@ def in_process(body_size: int, flush: str, count: int) -> dict:
     }
 
 
-def _producer(
+def _producer(*args) -> None:
+    """Runs in its own process; any failure reaches the parent instead of hanging it."""
+    q = args[4]
+    try:
+        _produce(*args)
+    except BaseException as e:
+        q.put(RuntimeError(f"producer {args[3]} failed: {e!r}"))
+        raise
+
+
+def _produce(
     address: str, body_size: int, count: int, pid: int, q, go, stream: bool, window: int
 ) -> None:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
@@ -105,9 +115,13 @@ def over_grpc(
     for p in ps:
         p.start()
     for _ in ps:
-        q.get()
+        if isinstance(ready := q.get(), Exception):
+            raise ready
     go.set()
     res = [q.get() for _ in ps]
+    for r in res:
+        if isinstance(r, Exception):
+            raise r
     for p in ps:
         p.join()
     n = sum(r[0] for r in res)
