@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqstore.durable import replace_file
-from rmqstore.errors import CorruptRecordError
-from rmqstore.formats import commitlog, commitlog_segment
+from rmqstore.formats import commitlog
+from services.commitlog import segment_scan
 from services.commitlog.segment_files import SegmentQueue
 
 log = logging.getLogger(__name__)
@@ -62,23 +62,35 @@ def _zero_tail(mm, start: int) -> None:
         pos += step
 
 
-def recover(segments: SegmentQueue, snapshot: Path) -> Recovered:
+def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None = None,
+            ) -> Recovered:
+    """Find the end of valid data, cut the rest, rebuild the queue table. Segments are read
+    on every core once there are ``parallel_bytes`` to read (default
+    ``segment_scan.PARALLEL_BYTES``)."""
+    if parallel_bytes is None:
+        parallel_bytes = segment_scan.PARALLEL_BYTES
     out = Recovered()
     segments.open_existing(segments.existing_files())
     segs = segments.segments
     if not segs:
         return out
-    crc_from = max(0, len(segs) - CRC_CHECKED_SEGMENTS)
+    checked = segs[max(0, len(segs) - CRC_CHECKED_SEGMENTS) :]
+    maps = {str(seg.path): seg.map for seg in checked}
+    ends = segment_scan.check_all(
+        [segment_scan.Part(str(seg.path), seg.start, 0, seg.size) for seg in checked],
+        lambda part: segment_scan.check(maps[part.path], part),
+        parallel_bytes,
+    )
     end = segs[0].start
-    for seg in segs[crc_from:]:
-        pos, blank, err = commitlog_segment.scan_end(seg.map, 0, True, seg.start)
-        out.scanned_bytes += pos
-        end = seg.start + pos
+    for seg, found in zip(checked, ends, strict=True):
+        out.scanned_bytes += found.position
+        end = seg.start + found.position
+        err = found.corruption()
         if err is not None:
             out.corruption = f"{seg.path.name} at offset {err.offset}: {err}"
             log.warning("commitlog recovery: cutting at %s", out.corruption)
             break
-        if blank is None:
+        if found.blank is None:
             break
         end = seg.end  # a blank record fills the segment: data goes on in the next one
     out.end = end
@@ -95,39 +107,39 @@ def recover(segments: SegmentQueue, snapshot: Path) -> Recovered:
     for seg in segments.segments:
         if seg is not head:
             seg.wrote = seg.flushed = seg.size
-    _rebuild_queue_table(segments, snapshot, out)
+    _rebuild_queue_table(segments, snapshot, out, parallel_bytes)
     return out
 
 
-def _rebuild_queue_table(segments: SegmentQueue, snapshot: Path, out: Recovered) -> None:
+def _rebuild_queue_table(segments: SegmentQueue, snapshot: Path, out: Recovered,
+                         parallel_bytes: int) -> None:
     snap = load_snapshot(snapshot)
     start = segments.min_offset
     table: dict[tuple[str, int], int] = {}
     if snap is not None and segments.min_offset <= snap[0] <= out.end:
         start, table = snap[0], dict(snap[1])
+    walked = [
+        seg for seg in segments.segments if seg.end > start and seg.start < out.end
+    ]
+    parts = [
+        segment_scan.Part(str(seg.path), seg.start, max(start - seg.start, 0),
+                          min(out.end - seg.start, seg.size))
+        for seg in walked
+    ]
+    maps = {str(seg.path): seg.map for seg in walked}
+    found = segment_scan.heads_all(
+        parts, lambda part: segment_scan.heads(maps[part.path], part), parallel_bytes
+    )
     last_ts_pos = None
-    for seg in segments.segments:
-        if seg.end <= start:
-            continue
-        if seg.start >= out.end:
-            break
-        begin = max(start - seg.start, 0)
-        limit = min(out.end - seg.start, seg.size)
-        # prepared (0x4) and rollback (0xC) records take no queue offset; both have this bit
-        no_queue_offset = commitlog.TRANSACTION_PREPARED_TYPE
-        get = table.get
-        try:
-            for pos, _size, queue_id, queue_offset, sys_flag, topic in commitlog_segment.iter_heads(
-                seg.map, begin, limit, seg.start
-            ):
-                if not sys_flag & no_queue_offset:
-                    key = (topic, queue_id)
-                    if get(key, 0) <= queue_offset:
-                        table[key] = queue_offset + 1
-                last_ts_pos = (seg, pos)
-        except CorruptRecordError as e:
-            log.error("commitlog recovery: %s; queue offsets after it are not counted", e)
-        out.scanned_bytes += limit - begin
+    for seg, part, h in zip(walked, parts, found, strict=True):
+        if h.error is not None:
+            log.error("commitlog recovery: %s; queue offsets after it are not counted", h.error)
+        for key, next_offset in h.next_offsets.items():
+            if table.get(key, 0) < next_offset:
+                table[key] = next_offset
+        if h.last_position is not None:
+            last_ts_pos = (seg, h.last_position)
+        out.scanned_bytes += part.limit - part.begin
     if last_ts_pos is not None:
         seg, pos = last_ts_pos
         hdr = commitlog.decode(seg.map, pos, check_crc=False)

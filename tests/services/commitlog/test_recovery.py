@@ -8,10 +8,19 @@ from rmqstore.errors import StoreError
 from rmqstore.formats import commitlog
 from rmqstore.segments import segment_name
 from rmqstore.v1 import common_pb2
+from services.commitlog import segment_scan
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 
 SEGMENT = 64 * 1024
+
+
+@pytest.fixture(autouse=True, params=["here", "workers"])
+def where(request, monkeypatch):
+    """Every case twice: segments read in this process, and by forked worker processes."""
+    if request.param == "workers":
+        monkeypatch.setattr(segment_scan, "PARALLEL_BYTES", 0)
+    return request.param
 
 
 def _open(store):
