@@ -1,10 +1,11 @@
-"""Recovery's two walks over segment files, one segment per core when there is enough to read.
+"""Recovery's two walks over segment files, a worker process per segment when that pays.
 
 Records never cross segments, so each segment is checked (``scan_end``: CRC and lengths) or
 walked (``heads``: queue offsets) on its own and the results are combined in segment order by
-the caller. With at least ``parallel_bytes`` to read and more than one core, segments go to
-forked worker processes that map the files read-only (Python checks one record at a time, so
-threads would share one core); otherwise, or if workers cannot be started, they are read here.
+the caller. With at least ``parallel_bytes`` to read and more than one core, each segment goes
+to its own forked worker process (at most twice the cores), which maps the file read-only
+(Python checks one record at a time, so threads would share one core); otherwise, or if
+workers cannot be started, they are read here.
 """
 
 import logging
