@@ -117,8 +117,13 @@ class Termination:
         self._done.set()
 
     def wait(self, on_stop: Callable[[], None]) -> None:
-        """Block until a signal arrives, then run ``on_stop`` once."""
-        self._done.wait()
+        """Block until a signal arrives, then run ``on_stop`` once.
+
+        Waits in short steps: the kernel may hand the signal to another thread, and Python
+        runs its handler only in the main thread, between steps (an endless wait would miss
+        it and the service would never stop)."""
+        while not self._done.wait(0.2):
+            pass
         on_stop()
 
 

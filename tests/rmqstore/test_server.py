@@ -1,0 +1,33 @@
+"""Service plumbing shared by every service."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# SIGTERM delivered to a thread other than the main one (the kernel may pick any thread of a
+# process): the main thread, waiting in Termination.wait, must still notice it and stop.
+_SIGNAL_ON_A_WORKER_THREAD = """
+import signal, threading, time
+from rmqstore.server import Termination
+
+termination = Termination()
+
+def worker():
+    time.sleep(0.2)
+    signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
+    time.sleep(30)  # stays alive, as a service's threads do
+
+threading.Thread(target=worker, daemon=True).start()
+termination.wait(lambda: print("stopped", flush=True))
+"""
+
+
+def test_termination_notices_a_signal_that_landed_on_another_thread():
+    done = subprocess.run(
+        [sys.executable, "-c", _SIGNAL_ON_A_WORKER_THREAD],
+        cwd=ROOT, capture_output=True, text=True, timeout=20,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "stopped"
