@@ -79,6 +79,16 @@ def host_len(sys_flag: int, flag_bit: int) -> int:
     return 20 if sys_flag & flag_bit else 8
 
 
+V6_BITS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
+# where _TAIL (reconsume times, prepared tx offset, body length) starts, by the sys flag's
+# host bits (``TAIL_AT[sys_flag & V6_BITS]``): per-record loops look it up
+TAIL_AT = {
+    bits: BODY_LENGTH_BASE - 12 + host_len(bits, BORNHOST_V6_FLAG)
+    + host_len(bits, STOREHOST_V6_FLAG)
+    for bits in (0, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, V6_BITS)
+}
+
+
 def store_timestamp_at(sys_flag: int) -> int:
     """Byte position of STORETIMESTAMP inside a record with this sys flag."""
     return HEAD_SIZE + host_len(sys_flag, BORNHOST_V6_FLAG)
@@ -279,10 +289,8 @@ def decode_meta(
             raise CorruptRecordError(
                 f"record size {total} runs past the data ({end - at} bytes left)", where, total
             )
-        born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
-        store_len = 20 if sys_flag & STOREHOST_V6_FLAG else 8
-        (store_ts,) = _LONG.unpack_from(buf, at + HEAD_SIZE + born_len)
-        p = at + BODY_LENGTH_BASE - 12 + born_len + store_len
+        (store_ts,) = _LONG.unpack_from(buf, at + store_timestamp_at(sys_flag))
+        p = at + TAIL_AT[sys_flag & V6_BITS]
         _reconsume, prep_tx, body_len = _TAIL.unpack_from(buf, p)
         p += _TAIL.size
         if body_len < 0 or p + body_len > at + total:

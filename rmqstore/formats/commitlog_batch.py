@@ -24,7 +24,6 @@ from rmqstore.formats import commitlog as cl
 from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.hosts import Host
 
-_V6_BITS = cl.BORNHOST_V6_FLAG | cl.STOREHOST_V6_FLAG
 _SHORT = cl._SHORT  # the properties length
 TOTAL_SIZE = 1  # position of the total size in a prepared tuple
 SYS_FLAG = 5  # position of the stored sys flag (v6 bits set)
@@ -79,7 +78,7 @@ class BatchEncoder:
             zlib.crc32(body) & 0x7FFFFFFF,  # cl.body_crc, inlined: this runs per message
             queue_id,
             flag,
-            (sys_flag & ~_V6_BITS) | born_bit | self._store_bit,
+            (sys_flag & ~cl.V6_BITS) | born_bit | self._store_bit,
             born_timestamp,
             born_host.ip,
             born_host.port,

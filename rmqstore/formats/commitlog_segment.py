@@ -13,19 +13,17 @@ from typing import Any, NamedTuple
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import BytesLike
 from rmqstore.formats.commitlog import (
-    _INT,
     _SHORT,
     _TAIL,
     BLANK,
     BLANK_MAGIC,
-    BODY_LENGTH_BASE,
-    BORNHOST_V6_FLAG,
     HEAD,
     HEAD_SIZE,
     MAGIC_V1,
     MAGIC_V2,
     MAX_TOPIC_BYTES,
-    STOREHOST_V6_FLAG,
+    TAIL_AT,
+    V6_BITS,
     decode,
     decode_meta,
 )
@@ -54,8 +52,7 @@ def iter_heads(
     """
     end = len(buf) if end is None else end
     pos = start
-    unpack, unpack_int, new = HEAD.unpack_from, _INT.unpack_from, tuple.__new__
-    body_length_v4 = BODY_LENGTH_BASE + 16  # both hosts IPv4; each IPv6 one adds 12
+    unpack, tail, tail_at, new = HEAD.unpack_from, _TAIL.unpack_from, TAIL_AT, tuple.__new__
     topics: dict[bytes, str] = {}
     with memoryview(buf) as view:
         while pos + HEAD_SIZE <= end:
@@ -68,13 +65,11 @@ def iter_heads(
                     base_offset + pos,
                     total,
                 )
-            p = pos + body_length_v4
-            if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
-                p += (12 if sys_flag & BORNHOST_V6_FLAG else 0) + (
-                    12 if sys_flag & STOREHOST_V6_FLAG else 0
-                )
-            (body_len,) = unpack_int(view, p)
-            p += 4 + body_len
+            p = pos + tail_at[sys_flag & V6_BITS]
+            if p + _TAIL.size > pos + total:
+                raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
+            _, _, body_len = tail(view, p)
+            p += _TAIL.size + body_len
             if body_len < 0 or p + 2 > pos + total:
                 raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
             if magic == MAGIC_V1:
@@ -144,8 +139,8 @@ def scan_end(
     """
     end = len(buf)
     pos = start
-    head, tail, short = HEAD.unpack_from, _TAIL.unpack_from, _SHORT
-    v6_born, v6_store, magic_v1 = BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, MAGIC_V1
+    head, tail, short, tail_at = HEAD.unpack_from, _TAIL.unpack_from, _SHORT, TAIL_AT
+    magic_v1 = MAGIC_V1
     crc32 = zlib.crc32
     with memoryview(buf) as view:
         while pos + 8 <= end:
@@ -156,9 +151,7 @@ def scan_end(
                 return pos, None, None
             try:
                 _, _, crc, _, _, _, _, sys_flag, _ = head(view, pos)
-                p = pos + BODY_LENGTH_BASE - 12
-                p += 20 if sys_flag & v6_born else 8
-                p += 20 if sys_flag & v6_store else 8
+                p = pos + tail_at[sys_flag & V6_BITS]
                 _, _, body_len = tail(view, p)
                 body_at = p + _TAIL.size
                 p = body_at + body_len

@@ -1,6 +1,7 @@
 """Walking a segment (spec §2, TV5): blank records, zeros, and a scan that agrees with
 decoding record after record."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -58,3 +59,12 @@ def test_the_segment_scan_agrees_with_the_record_decoder(records, flips, ending)
         buf[at % len(buf)] = value
     end, blank, err = commitlog_segment.scan_end(bytes(buf))
     assert (end, blank, err.offset if err else None) == _reference_scan_end(bytes(buf))
+
+
+def test_a_header_walk_stops_at_a_record_too_short_for_its_own_fields():
+    rec = cl.encode(tv4_record())
+    short = 60  # ends before the body length
+    data = cl.HEAD.pack(short, cl.MAGIC_V1, *cl.HEAD.unpack_from(rec)[2:]) + rec[cl.HEAD_SIZE:short]
+    with pytest.raises(CorruptRecordError, match="do not add up") as err:
+        list(commitlog_segment.iter_heads(data))
+    assert err.value.offset == 0
