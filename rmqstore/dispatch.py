@@ -55,10 +55,7 @@ def from_record(r: commitlog.Record) -> DispatchRecord:
 
 def goes_to_consume_queue(sys_flag: int) -> bool:
     """Only non-transactional and committed records get a consume-queue unit."""
-    return commitlog.transaction_type(sys_flag) in (
-        commitlog.TRANSACTION_NOT_TYPE,
-        commitlog.TRANSACTION_COMMIT_TYPE,
-    )
+    return not sys_flag & commitlog.NO_QUEUE_OFFSET_BIT
 
 
 def index_keys(d: DispatchRecord) -> list[str]:

@@ -63,6 +63,9 @@ TRANSACTION_NOT_TYPE = 0x0
 TRANSACTION_PREPARED_TYPE = 0x4
 TRANSACTION_COMMIT_TYPE = 0x8
 TRANSACTION_ROLLBACK_TYPE = 0xC
+# prepared (0x4) and rollback (0xC) records, and only they, have this bit: they take no queue
+# offset (stored with 0, the counter does not move) and no consume-queue unit
+NO_QUEUE_OFFSET_BIT = TRANSACTION_PREPARED_TYPE
 BORNHOST_V6_FLAG = 0x10
 STOREHOST_V6_FLAG = 0x20
 

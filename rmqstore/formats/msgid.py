@@ -16,7 +16,7 @@ import itertools
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 from rmqstore.errors import InvalidArgumentError
@@ -29,6 +29,12 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 
 def offset_msg_id(store_ip: bytes, store_port: int, phy_offset: int) -> str:
     return (store_ip + _PORT_OFFSET.pack(store_port, phy_offset)).hex().upper()
+
+
+def offset_msg_ids(store_ip: bytes, store_port: int, phy_offsets: Iterable[int]) -> list[str]:
+    """``offset_msg_id`` of many (non-negative) offsets of one host: its part is made once."""
+    host = offset_msg_id(store_ip, store_port, 0)[:-16]
+    return [f"{host}{phy:016X}" for phy in phy_offsets]
 
 
 def _hex_bytes(msg_id: str) -> bytes:

@@ -24,7 +24,6 @@ from rmqstore.errors import (
     UnavailableError,
 )
 from rmqstore.formats import checkpoint, commitlog
-from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import WriterConfig
@@ -91,8 +90,6 @@ class CommitLogEngine:
         self._appended = threading.Condition()
         self._closed = False
         self.builder = MessageBuilder(cfg)
-        host = self.builder.store_host
-        self._msg_id_prefix = offset_msg_id(host.ip, host.port, 0)[:-16]
         self.cache = DispatchCache()
         self._marks: deque[tuple[int, int]] = deque(maxlen=200_000)  # (end offset, store ts)
         if r.last_store_timestamp:
@@ -148,7 +145,7 @@ class CommitLogEngine:
         now = now_ms or _now_ms()
         prepared = self.builder.build_many(messages, now)
         if not prepared:
-            return Stored(self._msg_id_prefix, [], [], [], now, [], [], []), 0
+            return Stored(self.builder.store_host, [], [], [], now, [], [], []), 0
         columns = tuple(zip(*prepared, strict=True))
         with self._lock:
             if self._closed:
@@ -248,7 +245,7 @@ class CommitLogEngine:
                 max_offset=end,
             ),
         )
-        stored = Stored(self._msg_id_prefix, phys, qos, sizes, ts, topics, queue_ids, uniqs)
+        stored = Stored(self.builder.store_host, phys, qos, sizes, ts, topics, queue_ids, uniqs)
         return stored, end
 
     # -- flushing ------------------------------------------------------------------------

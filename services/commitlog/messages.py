@@ -23,9 +23,6 @@ from services.commitlog.config import WriterConfig
 RESERVED = frozenset(
     (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
 )
-_QUEUED_TX_TYPES = (commitlog.TRANSACTION_NOT_TYPE, commitlog.TRANSACTION_COMMIT_TYPE)
-# both tx types that take no queue offset (0x4 prepared, 0xC rollback) have this bit
-PREPARED_OR_ROLLBACK = commitlog.TRANSACTION_PREPARED_TYPE
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 
 
@@ -169,7 +166,7 @@ class MessageBuilder:
             record, size, topic, queue_id, record[batch_fmt.SYS_FLAG],
             0 if delay_ms else self._tags_code(tags), keys, uniq, delay_ms,
             m.prepared_transaction_offset,
-            (sys_flag & commitlog.TRANSACTION_TYPE_MASK) in _QUEUED_TX_TYPES,
+            not sys_flag & commitlog.NO_QUEUE_OFFSET_BIT,
         )  # fmt: skip
 
     def build_many(self, messages: Iterable, now_ms: int) -> list[Prepared]:
@@ -179,6 +176,7 @@ class MessageBuilder:
         queues, max_body = self.config.queues_per_topic, self.config.max_message_size
         prepare, next_uniq, limit = self.encoder.prepare, self.uniq.at(now_ms), self._record_limit
         tag_codes, store = self._tag_codes, self.store_host
+        no_queue_offset = commitlog.NO_QUEUE_OFFSET_BIT
         out: list[Prepared] = []
         append = out.append
         for m in messages:
@@ -224,7 +222,7 @@ class MessageBuilder:
             append(
                 (
                     record, size, topic, queue_id, record[batch_fmt.SYS_FLAG], code, keys, uniq,
-                    0, m.prepared_transaction_offset, not sys_flag & PREPARED_OR_ROLLBACK,
+                    0, m.prepared_transaction_offset, not sys_flag & no_queue_offset,
                 )  # fmt: skip
             )
         return out

@@ -23,8 +23,6 @@ from rmqstore.formats.commitlog_segment import Blank, iter_heads, scan_end
 
 log = logging.getLogger(__name__)
 PARALLEL_BYTES = 128 * 1024 * 1024
-# prepared (0x4) and rollback (0xC) records take no queue offset; both have this bit
-_NO_QUEUE_OFFSET = commitlog.TRANSACTION_PREPARED_TYPE
 
 
 @dataclass(frozen=True)
@@ -76,13 +74,13 @@ def check(buf: Any, part: Part) -> ScanEnd:
 def heads(buf: Any, part: Part) -> Heads:
     """Queue offsets taken by the records of one part (headers only)."""
     table: dict[tuple[str, int], int] = {}
-    get = table.get
+    get, no_queue_offset = table.get, commitlog.NO_QUEUE_OFFSET_BIT
     last = None
     try:
         for pos, _size, queue_id, queue_offset, sys_flag, topic in iter_heads(
             buf, part.begin, part.limit, part.start
         ):
-            if not sys_flag & _NO_QUEUE_OFFSET:
+            if not sys_flag & no_queue_offset:
                 key = (topic, queue_id)
                 if get(key, 0) <= queue_offset:
                     table[key] = queue_offset + 1

@@ -3,6 +3,9 @@
 from collections.abc import Sequence
 from typing import NamedTuple, overload
 
+from rmqstore.formats.hosts import Host
+from rmqstore.formats.msgid import offset_msg_id, offset_msg_ids
+
 
 class PutResult(NamedTuple):
     msg_id: str
@@ -20,13 +23,13 @@ class Stored(Sequence[PutResult]):
     stored, i.e. the schedule topic for a delayed message). Indexing gives a PutResult."""
 
     __slots__ = (
-        "id_prefix", "phy_offsets", "queue_offsets", "sizes", "store_timestamp", "topics",
+        "store_host", "phy_offsets", "queue_offsets", "sizes", "store_timestamp", "topics",
         "queue_ids", "unique_keys",
     )  # fmt: skip
 
     def __init__(
         self,
-        id_prefix: str,
+        store_host: Host,
         phy_offsets: Sequence[int],
         queue_offsets: Sequence[int],
         sizes: Sequence[int],
@@ -35,14 +38,13 @@ class Stored(Sequence[PutResult]):
         queue_ids: Sequence[int],
         unique_keys: Sequence[str],
     ) -> None:
-        self.id_prefix = id_prefix
+        self.store_host = store_host
         self.phy_offsets, self.queue_offsets, self.sizes = phy_offsets, queue_offsets, sizes
         self.store_timestamp = store_timestamp
         self.topics, self.queue_ids, self.unique_keys = topics, queue_ids, unique_keys
 
     def msg_ids(self) -> list[str]:
-        prefix = self.id_prefix
-        return [f"{prefix}{phy:016X}" for phy in self.phy_offsets]
+        return offset_msg_ids(self.store_host.ip, self.store_host.port, self.phy_offsets)
 
     def __len__(self) -> int:
         return len(self.phy_offsets)
@@ -56,6 +58,7 @@ class Stored(Sequence[PutResult]):
             return [self[j] for j in range(*i.indices(len(self)))]
         phy = self.phy_offsets[i]
         return PutResult(
-            f"{self.id_prefix}{phy:016X}", self.unique_keys[i], phy, self.queue_offsets[i],
+            offset_msg_id(self.store_host.ip, self.store_host.port, phy), self.unique_keys[i],
+            phy, self.queue_offsets[i],
             self.sizes[i], self.store_timestamp, self.topics[i], self.queue_ids[i],
         )  # fmt: skip
