@@ -90,6 +90,7 @@ TAIL_AT = {
     + host_len(bits, STOREHOST_V6_FLAG)
     for bits in (0, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, V6_BITS)
 }
+BODY_LENGTH_AT = {bits: at + _TAIL.size - _INT.size for bits, at in TAIL_AT.items()}  # last
 
 
 def store_timestamp_at(sys_flag: int) -> int:

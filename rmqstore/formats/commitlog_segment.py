@@ -13,10 +13,12 @@ from typing import Any, NamedTuple
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import BytesLike
 from rmqstore.formats.commitlog import (
+    _INT,
     _SHORT,
     _TAIL,
     BLANK,
     BLANK_MAGIC,
+    BODY_LENGTH_AT,
     HEAD,
     HEAD_SIZE,
     MAGIC_V1,
@@ -52,7 +54,8 @@ def iter_heads(
     """
     end = len(buf) if end is None else end
     pos = start
-    unpack, tail, tail_at, new = HEAD.unpack_from, _TAIL.unpack_from, TAIL_AT, tuple.__new__
+    unpack, unpack_int, new = HEAD.unpack_from, _INT.unpack_from, tuple.__new__
+    body_length_at = BODY_LENGTH_AT
     topics: dict[bytes, str] = {}
     with memoryview(buf) as view:
         while pos + HEAD_SIZE <= end:
@@ -65,11 +68,11 @@ def iter_heads(
                     base_offset + pos,
                     total,
                 )
-            p = pos + tail_at[sys_flag & V6_BITS]
-            if p + _TAIL.size > pos + total:
+            p = pos + body_length_at[sys_flag & V6_BITS]
+            if p + 4 > pos + total:
                 raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
-            _, _, body_len = tail(view, p)
-            p += _TAIL.size + body_len
+            (body_len,) = unpack_int(view, p)
+            p += 4 + body_len
             if body_len < 0 or p + 2 > pos + total:
                 raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
             if magic == MAGIC_V1:
