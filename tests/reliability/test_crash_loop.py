@@ -97,6 +97,7 @@ def test_crash_loop_short(tmp_path):
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(1200)  # 60 cycles with growing full checks: 5 min in a slow hour
 def test_crash_loop_soak(tmp_path):
     summary = crash_loop(tmp_path / "store", cycles=60, seed=909, producers=3,
                          full_check_every=10)
