@@ -56,15 +56,7 @@ class BatchEncoder:
         prepared_transaction_offset: int = 0,
     ) -> Prepared:
         """Everything of one record but its offsets and store time (raises on bad sizes)."""
-        head = self._topic_heads.get(topic)
-        if head is None:
-            if len(topic) > cl.MAX_TOPIC_BYTES:
-                raise CorruptRecordError(
-                    f"topic is {len(topic)} bytes, v1 records hold at most {cl.MAX_TOPIC_BYTES}"
-                )
-            head = bytes((len(topic),)) + topic
-            if len(self._topic_heads) < 100_000:
-                self._topic_heads[topic] = head
+        head = self._topic_heads.get(topic) or self._topic_head(topic)
         props_len = len(properties)
         if props_len > props_fmt.MAX_PROPERTIES_LENGTH:
             raise CorruptRecordError(f"properties are {props_len} bytes, at most 32767")
@@ -87,6 +79,57 @@ class BatchEncoder:
             body,
             head + _SHORT.pack(props_len) + properties,
         )
+
+    def prepare_plain(
+        self,
+        topic: bytes,
+        queue_ids: Sequence[int],
+        bodies: Sequence[bytes | memoryview],
+        properties: Sequence[bytes],
+        born_timestamp: int,
+        born_host: Host,
+    ) -> list[Prepared]:
+        """``prepare`` for many plain messages of one topic, born at one host and time (flag,
+        sys flag, reconsume times and prepared tx offset 0): one per body."""
+        head = self._topic_heads.get(topic) or self._topic_head(topic)
+        if properties and max(map(len, properties)) > props_fmt.MAX_PROPERTIES_LENGTH:
+            longest = max(map(len, properties))
+            raise CorruptRecordError(f"properties are {longest} bytes, at most 32767")
+        if len(born_host.ip) == 4:
+            fixed, sys_flag = self._fixed_v4_born, self._store_bit
+        else:
+            fixed, sys_flag = self._fixed_v6_born, cl.BORNHOST_V6_FLAG | self._store_bit
+        base, ip, port = fixed.size + len(head) + 2, born_host.ip, born_host.port
+        crc32, short = zlib.crc32, _SHORT.pack
+        return [
+            (
+                fixed,
+                base + len(body) + len(props),
+                crc32(body) & 0x7FFFFFFF,
+                qid,
+                0,
+                sys_flag,
+                born_timestamp,
+                ip,
+                port,
+                0,
+                0,
+                body,
+                head + short(len(props)) + props,
+            )  # fmt: skip
+            for qid, body, props in zip(queue_ids, bodies, properties, strict=True)
+        ]
+
+    def _topic_head(self, topic: bytes) -> bytes:
+        """``[topic length][topic]``, checked and cached."""
+        if len(topic) > cl.MAX_TOPIC_BYTES:
+            raise CorruptRecordError(
+                f"topic is {len(topic)} bytes, v1 records hold at most {cl.MAX_TOPIC_BYTES}"
+            )
+        head = bytes((len(topic),)) + topic
+        if len(self._topic_heads) < 100_000:
+            self._topic_heads[topic] = head
+        return head
 
     def encode(
         self,

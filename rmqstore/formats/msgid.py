@@ -12,6 +12,7 @@ UNIQ_KEY (client-made), 32 or 56 characters:
 """
 
 import datetime as dt
+import functools
 import itertools
 import os
 import struct
@@ -113,18 +114,32 @@ class UniqKeyGenerator:
 
     def at(self, now_ms: int) -> Callable[[], str]:
         """A maker of keys for one instant (a whole batch): only the counter changes."""
-        if not self._month_start <= now_ms < self._next_month:
-            self._month_start = month_start_ms(now_ms)
-            self._next_month = month_start_ms(self._month_start + 32 * 86_400_000)
-            self._head = uniq_key(self._prefix, self._pid, self._loader, 0, 0)[:-12]
-        # same bytes as uniq_key(...), formatted directly: this runs once per message
-        head = f"{self._head}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
-        counter = self._counter
+        head, counter = self._head_at(now_ms), self._counter
 
         def make() -> str:
             return f"{head}{next(counter) & 0xFFFF:04X}"
 
         return make
+
+    def many(self, now_ms: int, n: int) -> list[str]:
+        """``n`` keys for one instant, as ``at(now_ms)`` would make them one by one."""
+        head, hex4 = self._head_at(now_ms), _hex4()
+        return [head + hex4[c & 0xFFFF] for c in itertools.islice(self._counter, n)]
+
+    def _head_at(self, now_ms: int) -> str:
+        """Everything of a key made at ``now_ms`` but its 4-hex-digit counter."""
+        if not self._month_start <= now_ms < self._next_month:
+            self._month_start = month_start_ms(now_ms)
+            self._next_month = month_start_ms(self._month_start + 32 * 86_400_000)
+            self._head = uniq_key(self._prefix, self._pid, self._loader, 0, 0)[:-12]
+        # the same characters as uniq_key(...), formatted directly
+        return f"{self._head}{(now_ms - self._month_start) & 0xFFFFFFFF:08X}"
+
+
+@functools.cache
+def _hex4() -> list[str]:
+    """``f"{i:04X}"`` for every 16-bit i (a key's counter; a lookup beats formatting)."""
+    return [f"{i:04X}" for i in range(0x10000)]
 
 
 def uniq_key_time(uniq_key: str, now_ms: int | None = None) -> int:

@@ -70,14 +70,18 @@ def result_json(r: commitlog_pb2.PutResult) -> str:
     )
 
 
-def _generated(args: argparse.Namespace, start: int, count: int) -> Iterator[common_pb2.Message]:
+def _fixed_body(args: argparse.Namespace) -> bytes | None:
+    """The body every generated message carries, or None when --body has ``{i}``."""
     if args.body_file:
         with open(args.body_file, "rb") as f:
-            fixed = f.read()
-    elif args.body is not None:
-        fixed = None
-    else:
-        fixed = b"x" * args.body_size
+            return f.read()
+    if args.body is not None:
+        return None if "{i}" in args.body else args.body.encode()
+    return b"x" * args.body_size
+
+
+def _generated(args: argparse.Namespace, start: int, count: int) -> Iterator[common_pb2.Message]:
+    fixed = _fixed_body(args)
     for i in range(start, start + count):
         body = fixed if fixed is not None else args.body.replace("{i}", str(i)).encode()
         q = args.queue if args.queue is not None else i % args.queues
@@ -88,6 +92,28 @@ def _generated(args: argparse.Namespace, start: int, count: int) -> Iterator[com
             tags=args.tags or "",
             keys=(args.keys or "").replace("{i}", str(i)),
             delay_level=args.delay_level,
+        )
+
+
+def _generated_columns(
+    args: argparse.Namespace, start: int, count: int
+) -> Iterator[commitlog_pb2.MessageColumns]:
+    """The same messages as ``_generated``, a batch at a time as columns (--columns)."""
+    fixed, keys = _fixed_body(args), args.keys or ""
+    for first in range(start, start + count, args.batch):
+        numbers = range(first, min(first + args.batch, start + count))
+        if fixed is not None:
+            bodies, sizes = fixed * len(numbers), [len(fixed)] * len(numbers)
+        else:
+            each = [args.body.replace("{i}", str(i)).encode() for i in numbers]
+            bodies, sizes = b"".join(each), [len(b) for b in each]
+        yield commitlog_pb2.MessageColumns(
+            topic=args.topic,
+            body_size=sizes,
+            bodies=bodies,
+            queue_id=[args.queue] if args.queue is not None else [i % args.queues for i in numbers],
+            tags=[args.tags] if args.tags else [],
+            keys=[keys.replace("{i}", str(i)) for i in numbers] if "{i}" in keys else [keys],
         )
 
 
@@ -123,11 +149,15 @@ class _Stream:
         self._sent: collections.deque[float] = collections.deque()
         self._inflight = inflight
 
-    def send(self, batch: list, latencies: list[float]) -> int:
-        """Send a batch; once ``inflight`` are unanswered, wait for the oldest answer.
-        Returns the messages acknowledged meanwhile."""
+    def send(self, batch: list | commitlog_pb2.MessageColumns, latencies: list[float]) -> int:
+        """Send a batch (Messages or columns); once ``inflight`` are unanswered, wait for the
+        oldest answer. Returns the messages acknowledged meanwhile."""
         self._sent.append(time.perf_counter())
-        self._requests.put(commitlog_pb2.PutBatchRequest(messages=batch, columnar_results=True))
+        if isinstance(batch, commitlog_pb2.MessageColumns):
+            request = commitlog_pb2.PutBatchRequest(columns=batch, columnar_results=True)
+        else:
+            request = commitlog_pb2.PutBatchRequest(messages=batch, columnar_results=True)
+        self._requests.put(request)
         return self._answer(latencies) if len(self._sent) >= self._inflight else 0
 
     def drain(self, latencies: list[float]) -> int:
@@ -167,6 +197,10 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag) < 1:
             print(f"error: --{flag} must be at least 1", file=sys.stderr)
             return 2
+    if args.columns and (args.file or args.json or args.delay_level):
+        print("error: --columns sends generated plain messages: not with --file, --json "
+              "or --delay-level", file=sys.stderr)  # fmt: skip
+        return 2
     stub = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
     latencies: list[float] = []
     collected: list = []
@@ -205,9 +239,14 @@ def run(args: argparse.Namespace) -> int:
             def producer(p: int) -> None:
                 own = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
                 lat: list[float] = []
-                stream = None if args.json or args.batch == 1 else _Stream(own, args.inflight)
+                streamed = args.columns or not (args.json or args.batch == 1)
+                stream = _Stream(own, args.inflight) if streamed else None
+                if args.columns:
+                    source: Iterator = _generated_columns(args, starts[p], per[p])
+                else:
+                    source = _batches(_generated(args, starts[p], per[p]), args.batch)
                 try:
-                    for b in _batches(_generated(args, starts[p], per[p]), args.batch):
+                    for b in source:
                         if stream is not None:
                             counts[p] += stream.send(b, lat)
                         else:
@@ -273,6 +312,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=1,
         help="batches a producer sends before waiting for the oldest answer (load generator)",
+    )
+    p.add_argument(
+        "--columns",
+        action="store_true",
+        help="send each batch as MessageColumns, the writer's fast path (generated messages)",
     )
     p.add_argument("--json", action="store_true", help="print one JSON result per message")
     p.set_defaults(run=run)

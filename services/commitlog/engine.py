@@ -133,20 +133,27 @@ class CommitLogEngine:
         return self.flusher.flushed
 
     # -- appending -----------------------------------------------------------------------
-    def put(self, messages: Sequence, now_ms: int | None = None) -> Stored:
-        """Validate, then append all messages or none; durable first under sync flush."""
+    def put(
+        self, messages: Sequence | commitlog_pb2.MessageColumns, now_ms: int | None = None
+    ) -> Stored:
+        """Validate, then append all messages (Messages, or one MessageColumns) or none;
+        durable first under sync flush."""
         stored, end = self.append(messages, now_ms)
         self.wait_durable(end)
         return stored
 
-    def append(self, messages: Sequence, now_ms: int | None = None) -> tuple[Stored, int]:
+    def append(
+        self, messages: Sequence | commitlog_pb2.MessageColumns, now_ms: int | None = None
+    ) -> tuple[Stored, int]:
         """``put`` without waiting for the flush: the stored batch and the commitlog offset
         its last byte ends at (pass it to ``wait_durable`` before acknowledging)."""
         now = now_ms or _now_ms()
-        prepared = self.builder.build_many(messages, now)
-        if not prepared:
+        if isinstance(messages, commitlog_pb2.MessageColumns):
+            columns = self.builder.build_columns(messages, now)
+        else:
+            columns = tuple(zip(*self.builder.build_many(messages, now), strict=True))
+        if not columns:
             return Stored(self.builder.store_host, [], [], [], now, [], [], []), 0
-        columns = tuple(zip(*prepared, strict=True))
         with self._lock:
             if self._closed:
                 raise UnavailableError("the commitlog writer is shutting down")

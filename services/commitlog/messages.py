@@ -7,7 +7,8 @@ queue level-1. Then serialized in Java HashMap order.
 """
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from itertools import accumulate
 
 from rmqstore import delay
 from rmqstore.errors import CorruptRecordError, MessageIllegalError
@@ -32,6 +33,26 @@ CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 # topic: its tags code is store time + this), prepared tx offset, and whether it takes the
 # next queue offset (not a prepared/rollback record).
 Prepared = tuple[batch_fmt.Prepared, int, str, int, int, int, str, str, int, int, bool]
+
+
+# prepared messages by column: one sequence per field of Prepared (``()`` for no message)
+Columns = tuple[Sequence, ...]
+
+
+def _column(values, n: int, name: str, empty: str | None = "", one: bool = True) -> list:
+    """A per-message column of ``MessageColumns`` as n values: given for each message, or
+    (where allowed) once for all, or not at all (``empty`` for each)."""
+    if len(values) == n:
+        return list(values)
+    if one and len(values) == 1:
+        return [values[0]] * n
+    if not values and empty is not None:
+        return [empty] * n
+    allowed = ["none" if empty is not None else "", "one" if one else "", str(n)]
+    raise MessageIllegalError(
+        f"columns.{name} has {len(values)} entries for {n} messages "
+        f"(give {' or '.join(a for a in allowed if a)})"
+    )
 
 
 def _check_text(what: str, value: str) -> None:
@@ -69,6 +90,7 @@ class MessageBuilder:
         self.encoder = batch_fmt.BatchEncoder(self.store_host)
         self._record_limit = min(config.max_message_size + 64 * 1024, config.segment_size - 8)
         self._tag_codes: dict[str, int] = {}
+        self._tags_templates: dict[str, bytes] = {}
 
     def _born(self, text: str) -> Host:
         if not text:
@@ -226,6 +248,98 @@ class MessageBuilder:
                 )  # fmt: skip
             )
         return out
+
+    def build_columns(self, c, now_ms: int) -> Columns:
+        """The ``MessageColumns`` of one call, checked column by column, as the columns the
+        engine appends (see ``Prepared``): the records ``build`` would make of the same
+        messages sent one by one."""
+        sizes = list(c.body_size)
+        n = len(sizes)
+        if not n:
+            if c.bodies or c.queue_id or c.tags or c.keys or c.unique_key:
+                raise MessageIllegalError("columns hold values but body_size lists no message")
+            return ()
+        topic = c.topic
+        topic_bytes = self._topic_bytes(topic)
+        queue_ids = _column(c.queue_id, n, "queue_id", empty=None)
+        if not (min(queue_ids) >= 0 and max(queue_ids) < self.config.queues_per_topic):
+            bad = next(q for q in queue_ids if not 0 <= q < self.config.queues_per_topic)
+            raise MessageIllegalError(
+                f"queue id {bad} is outside 0..{self.config.queues_per_topic - 1}"
+            )
+        tags, keys = _column(c.tags, n, "tags"), _column(c.keys, n, "keys")
+        uniqs = _column(c.unique_key, n, "unique_key", one=False)
+        for what, values in (("tags", tags), ("keys", keys), ("unique key", uniqs)):
+            text = "".join(values)
+            if "\x01" in text or "\x02" in text:
+                _check_text(what, text)
+        if not any(uniqs):
+            uniqs = self.uniq.many(now_ms, n)
+        elif not all(uniqs):
+            make = self.uniq.at(now_ms)
+            uniqs = [u or make() for u in uniqs]
+        bodies = c.bodies
+        if min(sizes) < 0 or sum(sizes) != len(bodies):
+            raise MessageIllegalError(
+                f"columns.bodies holds {len(bodies)} bytes but body_size adds up to "
+                f"{sum(sizes)}" + (" and has a negative size" if min(sizes) < 0 else "")
+            )
+        if max(sizes) > self.config.max_message_size:
+            raise MessageIllegalError(
+                f"body of message {sizes.index(max(sizes))} is {max(sizes)} bytes, "
+                f"the limit is {self.config.max_message_size}"
+            )
+        view = memoryview(bodies)
+        ends = list(accumulate(sizes))
+        bodies_of = [view[e - size : e] for e, size in zip(ends, sizes, strict=True)]
+        templates = self._templates
+        if tags[0] and all(keys) and tags.count(tags[0]) == n:  # the usual batch: one tag
+            # keys and unique keys encoded at once, split where none has a \x01 (checked)
+            fill = self._props_with_tags(tags[0])
+            props = [
+                fill % pair
+                for pair in zip(
+                    "\x01".join(keys).encode().split(b"\x01"),
+                    "\x01".join(uniqs).encode().split(b"\x01"),
+                    strict=True,
+                )
+            ]
+        else:
+            props = [
+                templates[(bool(t), bool(k), True)].format(t, k, u).encode()
+                for t, k, u in zip(tags, keys, uniqs, strict=True)
+            ]
+        try:
+            records = self.encoder.prepare_plain(
+                topic_bytes, queue_ids, bodies_of, props, c.born_timestamp or now_ms,
+                self._born(c.born_host),
+            )  # fmt: skip
+        except CorruptRecordError as e:
+            raise MessageIllegalError(str(e)) from None
+        record_sizes = [r[batch_fmt.TOTAL_SIZE] for r in records]
+        if max(record_sizes) > self._record_limit:
+            raise MessageIllegalError(
+                f"record of message {record_sizes.index(max(record_sizes))} is "
+                f"{max(record_sizes)} bytes, too large for the limit "
+                f"({self.config.max_message_size}) or the segment size ({self.config.segment_size})"
+            )
+        code = self._tags_code
+        codes = [code(tags[0])] * n if len(set(tags)) == 1 else [code(t) for t in tags]
+        return (
+            records, record_sizes, [topic] * n, queue_ids, [records[0][batch_fmt.SYS_FLAG]] * n,
+            codes, keys, uniqs, [0] * n, [0] * n, [True] * n,
+        )  # fmt: skip
+
+    def _props_with_tags(self, tags: str) -> bytes:
+        """The properties of a message with these tags, keys and a unique key, as a
+        ``bytes %`` template over (keys, unique key)."""
+        fill = self._tags_templates.get(tags)
+        if fill is None:
+            text = self._templates[(True, True, True)].replace("%", "%%")
+            fill = text.format(tags.replace("%", "%%"), "%b", "%b").encode()
+            if len(self._tags_templates) < 10_000:
+                self._tags_templates[tags] = fill
+        return fill
 
     def _general_properties(self, m, uniq: str) -> tuple[str, str, int, int]:
         """User properties and/or delay: (properties, stored topic, stored queue, delay ms)."""

@@ -5,7 +5,7 @@ import time
 
 import grpc
 
-from rmqstore.errors import ResourceExhaustedError, StoreError
+from rmqstore.errors import MessageIllegalError, ResourceExhaustedError, StoreError
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
@@ -46,6 +46,15 @@ def _columns(s: Stored) -> commitlog_pb2.PutResultColumns:
     )
 
 
+def _batch(request: commitlog_pb2.PutBatchRequest):
+    """A batch's messages, or its columns."""
+    if not request.HasField("columns"):
+        return request.messages
+    if request.messages:
+        raise MessageIllegalError("a batch holds messages or columns, not both")
+    return request.columns
+
+
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(self, engine: CommitLogEngine, observer: WriterObserver | None = None) -> None:
         self.engine = engine
@@ -57,8 +66,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         return self._acknowledge(self._append(messages))
 
     def _append(self, messages) -> tuple[Stored, int, float]:
+        """Append Messages, or a batch request's messages or columns."""
         t0 = time.perf_counter()
         try:
+            if isinstance(messages, commitlog_pb2.PutBatchRequest):
+                messages = _batch(messages)
             stored, end = self.engine.append(messages)
         except StoreError as e:
             self.observer.put_failed(e.grpc_status.lower())
@@ -103,9 +115,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             stored = self._acknowledge(appended)
             return commitlog_pb2.PutStreamReply(response=self._response(request, stored))
 
-        ahead = appended_ahead(
-            request_iterator, lambda request: self._append(request.messages), context.is_active
-        )
+        ahead = appended_ahead(request_iterator, self._append, context.is_active)
         yield from self._stream(
             "put", self._put_streams, ahead, answer, commitlog_pb2.PutStreamReply
         )
@@ -128,7 +138,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             slots.release()
 
     def _batch_response(self, request) -> commitlog_pb2.PutBatchResponse:
-        return self._response(request, self._put(request.messages))
+        return self._response(request, self._put(request))
 
     def _response(self, request, s: Stored) -> commitlog_pb2.PutBatchResponse:
         if request.columnar_results:

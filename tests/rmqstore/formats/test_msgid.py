@@ -87,6 +87,16 @@ def test_generator_counts_and_embeds_time():
     assert uniq_key_time(a, now_ms=next_month + 1000) == now
 
 
+def test_many_keys_are_the_keys_made_one_by_one():
+    now = int(dt.datetime(2026, 11, 21, 12, 0, tzinfo=dt.UTC).timestamp() * 1000)
+    one, many = UniqKeyGenerator(pid=7), UniqKeyGenerator(pid=7)
+    many._loader = one._loader  # the same generator but for its identity
+    make = one.at(now)
+    singly = [make() for _ in range(70_000)]  # the 16-bit counter wraps
+    assert many.many(now, 70_000) == singly and len(set(singly)) == 0x10000
+    assert uniq_key_parts(many.many(now, 1)[0]).counter == 70_000 & 0xFFFF
+
+
 def test_uniq_key_time_rejects_bad_ids():
     with pytest.raises(InvalidArgumentError):
         uniq_key_time("abc")

@@ -108,24 +108,30 @@ def test_put_flags_and_load_generator(writer):
     assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr
 
 
-@pytest.mark.parametrize("inflight", ["1", "4"])
-def test_load_generator_streams_batches(writer, inflight):
+@pytest.mark.parametrize(
+    "extra", [["--inflight", "1"], ["--inflight", "4"], ["--inflight", "4", "--columns"]]
+)
+def test_load_generator_streams_batches(writer, extra):
     stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))
     before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
     flags = ["--topic", "Load", "--keys", "k-{i}", "--body-size", "64", "--count", "300"]
     out = _cli("put", "--commitlog", writer.address, *flags, "--producers", "3", "--batch", "40",
-               "--inflight", inflight)  # fmt: skip
+               "--tags", "T", *extra)  # fmt: skip
     assert out.returncode == 0, out.stderr
     assert "sent 300 messages" in out.stdout and "msgs/s" in out.stdout
     after = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
-    keys = []
+    keys, queues, sizes = [], [], set()
     for batch in stub.Subscribe(
         commitlog_pb2.SubscribeRequest(subscriber="load-test", from_offset=before)
     ):
         keys += batch.keys
+        queues += [(k, q) for k, q in zip(batch.keys, batch.queue_id, strict=True)]
+        sizes |= set(batch.size)
         if batch.next_offset >= after:
             break
     assert sorted(keys) == sorted(f"k-{i}" for i in range(300))
+    assert all(q == int(k[2:]) % 4 for k, q in queues)  # round robin over --queues 4
+    assert len(sizes) <= 3  # 64 B bodies: records differ only by the key's digits
     out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--count", "5",
                "--batch", "5")  # fmt: skip
     assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
@@ -135,3 +141,6 @@ def test_load_generator_refuses_a_window_of_zero(writer):
     out = _cli("put", "--commitlog", writer.address, "--topic", "Load", "--count", "5",
                "--inflight", "0")  # fmt: skip
     assert out.returncode == 2 and "--inflight must be at least 1" in out.stderr
+    out = _cli("put", "--commitlog", writer.address, "--topic", "Load", "--columns",
+               "--delay-level", "2")  # fmt: skip
+    assert out.returncode == 2 and "--columns sends generated plain messages" in out.stderr

@@ -3,7 +3,7 @@
 import pytest
 
 from rmqstore.errors import MessageIllegalError
-from rmqstore.v1 import common_pb2
+from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.messages import MessageBuilder
 
@@ -69,3 +69,102 @@ def test_bad_messages_fail_the_same_on_both_paths(tmp_path, fields, error):
     b.build_many([common_pb2.Message(topic="A", body=b"warm")], NOW)
     with pytest.raises(MessageIllegalError, match=error):
         b.build_many([common_pb2.Message(topic="A", body=b"ok"), common_pb2.Message(**fields)], NOW)
+
+
+def _columns(**fields):
+    return commitlog_pb2.MessageColumns(**fields)
+
+
+def _as_messages(c) -> list:
+    """The Messages that ``c`` stands for, each field spelled out."""
+    n, at = len(c.body_size), 0
+    out = []
+    for i, size in enumerate(c.body_size):
+
+        def pick(values, i=i):
+            return values[i] if len(values) == n else (values[0] if values else "")
+
+        out.append(
+            common_pb2.Message(
+                topic=c.topic,
+                queue_id=c.queue_id[i] if len(c.queue_id) == n else c.queue_id[0],
+                body=c.bodies[at : at + size],
+                tags=pick(c.tags),
+                keys=pick(c.keys),
+                unique_key=pick(c.unique_key),
+                born_timestamp=c.born_timestamp,
+                born_host=c.born_host,
+            )  # fmt: skip
+        )
+        at += size
+    return out
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(topic="A", body_size=[1, 0, 3], bodies=b"xyzw", queue_id=[0, 7, 2],
+             tags=["T1", "", "T2"], keys=["k1 k2", "k3", ""],
+             unique_key=[UK + "1", UK + "2", UK + "3"]),
+        dict(topic="A", body_size=[2, 2], bodies=b"abcd", queue_id=[3], tags=["T"], keys=["k"],
+             unique_key=[UK + "1", UK + "2"], born_host="10.0.0.1:1234", born_timestamp=5),
+        dict(topic="B", body_size=[1], bodies=b"v", queue_id=[1], born_host="[::1]:99",
+             unique_key=[UK + "1"]),
+    ],
+)  # fmt: skip
+def test_columns_make_the_records_their_messages_make(tmp_path, fields):
+    c = _columns(**fields)
+    cols = _builder(tmp_path).build_columns(c, NOW)
+    rows = _builder(tmp_path).build_many(_as_messages(c), NOW)
+    assert [tuple(col) for col in cols] == list(zip(*rows, strict=True))
+
+
+def test_columns_generate_unique_keys(tmp_path):
+    c = _columns(topic="A", body_size=[1] * 50, bodies=b"x" * 50, queue_id=[0])
+    keys = _builder(tmp_path).build_columns(c, NOW)[7]
+    assert len(set(keys)) == 50 and all(len(k) == 32 for k in keys)
+
+
+def test_empty_columns_are_no_messages(tmp_path):
+    assert _builder(tmp_path).build_columns(_columns(topic="A"), NOW) == ()
+
+
+@pytest.mark.parametrize(
+    "fields, error",
+    [
+        (dict(topic="A", body_size=[1, 1], bodies=b"xy"), "queue_id has 0 entries for 2"),
+        (dict(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[0, 1, 2]), "has 3 entries"),
+        (dict(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[0], keys=["a", "b", "c"]),
+         "keys has 3 entries for 2 messages"),
+        (dict(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[0], unique_key=[UK + "1"]),
+         "unique_key has 1 entries for 2 messages"),
+        (dict(topic="A", body_size=[1, 1], bodies=b"xyz", queue_id=[0]), "holds 3 bytes"),
+        (dict(topic="A", body_size=[3, -1], bodies=b"xy", queue_id=[0]), "negative"),
+        (dict(topic="A", body_size=[1, 2000], bodies=b"x" * 2001, queue_id=[0]),
+         "message 1 is 2000 bytes"),
+        (dict(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[0, 8]), "queue id 8"),
+        (dict(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[-1, 0]), "queue id -1"),
+        (dict(topic="A", body_size=[1], bodies=b"x", queue_id=[0], keys=["a\x01b"]),
+         "keys contains a property separator"),
+        (dict(topic="A", body_size=[1], bodies=b"x", queue_id=[0], tags=["a\x02"]),
+         "tags contains a property separator"),
+        (dict(topic="A", body_size=[1], bodies=b"x", queue_id=[0], keys=["k" * 40000]),
+         "properties are"),
+        (dict(topic="../A", body_size=[1], bodies=b"x", queue_id=[0]), "topic"),
+        (dict(topic="A", bodies=b"x"), "body_size lists no message"),
+    ],
+)  # fmt: skip
+def test_bad_columns_are_refused(tmp_path, fields, error):
+    with pytest.raises(MessageIllegalError, match=error):
+        _builder(tmp_path, max_message_size=1000).build_columns(_columns(**fields), NOW)
+
+
+@pytest.mark.parametrize("cluster", ["DefaultCluster", "c%s{0}%b"])
+def test_one_tag_for_all_is_formatted_literally(tmp_path, cluster):
+    """The one-tag batch takes a bytes template: % and braces in names stay literal."""
+    c = _columns(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[0], tags=["50%{1}%b"],
+                 keys=["k%s", "{0}"], unique_key=[UK + "1", UK + "2"])  # fmt: skip
+    cols = _builder(tmp_path, cluster_name=cluster).build_columns(c, NOW)
+    rows = _builder(tmp_path, cluster_name=cluster).build_many(_as_messages(c), NOW)
+    assert [tuple(col) for col in cols] == list(zip(*rows, strict=True))
+    assert b"TAGS\x0150%{1}%b" in cols[0][0][-1] and b"k%s" in cols[0][0][-1]

@@ -142,6 +142,65 @@ def test_columnar_results_answer_the_same_facts(writer):
         assert (rec.topic, rec.queue_id) == (col.topic[i], col.queue_id[i])
 
 
+def _cols(first, n, **kw):
+    bodies = [f"body-{i}".encode() for i in range(first, first + n)]
+    base = dict(
+        topic="Orders",
+        body_size=[len(b) for b in bodies],
+        bodies=b"".join(bodies),
+        queue_id=[i % 4 for i in range(first, first + n)],
+        tags=["TagA"],
+        keys=[f"order-{i} customer-{i % 7}" for i in range(first, first + n)],
+    )
+    base.update(kw)
+    return commitlog_pb2.MessageColumns(**base)
+
+
+def test_columns_store_what_messages_store(writer):
+    """A batch sent as columns is stored as the same messages sent one by one would be."""
+    stub = _stub(writer)
+    as_messages = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(6)]))
+    as_columns = stub.PutBatch(
+        commitlog_pb2.PutBatchRequest(columns=_cols(0, 6), columnar_results=True)
+    ).columns
+    assert list(as_columns.queue_offset) == [2, 2, 1, 1, 3, 3]  # after the same six
+    read = stub.ReadRecords
+    for m_result, i in zip(as_messages.results, range(6), strict=True):
+        one = commitlog.decode(
+            read(commitlog_pb2.ReadRecordsRequest(offsets=[m_result.phy_offset])).records[0]
+        )
+        col = commitlog.decode(
+            read(commitlog_pb2.ReadRecordsRequest(offsets=[as_columns.phy_offset[i]])).records[0]
+        )
+        assert col.total_size == as_columns.size[i] and col.uniq_key == as_columns.unique_key[i]
+        for field in ("topic", "queue_id", "body", "tags", "keys", "sys_flag", "flag"):
+            assert getattr(col, field) == getattr(one, field), field
+        assert col.properties.replace(col.uniq_key, "") == one.properties.replace(one.uniq_key, "")
+
+
+@pytest.mark.parametrize(
+    ("fields", "text"),
+    [
+        (dict(queue_id=[0, 9]), "queue id 9"),
+        (dict(keys=["a", "b", "c"]), "columns.keys has 3 entries for 2 messages"),
+        (dict(bodies=b"short"), "body_size adds up to"),
+        (dict(topic="a/b"), "topic"),
+    ],
+)
+def test_bad_columns_are_refused_and_nothing_written(writer, fields, text):
+    stub = _stub(writer)
+    before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+    with pytest.raises(grpc.RpcError) as err:
+        stub.PutBatch(commitlog_pb2.PutBatchRequest(columns=_cols(0, 2, **fields)))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert text in err.value.details()
+    both = commitlog_pb2.PutBatchRequest(messages=[_msg(1)], columns=_cols(0, 2))
+    with pytest.raises(grpc.RpcError) as err:
+        stub.PutBatch(both)
+    assert "messages or columns, not both" in err.value.details()
+    assert stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset == before
+
+
 @pytest.mark.parametrize("flush", ["async", "sync"])
 def test_put_stream_answers_each_batch_and_survives_refusals(tmp_path, flush):
     """All batches are sent at once (under sync flush they are appended ahead of their
@@ -159,9 +218,19 @@ def _put_stream_case(stub):
         commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(3)]),
         commitlog_pb2.PutBatchRequest(messages=[_msg(3), _msg(4, queue_id=99)]),  # refused
         commitlog_pb2.PutBatchRequest(messages=[_msg(5)], columnar_results=True),
+        commitlog_pb2.PutBatchRequest(columns=_cols(6, 2, queue_id=[1, 100])),  # refused
+        commitlog_pb2.PutBatchRequest(columns=_cols(6, 2), columnar_results=True),
     ]
     replies = list(stub.PutStream(iter(batches)))
-    assert [r.status_code for r in replies] == [0, grpc.StatusCode.INVALID_ARGUMENT.value[0], 0]
+    refused = grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert [r.status_code for r in replies] == [0, refused, 0, refused, 0]
+    assert "queue id 100" in replies[3].error
+    fifth = replies[4].response.columns
+    assert (
+        fifth.phy_offset[0]
+        == replies[2].response.columns.phy_offset[0] + replies[2].response.columns.size[0]
+    )
+    assert list(fifth.queue_offset) == [1, 0]  # queue 2 once before (message 2), queue 3 never
     assert "queue id 99" in replies[1].error and not replies[1].response.results
     first = replies[0].response.results
     assert first[0].phy_offset == before and [r.queue_offset for r in first] == [0, 0, 0]
