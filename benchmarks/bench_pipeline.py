@@ -51,11 +51,11 @@ def _progress(addr: str):
     return indexer_pb2_grpc.BuilderStub(channel(addr))
 
 
-def stored_and_indexed(count: int, producers: int) -> dict:
+def stored_and_indexed(count: int, producers: int, columns: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         w, cq, ix = _node(d)
         try:
-            put = over_grpc(w.address, 1024, producers, count, stream=True, window=WINDOW)
+            put = over_grpc(w.address, 1024, producers, count, True, WINDOW, columns)
             end = (
                 commitlog_pb2_grpc.CommitLogStub(channel(w.address))
                 .GetOffsets(commitlog_pb2.GetOffsetsRequest())
@@ -80,7 +80,8 @@ def stored_and_indexed(count: int, producers: int) -> dict:
                 p.stop()
     n = put["_n"]
     return {
-        "scenario": f"stored+indexed 1 KiB, {producers} producer(s), async",
+        "scenario": f"stored+indexed 1 KiB, {producers} producer(s), async"
+        + (", columns" if columns else ""),
         "put msgs/s": put["msgs/s"],
         "stored+indexed msgs/s": n / built,
         "stored+indexed+flushed msgs/s": n / durable,
@@ -145,7 +146,7 @@ def lag_at_rate(rate: float, seconds: float) -> dict:
 
 def run(quick: bool = False) -> list[dict]:
     count = 20_000 if quick else 300_000
-    rows = [stored_and_indexed(count, 1), stored_and_indexed(count, 4)]
+    rows = [stored_and_indexed(count, p, c) for c in (False, True) for p in (1, 4)]
     best = max(r["stored+indexed msgs/s"] for r in rows)
     rows.append(lag_at_rate(best / 2, 3 if quick else 15))
     return rows

@@ -27,12 +27,35 @@ def _messages(n: int, body_size: int, offset: int = 0) -> list:
     ]
 
 
-def in_process(body_size: int, flush: str, count: int) -> dict:
+def _columns(n: int, body_size: int, offset: int = 0) -> commitlog_pb2.MessageColumns:
+    """The messages of ``_messages`` as one MessageColumns."""
+    return commitlog_pb2.MessageColumns(
+        topic="BenchTopic",
+        body_size=[body_size] * n,
+        bodies=b"x" * body_size * n,
+        queue_id=[i % 8 for i in range(n)],
+        tags=["TagA"],
+        keys=[f"order-{offset + i}" for i in range(n)],
+    )
+
+
+def _batch(n: int, body_size: int, offset: int, columns: bool) -> commitlog_pb2.PutBatchRequest:
+    if columns:
+        return commitlog_pb2.PutBatchRequest(
+            columns=_columns(n, body_size, offset), columnar_results=True
+        )
+    return commitlog_pb2.PutBatchRequest(
+        messages=_messages(n, body_size, offset), columnar_results=True
+    )
+
+
+def in_process(body_size: int, flush: str, count: int, columns: bool = False) -> dict:
     with tempfile.TemporaryDirectory() as d:
         e = CommitLogEngine(
             WriterConfig(store=Path(d), flush=flush, segment_size=256 * 1024 * 1024)
         )
-        batches = [_messages(BATCH, body_size, k * BATCH) for k in range(count // BATCH)]
+        make = _columns if columns else _messages
+        batches = [make(BATCH, body_size, k * BATCH) for k in range(count // BATCH)]
         t0 = time.perf_counter()
         for b in batches:
             e.put(b)
@@ -40,7 +63,7 @@ def in_process(body_size: int, flush: str, count: int) -> dict:
         e.close()
     n = len(batches) * BATCH
     return {
-        "scenario": f"in-process {body_size} B {flush}",
+        "scenario": f"in-process {body_size} B {flush}" + (", columns" if columns else ""),
         "msgs/s": n / dt,
         "MB/s": n * body_size / dt / 1e6,
     }
@@ -57,15 +80,11 @@ def _producer(*args) -> None:
 
 
 def _produce(
-    address: str, body_size: int, count: int, pid: int, q, go, stream: bool, window: int
-) -> None:
+    address: str, body_size: int, count: int, pid: int, q, go, stream: bool, window: int,
+    columns: bool,
+) -> None:  # fmt: skip
     stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
-    reqs = [
-        commitlog_pb2.PutBatchRequest(
-            messages=_messages(BATCH, body_size, pid * 10**8 + k), columnar_results=True
-        )
-        for k in range(0, count, BATCH)
-    ]
+    reqs = [_batch(BATCH, body_size, pid * 10**8 + k, columns) for k in range(0, count, BATCH)]
     stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connect
     q.put("ready")
     go.wait()
@@ -95,12 +114,12 @@ def _produce(
 
 def over_grpc(
     address: str, body_size: int, producers: int, count: int, stream: bool = False,
-    window: int = 1,
+    window: int = 1, columns: bool = False,
 ) -> dict:
     """Producers in their own processes start together; the rate is over the common span.
 
     ``stream``: each producer sends its batches over one PutStream instead of PutBatch calls,
-    with up to ``window`` batches unanswered.
+    with up to ``window`` batches unanswered. ``columns``: batches as MessageColumns.
     ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts.
     """
     ctx = mp.get_context("spawn")
@@ -108,7 +127,7 @@ def over_grpc(
     ps = [
         ctx.Process(
             target=_producer,
-            args=(address, body_size, count // producers, i, q, go, stream, window),
+            args=(address, body_size, count // producers, i, q, go, stream, window, columns),
         )
         for i in range(producers)
     ]
@@ -152,16 +171,20 @@ def run(quick: bool = False) -> list[dict]:
     rows = []
     for size in (128, 1024, 4096):
         rows.append(in_process(size, "async", count))
+    rows.append(in_process(1024, "async", count, columns=True))
     rows.append(in_process(1024, "sync", count // 4))
+    # each way of sending: (PutStream?, MessageColumns?); columns only for 1 KiB bodies
+    ways = {(False, False): "PutBatch", (True, False): f"PutStream ({WINDOW} in flight)",
+            (True, True): f"PutStream ({WINDOW} in flight), columns"}  # fmt: skip
+    shapes = [(s, w) for s in (128, 1024, 4096) for w in ways if s == 1024 or not w[1]]
     noop = start("benchmarks.noop_server", "127.0.0.1:0")
     try:
         ceiling = {
-            (s, p, stream): over_grpc(
-                noop.address, s, p, count, stream, WINDOW if stream else 1
+            (s, p, way): over_grpc(
+                noop.address, s, p, count, way[0], WINDOW if way[0] else 1, way[1]
             )["msgs/s"]
-            for s in (128, 1024, 4096)
+            for s, way in shapes
             for p in (1, 4)
-            for stream in (False, True)
         }
     finally:
         noop.stop()
@@ -179,25 +202,24 @@ def run(quick: bool = False) -> list[dict]:
                 str(256 * 1024 * 1024),
             )
             try:
-                sizes = (128, 1024, 4096) if flush == "async" else (1024,)
-                for size in sizes:
+                for size, way in shapes:
+                    if flush == "sync" and size != 1024:
+                        continue
                     for prod in (1, 4):
-                        for stream in (False, True):
-                            n = count if flush == "async" else count // 4
-                            r = over_grpc(
-                                w.address, size, prod, n, stream, WINDOW if stream else 1
-                            )
-                            how = f"PutStream ({WINDOW} in flight)" if stream else "PutBatch"
-                            top = ceiling[(size, prod, stream)]
-                            rows.append(
-                                {
-                                    "scenario": f"gRPC {how} {size} B {flush}, {prod} producer(s)",
-                                    **{k: v for k, v in r.items() if not k.startswith("_")},
-                                    "no-op ceiling msgs/s": top,
-                                    "ratio": r["msgs/s"] / top,
-                                    "writer peak RSS MiB": peak_rss_mib(w.proc.pid),
-                                }
-                            )
+                        n = count if flush == "async" else count // 4
+                        r = over_grpc(
+                            w.address, size, prod, n, way[0], WINDOW if way[0] else 1, way[1]
+                        )
+                        how, top = ways[way], ceiling[(size, prod, way)]
+                        rows.append(
+                            {
+                                "scenario": f"gRPC {how} {size} B {flush}, {prod} producer(s)",
+                                **{k: v for k, v in r.items() if not k.startswith("_")},
+                                "no-op ceiling msgs/s": top,
+                                "ratio": r["msgs/s"] / top,
+                                "writer peak RSS MiB": peak_rss_mib(w.proc.pid),
+                            }
+                        )
             finally:
                 w.stop()
     return rows

@@ -15,6 +15,22 @@ class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
             yield commitlog_pb2.PutStreamReply(response=self.PutBatch(request, context))
 
     def PutBatch(self, request, context):
+        if request.HasField("columns"):  # read every column, as the writer does
+            c = request.columns
+            n, queues = len(c.body_size), list(c.queue_id)
+            keys, uniqs = list(c.keys), list(c.unique_key)
+            return commitlog_pb2.PutBatchResponse(
+                columns=commitlog_pb2.PutResultColumns(
+                    msg_id=[f"7F00000100002A9F{i:016X}" for i in range(n)],
+                    unique_key=uniqs or [f"7F0000010000000000000000{i:08X}" for i in range(n)],
+                    phy_offset=range(n),
+                    queue_offset=range(n),
+                    size=[s + len(k) for s, k in zip(c.body_size, keys or [""] * n, strict=True)],
+                    store_timestamp=1,
+                    topic=[c.topic] * n,
+                    queue_id=queues if len(queues) == n else queues * n,
+                )
+            )
         if request.columnar_results:
             msgs = request.messages
             return commitlog_pb2.PutBatchResponse(
