@@ -15,7 +15,6 @@ where ``tail`` is ``[topic length][topic][properties length][properties]``.
 """
 
 import functools
-import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -67,7 +66,7 @@ class BatchEncoder:
         return (
             fixed,
             fixed.size + len(body) + len(head) + 2 + props_len,
-            zlib.crc32(body) & 0x7FFFFFFF,  # cl.body_crc, inlined: this runs per message
+            cl.crc32(body) & 0x7FFFFFFF,  # cl.body_crc, inlined: this runs per message
             queue_id,
             flag,
             (sys_flag & ~cl.V6_BITS) | born_bit | self._store_bit,
@@ -100,7 +99,7 @@ class BatchEncoder:
         else:
             fixed, sys_flag = self._fixed_v6_born, cl.BORNHOST_V6_FLAG | self._store_bit
         base, ip, port = fixed.size + len(head) + 2, born_host.ip, born_host.port
-        crc32, short = zlib.crc32, _SHORT.pack
+        crc32, short = cl.crc32, _SHORT.pack
         return [
             (
                 fixed,
@@ -116,7 +115,7 @@ class BatchEncoder:
                 0,
                 body,
                 head + short(len(props)) + props,
-            )  # fmt: skip
+            )
             for qid, body, props in zip(queue_ids, bodies, properties, strict=True)
         ]
 

@@ -6,7 +6,6 @@ that fails the checks (torn or corrupt: recovery cuts there).
 """
 
 import struct
-import zlib
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
 
@@ -26,6 +25,7 @@ from rmqstore.formats.commitlog import (
     MAX_TOPIC_BYTES,
     TAIL_AT,
     V6_BITS,
+    crc32,
     decode,
     decode_meta,
 )
@@ -144,7 +144,7 @@ def scan_end(
     pos = start
     head, tail, short, tail_at = HEAD.unpack_from, _TAIL.unpack_from, _SHORT, TAIL_AT
     magic_v1 = MAGIC_V1
-    crc32 = zlib.crc32
+    checksum = crc32
     with memoryview(buf) as view:
         while pos + 8 <= end:
             total, magic = BLANK.unpack_from(view, pos)
@@ -170,7 +170,7 @@ def scan_end(
                     and p + 2 + props_len - pos == total
                     and (
                         not check_crc
-                        or crc32(view[body_at : body_at + body_len]) & 0x7FFFFFFF == crc
+                        or checksum(view[body_at : body_at + body_len]) & 0x7FFFFFFF == crc
                     )
                 )
                 if ok:

@@ -214,3 +214,13 @@ def test_any_single_byte_change_in_tv4_decodes_or_raises_typed(pos, value):
         assert e.offset == 0
     else:
         assert r.total_size == 205
+
+
+@given(st.binary(max_size=5000), st.integers(0, 64))
+def test_body_crc_is_zlibs_crc32(data, skip):
+    """The CRC in use (ISA-L's where installed) is zlib's CRC-32, on bytes and on views."""
+    import zlib
+
+    view = memoryview(data)[min(skip, len(data)) :]
+    assert cl.crc32(data) == zlib.crc32(data) and cl.crc32(view) == zlib.crc32(view)
+    assert cl.body_crc(data) == zlib.crc32(data) & 0x7FFFFFFF
