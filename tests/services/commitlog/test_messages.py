@@ -1,6 +1,8 @@
 """The short path of build_many gives exactly what build gives, and errors stay the same."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmqstore.errors import MessageIllegalError
 from rmqstore.v1 import commitlog_pb2, common_pb2
@@ -168,3 +170,56 @@ def test_one_tag_for_all_is_formatted_literally(tmp_path, cluster):
     rows = _builder(tmp_path, cluster_name=cluster).build_many(_as_messages(c), NOW)
     assert [tuple(col) for col in cols] == list(zip(*rows, strict=True))
     assert b"TAGS\x0150%{1}%b" in cols[0][0][-1] and b"k%s" in cols[0][0][-1]
+
+
+_TEXT = st.text(alphabet="ab %{}\x01", max_size=4)
+
+
+@st.composite
+def _any_columns(draw):
+    """Mostly well-formed columns (each column none, one or one per message), sometimes
+    with one column broken: a wrong length, sizes that do not add up, bad values."""
+    n = draw(st.integers(0, 5))
+    sizes = draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+
+    def column(values, allowed=(0, 1, n)):
+        return values[: draw(st.sampled_from(allowed))]
+
+    fields = dict(
+        topic="A",
+        body_size=sizes,
+        bodies=draw(st.binary(min_size=sum(sizes), max_size=sum(sizes))),
+        queue_id=column(draw(st.lists(st.integers(0, 7), min_size=n, max_size=n)), (1, n)),
+        tags=column(draw(st.lists(_TEXT, min_size=n, max_size=n))),
+        keys=column(draw(st.lists(_TEXT, min_size=n, max_size=n))),
+        unique_key=column([f"{UK}{i}" for i in range(n)], (0, n)),
+    )
+    broken = draw(st.sampled_from([None, None, "body_size", "bodies", "queue_id", "tags"]))
+    if broken == "body_size":
+        fields["body_size"] = [*sizes, draw(st.integers(-1, 4))]
+    elif broken == "bodies":
+        fields["bodies"] += b"x"
+    elif broken == "queue_id":
+        fields["queue_id"] = draw(st.lists(st.integers(-1, 8), max_size=6))
+    elif broken == "tags":
+        fields["tags"] = draw(st.lists(_TEXT, min_size=2, max_size=7))
+    return _columns(**fields)
+
+
+@settings(max_examples=300, deadline=None)
+@given(c=_any_columns())
+def test_any_columns_are_refused_or_stored_as_their_messages(tmp_path_factory, c):
+    """Whatever the columns hold: a clear refusal, or exactly the records of the messages
+    they stand for (the generated unique keys given to those messages)."""
+    tmp = tmp_path_factory.getbasetemp()
+    try:
+        cols = _builder(tmp).build_columns(c, NOW)
+    except MessageIllegalError:
+        return
+    if not c.body_size:
+        assert cols == ()
+        return
+    c.ClearField("unique_key")
+    c.unique_key.extend(cols[7])
+    rows = _builder(tmp).build_many(_as_messages(c), NOW)
+    assert [tuple(col) for col in cols] == list(zip(*rows, strict=True))
