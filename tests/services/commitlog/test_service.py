@@ -361,22 +361,27 @@ def test_kill_9_during_puts_keeps_every_acknowledged_record(tmp_path, flush):
     store = tmp_path / "store"
     w = _start(store, "--flush", flush)
     acked: list = []
+    columns_acked: list = []
     stop = threading.Event()
 
-    def produce(n):
+    def produce(n):  # producer 1 sends its batches as MessageColumns
         stub = _stub(w)
         i = 0
         while not stop.is_set():
-            try:
-                rs = stub.PutBatch(
-                    commitlog_pb2.PutBatchRequest(
-                        messages=[_msg(n * 10**6 + i + j) for j in range(20)]
-                    ),
-                    timeout=10,
+            first = n * 10**6 + i
+            if n == 1:
+                request = commitlog_pb2.PutBatchRequest(columns=_cols(first, 20))
+            else:
+                request = commitlog_pb2.PutBatchRequest(
+                    messages=[_msg(first + j) for j in range(20)]
                 )
+            try:
+                rs = stub.PutBatch(request, timeout=10)
             except grpc.RpcError:
                 return
             acked.extend(rs.results)
+            if n == 1:
+                columns_acked.extend(rs.results)
             i += 20
 
     threads = [threading.Thread(target=produce, args=(n,)) for n in range(3)]
@@ -397,6 +402,7 @@ def test_kill_9_during_puts_keeps_every_acknowledged_record(tmp_path, flush):
         for raw, r in zip(recs, acked, strict=True):
             rec = commitlog.decode(raw)
             assert (rec.uniq_key, rec.queue_offset) == (r.unique_key, r.queue_offset)
+        assert columns_acked  # the columns producer's records were among those checked
         # queue offsets continue without gaps after the restart
         nxt = stub.Put(commitlog_pb2.PutRequest(message=_msg(0)))
         same_queue = [r.queue_offset for r in acked if r.queue_id == nxt.queue_id]
