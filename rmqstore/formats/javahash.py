@@ -63,11 +63,52 @@ def _powers(n: int) -> np.ndarray:
     return _POW31[:n]
 
 
+_INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so invertible modulo 2**32
+_SHORT_KEY = 64  # keys up to this long are hashed as rows of one padded matrix
+_CHUNK = 65_536  # keys per matrix (bounds its memory: 16 MiB of code points)
+
+
 def index_hashes(keys: Sequence[str]) -> np.ndarray:
     """``index_hash`` of every key, vectorized; returns int32 values (all >= 0)."""
     n = len(keys)
+    h = np.empty(n, dtype=np.uint32)
+    for at in range(0, n, _CHUNK):
+        chunk = keys[at : at + _CHUNK]
+        h[at : at + len(chunk)] = _hashes_padded(chunk)
+    signed = h.view(np.int32).astype(np.int64)
+    out = np.abs(signed)
+    out[signed == _MIN_INT] = 0
+    return out.astype(np.int32)
+
+
+def _hashes_padded(keys: Sequence[str]) -> np.ndarray:
+    """``String.hashCode`` (as uint32) of keys of at most _SHORT_KEY UTF-16 units, by Horner's
+    rule down the columns of a zero-padded matrix of code points; other keys go to
+    ``_hashes_prefix``. A key padded with k zeros hashes to hashCode * 31**k (mod 2**32), which
+    the inverse of 31**k undoes."""
+    lengths = np.fromiter(map(len, keys), dtype=np.int64, count=len(keys))
+    if not len(keys) or lengths.max() > _SHORT_KEY:
+        return _hashes_prefix(keys)
+    points = np.array(keys)  # dtype <U{width}: code points, zeros after each key
+    width = points.dtype.itemsize // 4
+    rows = points.view(np.uint32).reshape(len(keys), width)
+    if not "".join(keys).isascii() and rows.max() > 0xFFFF:
+        return _hashes_prefix(keys)  # a surrogate pair is two UTF-16 units
+    h = np.zeros(len(keys), dtype=np.uint32)
+    for column in np.ascontiguousarray(rows.T):
+        h *= np.uint32(31)
+        h += column
+    unpad = np.array([pow(_INV31, k, 1 << 32) for k in range(width + 1)], dtype=np.uint32)
+    h *= unpad[width - lengths]
+    return h
+
+
+def _hashes_prefix(keys: Sequence[str]) -> np.ndarray:
+    """``String.hashCode`` (as uint32) of any keys, from prefix sums over all their UTF-16
+    units."""
+    n = len(keys)
     if n == 0:
-        return np.zeros(0, dtype=np.int32)
+        return np.zeros(0, dtype=np.uint32)
     joined = "".join(keys)
     if joined.isascii():
         units = np.frombuffer(joined.encode("ascii"), dtype=np.uint8).astype(np.uint64)
@@ -83,7 +124,4 @@ def index_hashes(keys: Sequence[str]) -> np.ndarray:
     products = units * _powers(int(lengths.max(initial=0)) + 1)[exps]
     prefix = np.concatenate((np.zeros(1, dtype=np.uint64), np.cumsum(products, dtype=np.uint64)))
     sums = prefix[ends] - prefix[ends - lengths]
-    h = (sums & _MASK).astype(np.uint32).view(np.int32).astype(np.int64)
-    out = np.abs(h)
-    out[h == _MIN_INT] = 0
-    return out.astype(np.int32)
+    return (sums & _MASK).astype(np.uint32)

@@ -114,3 +114,15 @@ def test_index_hashes_mixed_batch_with_min_value_surrogates_and_long_keys():
     assert got == [_reference_index_hash(k) for k in keys]
     assert got[0] == 0
     assert len(index_hashes([])) == 0
+
+
+def test_index_hashes_of_many_short_keys_cross_chunks():
+    """Short keys take the padded-matrix path, in chunks; trailing NULs, empty keys,
+    non-ASCII BMP keys and the MIN_VALUE key included, and the chunk with one long key."""
+    rng = random.Random(11)
+    keys = ["polygenelubricants", "", "a\x00", "\x00\x00", "topic#中文", "Aa", "BB"]
+    keys += [f"BenchTopic#order-{i}" for i in range(70_000)]
+    keys += ["".join(chr(rng.randrange(1, 0xD7FF)) for _ in range(rng.randrange(0, 64)))
+             for _ in range(500)]  # fmt: skip
+    keys.insert(66_000, "y" * 200)  # sends its chunk the prefix-sum way
+    assert index_hashes(keys).tolist() == [index_hash(k) for k in keys]
