@@ -8,6 +8,7 @@ drops its lock and a new writer starts on the same directory with every record.
 
 import hashlib
 import signal
+import time
 
 import pytest
 
@@ -28,6 +29,20 @@ def digest(store) -> dict[str, str]:
             for p in sorted(store.rglob("*")) if p.is_file()}
 
 
+def settled_digest(store, timeout: float = 10.0) -> dict[str, str]:
+    """The digest once the running writer's own background work (pre-creating the next
+    segment) is done: nothing ``.creating`` and the same digest twice, 0.3 s apart."""
+    deadline = time.monotonic() + timeout
+    last = digest(store)
+    while time.monotonic() < deadline:
+        time.sleep(0.3)
+        now = digest(store)
+        if now == last and not any(name.endswith(".creating") for name in now):
+            return now
+        last = now
+    raise AssertionError(f"the store did not settle within {timeout} s")
+
+
 def test_second_writer_process_is_refused_even_when_the_first_is_frozen(tmp_path):
     store = tmp_path / "store"
     first = _start(store)
@@ -40,7 +55,7 @@ def test_second_writer_process_is_refused_even_when_the_first_is_frozen(tmp_path
         for state in ("running", "frozen"):
             if state == "frozen":
                 first.proc.send_signal(signal.SIGSTOP)
-            before = digest(store)
+            before = settled_digest(store)
             with pytest.raises(RuntimeError) as err:
                 _start(store)
             text = str(err.value)
