@@ -2,6 +2,8 @@
 
 import sys
 
+import grpc
+
 from rmqstore.server import Service, Termination
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
@@ -18,6 +20,8 @@ class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
         if request.HasField("columns"):  # read every column, as the writer does
             c = request.columns
             n, queues = len(c.body_size), list(c.queue_id)
+            if len(c.bodies) != sum(c.body_size):  # the bodies are read, as by the writer
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bodies do not add up")
             keys, uniqs = list(c.keys), list(c.unique_key)
             return commitlog_pb2.PutBatchResponse(
                 columns=commitlog_pb2.PutResultColumns(
