@@ -105,7 +105,9 @@ class KeyLookup:
     def check_topic(self, topic: str) -> None:
         validate_topic(topic)
         if not (self.layout.consumequeue_dir / topic).is_dir():
-            raise NotFoundError(f"topic {topic!r} is not in this store")
+            raise NotFoundError(
+                f"topic {topic!r} is not in this store (no consume queue is built for it)"
+            )
 
     def by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
                limit: int = 0, cursor: str = "") -> KeyResult:

@@ -44,7 +44,9 @@ class TimeSearch:
         view = self.queues.view(topic, queue_id, cl_min)
         if view is None:
             if not self.queues.topic_exists(topic):
-                raise NotFoundError(f"topic {topic!r} is not in this store")
+                raise NotFoundError(
+                    f"topic {topic!r} is not in this store (no consume queue is built for it)"
+                )
             raise NotFoundError(f"topic {topic!r} has no queue {queue_id}")
         return view
 
