@@ -1,11 +1,13 @@
 """Property-based fuzzing (hypothesis) of the gRPC put and query paths on one store node.
 
-Put: any message is either stored exactly as sent (read back and decoded with its CRC) or
-refused with INVALID_ARGUMENT with nothing written; no other status, no crash. Query: any
+Put: any message, and any batch sent as MessageColumns, is either stored exactly as sent (read
+back and decoded with its CRC) or refused with INVALID_ARGUMENT with nothing written; no
+other status, no crash. Query: any
 request answers OK or a precise refusal (INVALID_ARGUMENT, NOT_FOUND, OUT_OF_RANGE, or
 RESOURCE_EXHAUSTED for the query budget), never UNKNOWN or INTERNAL. After fuzzing, the
 writer is SIGKILLed and restarted: recovery must find no corruption and every acknowledged
-record must decode. ``make test`` runs 400 + 300 examples; the soak runs 10,000 + 5,000.
+record must decode. ``make test`` runs 400 batches of messages, 200 columnar batches and 300
+queries; the soak 10,000 + 5,000 + 5,000.
 """
 
 import grpc
@@ -81,6 +83,44 @@ def hostile_messages(draw) -> common_pb2.Message:
     )
 
 
+@st.composite
+def hostile_columns(draw) -> commitlog_pb2.MessageColumns:
+    """MessageColumns, mostly consistent, with hostile values and sometimes a broken column."""
+    n = draw(st.integers(0, 4))
+    sizes = draw(st.lists(st.integers(0, 40), min_size=n, max_size=n))
+
+    def column(values, counts=(0, 1, n)):
+        return values[: draw(st.sampled_from(counts))]
+
+    c = commitlog_pb2.MessageColumns(
+        topic=draw(st.one_of(st.sampled_from(TOPICS), st.sampled_from(TOPICS), TEXT)),
+        body_size=sizes,
+        bodies=draw(st.binary(min_size=sum(sizes), max_size=sum(sizes))),
+        queue_id=column(draw(st.lists(st.one_of(st.integers(0, 7), INT32), min_size=n,
+                                      max_size=n)), (1, n)),
+        tags=column(draw(st.lists(TEXT, min_size=n, max_size=n))),
+        keys=column(draw(st.lists(TEXT, min_size=n, max_size=n))),
+        unique_key=column(draw(st.lists(TEXT, min_size=n, max_size=n)), (0, n)),
+        born_timestamp=draw(st.one_of(st.just(0), INT64)),
+        born_host=draw(st.one_of(st.just(""), st.just("10.0.0.1:9"), TEXT)),
+    )
+    broken = draw(st.sampled_from([None, None, None, "sizes", "bodies", "queues", "keys"]))
+    if broken == "sizes":
+        c.body_size.append(draw(INT32))
+    elif broken == "bodies":
+        c.bodies += b"!"
+    elif broken == "queues":
+        c.queue_id.extend(draw(st.lists(INT32, min_size=1, max_size=3)))
+    elif broken == "keys":
+        c.keys.extend(draw(st.lists(TEXT, min_size=n + 1, max_size=n + 3)))
+    return c
+
+
+def _per_message(values, n: int) -> list:
+    """A column of n messages as given: one per message, one for all, or none."""
+    return list(values) if len(values) == n else [values[0] if values else ""] * n
+
+
 @pytest.fixture(scope="module")
 def node(tmp_path_factory):
     cluster = Cluster(tmp_path_factory.mktemp("fuzz") / "store", flush="async").start_all()
@@ -119,9 +159,38 @@ def fuzz_puts(cluster: Cluster, examples: int
             sent_props = {p.name: p.value for p in m.properties}  # a map: the last one wins
             assert {k: rec.property_map.get(k) for k in sent_props} == sent_props
 
+    @_settings(max(examples // 2, 1))
+    @given(hostile_columns())
+    def put_columns(c: commitlog_pb2.MessageColumns) -> None:
+        before = cluster.offsets().max_offset
+        try:
+            rs = w.PutBatch(commitlog_pb2.PutBatchRequest(columns=c), timeout=10).results
+        except grpc.RpcError as e:
+            assert e.code() == C.INVALID_ARGUMENT, (e.code(), e.details(), c)
+            refused["columns"] = refused.get("columns", 0) + 1
+            assert cluster.offsets().max_offset == before
+            return
+        n, at = len(c.body_size), 0
+        tags, keys = _per_message(c.tags, n), _per_message(c.keys, n)
+        raws = w.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+            offsets=[r.phy_offset for r in rs]), timeout=10).records
+        assert len(rs) == n
+        for i, (r, raw) in enumerate(zip(rs, raws, strict=True)):
+            rec = commitlog.decode(raw)
+            body = c.bodies[at : at + c.body_size[i]]
+            at += c.body_size[i]
+            assert (rec.topic, rec.body, rec.tags, rec.keys) == (c.topic, body, tags[i], keys[i])
+            given = c.unique_key[i] if c.unique_key else ""  # empty: the writer makes one
+            assert rec.uniq_key == r.unique_key and r.unique_key == (given or r.unique_key)
+            acked.append((common_pb2.Message(topic=c.topic, body=body, tags=tags[i],
+                                             keys=keys[i]), r))
+        refused["(columns stored)"] = refused.get("(columns stored)", 0) + 1
+
     put()
-    print(f"put fuzzing: {examples} generated batches, {len(acked)} messages stored, "
-          f"refusals by first word {dict(sorted(refused.items()))}")
+    put_columns()
+    print(f"put fuzzing: {examples} generated batches and {max(examples // 2, 1)} columnar "
+          f"ones, {len(acked)} messages stored, refusals by first word (and columnar "
+          f"batches stored) {dict(sorted(refused.items()))}")
     assert acked, "no generated message was ever valid"
 
     # crash and recover: no corruption, every acknowledged record decodes with its CRC
