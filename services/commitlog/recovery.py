@@ -8,15 +8,18 @@
   walking record headers from there (or from the start) otherwise.
 """
 
+import errno
 import json
 import logging
+import mmap
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rmqstore.durable import replace_file
 from rmqstore.formats import commitlog
 from services.commitlog import segment_scan
-from services.commitlog.segment_files import SegmentQueue
+from services.commitlog.segment_files import Segment, SegmentQueue
 
 log = logging.getLogger(__name__)
 CRC_CHECKED_SEGMENTS = 3
@@ -51,12 +54,26 @@ def save_snapshot(path: Path, offset: int, table: dict[tuple[str, int], int]) ->
     replace_file(path, json.dumps(doc).encode())
 
 
-def _zero_tail(mm, start: int) -> None:
-    """Zero [start, len) where not already zero."""
-    n = len(mm)
+def _zero_tail(seg: Segment, start: int) -> None:
+    """Zero [start, size) of a segment where not already zero. Ranges the file system reports
+    as holes (never written, or preallocated and not written since) read as zeros and are
+    skipped, so the tail of a fresh segment is not read page by page."""
     pos = start
-    while pos < n:
-        step = min(len(_ZERO), n - pos)
+    while pos < seg.size:
+        try:
+            pos = os.lseek(seg.fd, pos, os.SEEK_DATA)
+            data_end = min(os.lseek(seg.fd, pos, os.SEEK_HOLE), seg.size)
+        except OSError as e:
+            if e.errno == errno.ENXIO:  # no data after pos
+                return
+            data_end = seg.size  # holes not reported here: check every byte
+        _zero_range(seg.map, pos, data_end)
+        pos = data_end
+
+
+def _zero_range(mm: mmap.mmap, pos: int, end: int) -> None:
+    while pos < end:
+        step = min(len(_ZERO), end - pos)
         if mm[pos : pos + step] != _ZERO[:step]:
             mm[pos : pos + step] = _ZERO[:step]
         pos += step
@@ -100,7 +117,7 @@ def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None =
             head = seg
     if head is not None:
         tail_at = end - head.start
-        _zero_tail(head.map, tail_at)
+        _zero_tail(head, tail_at)
         head.map.flush()
         head.wrote = head.flushed = tail_at
     out.removed_files = [p.name for p in segments.remove_beyond(end)]

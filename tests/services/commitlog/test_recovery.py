@@ -11,6 +11,8 @@ from rmqstore.v1 import common_pb2
 from services.commitlog import segment_scan
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
+from services.commitlog.recovery import _zero_tail
+from services.commitlog.segment_files import Segment
 
 SEGMENT = 64 * 1024
 
@@ -115,3 +117,21 @@ def test_a_segment_of_the_wrong_size_stops_the_start(store):
     os.truncate(path, SEGMENT // 2)
     with pytest.raises(StoreError, match="segment size"):
         _open(store_dir)
+
+
+def test_the_tail_after_the_cut_is_zeroed_between_holes_too(tmp_path):
+    """Only ranges the file system holds data for are read; junk in any of them is zeroed."""
+    path = tmp_path / segment_name(0)
+    size = 4 * 1024 * 1024
+    with open(path, "wb") as f:
+        f.truncate(size)  # sparse: holes everywhere
+        for at in (100, 5000, 1024 * 1024 + 7, size - 3):
+            f.seek(at)
+            f.write(b"junk")
+    seg = Segment(path, 0, size)
+    try:
+        _zero_tail(seg, 102)
+        assert seg.map[:102] == b"\x00" * 100 + b"ju"
+        assert seg.map[102:] == bytes(size - 102)
+    finally:
+        seg.close()
