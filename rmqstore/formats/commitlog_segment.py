@@ -23,6 +23,7 @@ from rmqstore.formats.commitlog import (
     MAGIC_V1,
     MAGIC_V2,
     MAX_TOPIC_BYTES,
+    NO_QUEUE_OFFSET_BIT,
     TAIL_AT,
     V6_BITS,
     crc32,
@@ -93,6 +94,26 @@ def iter_heads(
             pos += total
 
 
+class QueueTally:
+    """What the records a walk passed take of their queues: the next queue offset per (topic,
+    queue id) (a record with NO_QUEUE_OFFSET_BIT takes none) and the last record's position.
+    Records before position ``count_from`` are passed over."""
+
+    def __init__(self, count_from: int = 0) -> None:
+        self.count_from = count_from
+        self.next_offsets: dict[tuple[str, int], int] = {}
+        self.last_position: int | None = None
+
+    def add(self, pos: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int) -> None:
+        if pos < self.count_from:
+            return
+        self.last_position = pos
+        if not sys_flag & NO_QUEUE_OFFSET_BIT:
+            key = (topic, queue_id)
+            if self.next_offsets.get(key, 0) <= queue_offset:
+                self.next_offsets[key] = queue_offset + 1
+
+
 class Blank(NamedTuple):
     """The end-of-segment marker found at ``position`` within a segment."""
 
@@ -133,18 +154,23 @@ def scan_end(
     start: int = 0,
     check_crc: bool = True,
     base_offset: int = 0,
+    tally: QueueTally | None = None,
 ) -> tuple[int, Blank | None, CorruptRecordError | None]:
     """Where the valid data of a segment ends: (end position, blank marker, first error).
 
     The checks of ``decode_meta`` (magic, sizes, field lengths, UTF-8 topic and properties,
     body CRC) in one loop without building a record per step: recovery runs this over whole
-    segments. A record it doubts is decoded by ``decode_meta`` for the precise error.
+    segments. A record it doubts is decoded by ``decode_meta`` for the precise error. Each
+    valid record is also added to ``tally`` when one is given, so recovery reads the checked
+    segments once for both.
     """
     end = len(buf)
     pos = start
     head, tail, short, tail_at = HEAD.unpack_from, _TAIL.unpack_from, _SHORT, TAIL_AT
     magic_v1 = MAGIC_V1
     checksum = crc32
+    add = None if tally is None else tally.add
+    count_from = end if tally is None else tally.count_from
     with memoryview(buf) as view:
         while pos + 8 <= end:
             total, magic = BLANK.unpack_from(view, pos)
@@ -153,7 +179,7 @@ def scan_end(
             if total == 0 and magic == 0:
                 return pos, None, None
             try:
-                _, _, crc, _, _, _, _, sys_flag, _ = head(view, pos)
+                _, _, crc, qid, _, qo, _, sys_flag, _ = head(view, pos)
                 p = pos + tail_at[sys_flag & V6_BITS]
                 _, _, body_len = tail(view, p)
                 body_at = p + _TAIL.size
@@ -174,14 +200,19 @@ def scan_end(
                     )
                 )
                 if ok:
-                    str(view[p - topic_len : p], "utf-8")
+                    topic = str(view[p - topic_len : p], "utf-8")
                     str(view[p + 2 : p + 2 + props_len], "utf-8")
             except (struct.error, IndexError, UnicodeDecodeError):
                 ok = False
             if not ok:  # v2, or something wrong: the full decoder decides and says why
                 try:
-                    total = decode_meta(view, pos, check_crc, base_offset).total_size
+                    meta = decode_meta(view, pos, check_crc, base_offset)
                 except CorruptRecordError as e:
                     return pos, None, e
+                total, qid, qo, sys_flag, topic = (
+                    meta.total_size, meta.queue_id, meta.queue_offset, meta.sys_flag, meta.topic
+                )
+            if add is not None and pos >= count_from:
+                add(pos, topic, qid, qo, sys_flag)
             pos += total
     return pos, None, None

@@ -4,8 +4,9 @@
 * The last three segments are decoded fully with CRC checks; earlier ones are trusted.
 * The first bad record (torn write, bit flip, zeros) ends the data: the rest of its segment
   is zeroed and every later segment file (e.g. one pre-created) is deleted.
-* The per-queue next offsets come from the writer's snapshot when it is still valid, and by
-  walking record headers from there (or from the start) otherwise.
+* The per-queue next offsets come from the writer's snapshot when it is still valid, and from
+  the records after it (or after the start) otherwise: the checked segments count them while
+  they are checked, earlier segments by walking record headers.
 """
 
 import errno
@@ -92,11 +93,16 @@ def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None =
     if not segs:
         return out
     checked = segs[max(0, len(segs) - CRC_CHECKED_SEGMENTS) :]
+    snap = load_snapshot(snapshot)
+    count_from = segments.min_offset if snap is None else snap[0]  # if the snapshot holds
     maps = {str(seg.path): seg.map for seg in checked}
+    parts = [
+        segment_scan.Part(str(seg.path), seg.start, 0, seg.size,
+                          min(max(count_from - seg.start, 0), seg.size))
+        for seg in checked
+    ]
     ends = segment_scan.check_all(
-        [segment_scan.Part(str(seg.path), seg.start, 0, seg.size) for seg in checked],
-        lambda part: segment_scan.check(maps[part.path], part),
-        parallel_bytes,
+        parts, lambda part: segment_scan.check(maps[part.path], part), parallel_bytes
     )
     end = segs[0].start
     for seg, found in zip(checked, ends, strict=True):
@@ -124,39 +130,55 @@ def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None =
     for seg in segments.segments:
         if seg is not head:
             seg.wrote = seg.flushed = seg.size
-    _rebuild_queue_table(segments, snapshot, out, parallel_bytes)
+    counted = {
+        seg.start: (part.count_from, found)
+        for seg, part, found in zip(checked, parts, ends, strict=True)
+    }
+    _rebuild_queue_table(segments, snap, counted, out, parallel_bytes)
     return out
 
 
-def _rebuild_queue_table(segments: SegmentQueue, snapshot: Path, out: Recovered,
-                         parallel_bytes: int) -> None:
-    snap = load_snapshot(snapshot)
+def _rebuild_queue_table(segments: SegmentQueue,
+                         snap: tuple[int, dict[tuple[str, int], int]] | None,
+                         counted: dict[int, tuple[int, segment_scan.ScanEnd]],
+                         out: Recovered, parallel_bytes: int) -> None:
+    """Queue table from the snapshot (if it lies within the data) and the records after it:
+    ``counted`` holds what the check counted per segment start (and from where); segments
+    not counted from the right place have their headers walked."""
     start = segments.min_offset
     table: dict[tuple[str, int], int] = {}
     if snap is not None and segments.min_offset <= snap[0] <= out.end:
         start, table = snap[0], dict(snap[1])
-    walked = [
-        seg for seg in segments.segments if seg.end > start and seg.start < out.end
-    ]
-    parts = [
-        segment_scan.Part(str(seg.path), seg.start, max(start - seg.start, 0),
-                          min(out.end - seg.start, seg.size))
-        for seg in walked
-    ]
-    maps = {str(seg.path): seg.map for seg in walked}
-    found = segment_scan.heads_all(
+    found: dict[int, segment_scan.Heads | segment_scan.ScanEnd] = {}
+    parts = []
+    for seg in segments.segments:
+        if seg.end <= start or seg.start >= out.end:
+            continue
+        begin = max(start - seg.start, 0)
+        if seg.start in counted and counted[seg.start][0] == begin:
+            found[seg.start] = counted[seg.start][1]
+        else:
+            parts.append(segment_scan.Part(str(seg.path), seg.start, begin,
+                                           min(out.end - seg.start, seg.size), begin))
+    maps = {str(seg.path): seg.map for seg in segments.segments}
+    walked = segment_scan.heads_all(
         parts, lambda part: segment_scan.heads(maps[part.path], part), parallel_bytes
     )
-    last_ts_pos = None
-    for seg, part, h in zip(walked, parts, found, strict=True):
+    for part, h in zip(parts, walked, strict=True):
         if h.error is not None:
             log.error("commitlog recovery: %s; queue offsets after it are not counted", h.error)
-        for key, next_offset in h.next_offsets.items():
+        found[part.start] = h
+        out.scanned_bytes += part.limit - part.begin
+    last_ts_pos = None
+    for seg in segments.segments:
+        got = found.get(seg.start)
+        if got is None:
+            continue
+        for key, next_offset in got.next_offsets.items():
             if table.get(key, 0) < next_offset:
                 table[key] = next_offset
-        if h.last_position is not None:
-            last_ts_pos = (seg, h.last_position)
-        out.scanned_bytes += part.limit - part.begin
+        if got.last_position is not None:
+            last_ts_pos = (seg, got.last_position)
     if last_ts_pos is not None:
         seg, pos = last_ts_pos
         hdr = commitlog.decode(seg.map, pos, check_crc=False)

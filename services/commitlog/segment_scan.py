@@ -1,11 +1,11 @@
 """Recovery's two walks over segment files, a worker process per segment when that pays.
 
-Records never cross segments, so each segment is checked (``scan_end``: CRC and lengths) or
-walked (``heads``: queue offsets) on its own and the results are combined in segment order by
-the caller. With at least ``parallel_bytes`` to read and more than one core, each segment goes
-to its own forked worker process (at most twice the cores), which maps the file read-only
-(Python checks one record at a time, so threads would share one core); otherwise, or if
-workers cannot be started, they are read here.
+Records never cross segments, so each segment is checked (``scan_end``: CRC and lengths, and
+the queue offsets its records take) or walked (``heads``: queue offsets only) on its own and
+the results are combined in segment order by the caller. With at least ``parallel_bytes`` to
+read and more than one core, each segment goes to its own forked worker process (at most twice
+the cores), which maps the file read-only (Python checks one record at a time, so threads
+would share one core); otherwise, or if workers cannot be started, they are read here.
 """
 
 import logging
@@ -13,13 +13,12 @@ import mmap
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from multiprocessing import get_context
 from typing import Any, TypeVar
 
 from rmqstore.errors import CorruptRecordError
-from rmqstore.formats import commitlog
-from rmqstore.formats.commitlog_segment import Blank, iter_heads, scan_end
+from rmqstore.formats.commitlog_segment import Blank, QueueTally, iter_heads, scan_end
 
 log = logging.getLogger(__name__)
 PARALLEL_BYTES = 128 * 1024 * 1024
@@ -27,22 +26,27 @@ PARALLEL_BYTES = 128 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Part:
-    """Bytes [begin, limit) of the segment file at ``path`` that starts at ``start``."""
+    """Bytes [begin, limit) of the segment file at ``path`` that starts at ``start``; queue
+    offsets are counted from position ``count_from`` on."""
 
     path: str
     start: int
     begin: int
     limit: int
+    count_from: int = 0
 
 
 @dataclass(frozen=True)
 class ScanEnd:
-    """Where a segment's valid data ends: ``scan_end``'s answer, picklable."""
+    """Where a segment's valid data ends (``scan_end``'s answer, picklable), and the queue
+    offsets taken by its valid records from ``Part.count_from`` on."""
 
     position: int
     blank: Blank | None
     error: str | None = None
     error_offset: int = -1
+    next_offsets: dict[tuple[str, int], int] = field(default_factory=dict)
+    last_position: int | None = None
 
     def corruption(self) -> CorruptRecordError | None:
         return None if self.error is None else CorruptRecordError(self.error, self.error_offset)
@@ -64,30 +68,27 @@ def _mapped(part: Part, fn: Callable[[Any], Any]) -> Any:
 
 
 def check(buf: Any, part: Part) -> ScanEnd:
-    """``scan_end`` with CRC checks over one segment's bytes."""
-    pos, blank, err = scan_end(buf, part.begin, True, part.start)
+    """``scan_end`` with CRC checks over one segment's bytes, counting queue offsets."""
+    tally = QueueTally(part.count_from)
+    pos, blank, err = scan_end(buf, part.begin, True, part.start, tally)
     if err is None:
-        return ScanEnd(pos, blank)
-    return ScanEnd(pos, blank, str(err), err.offset)
+        return ScanEnd(pos, blank, next_offsets=tally.next_offsets,
+                       last_position=tally.last_position)
+    return ScanEnd(pos, blank, str(err), err.offset, tally.next_offsets, tally.last_position)
 
 
 def heads(buf: Any, part: Part) -> Heads:
     """Queue offsets taken by the records of one part (headers only)."""
-    table: dict[tuple[str, int], int] = {}
-    get, no_queue_offset = table.get, commitlog.NO_QUEUE_OFFSET_BIT
-    last = None
+    tally = QueueTally(part.count_from)
+    add = tally.add
     try:
         for pos, _size, queue_id, queue_offset, sys_flag, topic in iter_heads(
             buf, part.begin, part.limit, part.start
         ):
-            if not sys_flag & no_queue_offset:
-                key = (topic, queue_id)
-                if get(key, 0) <= queue_offset:
-                    table[key] = queue_offset + 1
-            last = pos
+            add(pos, topic, queue_id, queue_offset, sys_flag)
     except CorruptRecordError as e:
-        return Heads(table, last, str(e))
-    return Heads(table, last)
+        return Heads(tally.next_offsets, tally.last_position, str(e))
+    return Heads(tally.next_offsets, tally.last_position)
 
 
 def _check_file(part: Part) -> ScanEnd:

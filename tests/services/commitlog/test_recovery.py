@@ -6,12 +6,13 @@ import pytest
 
 from rmqstore.errors import StoreError
 from rmqstore.formats import commitlog
+from rmqstore.layout import StoreLayout
 from rmqstore.segments import segment_name
 from rmqstore.v1 import common_pb2
 from services.commitlog import segment_scan
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
-from services.commitlog.recovery import _zero_tail
+from services.commitlog.recovery import _zero_tail, save_snapshot
 from services.commitlog.segment_files import Segment
 
 SEGMENT = 64 * 1024
@@ -117,6 +118,52 @@ def test_a_segment_of_the_wrong_size_stops_the_start(store):
     os.truncate(path, SEGMENT // 2)
     with pytest.raises(StoreError, match="segment size"):
         _open(store_dir)
+
+
+def _mixed(n, start=0):
+    """Several topics and queues; every fifth message a prepared transaction on its own
+    topic (it takes no queue offset, so that topic never enters the table)."""
+    return [
+        common_pb2.Message(
+            topic="Tx" if i % 5 == 0 else f"T{i % 3}", queue_id=i % 4,
+            body=b"m" * (900 + i % 100),
+            sys_flag=commitlog.TRANSACTION_PREPARED_TYPE if i % 5 == 0 else 0,
+        )
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.mark.parametrize("snapshot_after", [None, 20, 250, "past the end"])
+def test_queue_offsets_come_out_the_same_wherever_the_snapshot_lies(tmp_path, snapshot_after):
+    """The checked segments count queue offsets while they are checked, from the snapshot on;
+    earlier segments are walked. No snapshot, one in an early (unchecked) segment, one in a
+    checked segment and one past the recovered end (ignored) give the same table."""
+    store_dir = tmp_path / "s"
+    e = _open(store_dir)
+    first = 0 if snapshot_after in (None, "past the end") else snapshot_after
+    e.put(_mixed(first))
+    snap = (e.max_offset, dict(e.queue_table))
+    results = e.put(_mixed(300 - first, first))
+    expected = dict(e.queue_table)
+    last_time = results[-1].store_timestamp
+    e.close()
+    assert not any(topic == "Tx" for topic, _ in expected)
+    assert store_dir.joinpath("commitlog", segment_name(4 * SEGMENT)).exists()  # > 3 segments
+    snapshot = StoreLayout.of(store_dir).progress("commitlog-queues")
+    if snapshot_after is None:
+        snapshot.unlink()
+    elif snapshot_after == "past the end":
+        save_snapshot(snapshot, 10 * SEGMENT, {("T0", 0): 10_000})
+    else:
+        save_snapshot(snapshot, *snap)
+    (store_dir / "abort").write_bytes(b"")
+    e = _open(store_dir)
+    try:
+        assert e.queue_table == expected
+        assert e.recovered.last_store_timestamp == last_time
+        assert e.put(_mixed(1, 1))[0].queue_offset == expected[("T1", 1)]
+    finally:
+        e.close()
 
 
 def test_the_tail_after_the_cut_is_zeroed_between_holes_too(tmp_path):
