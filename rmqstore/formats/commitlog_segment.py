@@ -95,9 +95,9 @@ def iter_heads(
 
 
 class QueueTally:
-    """What the records a walk passed take of their queues: the next queue offset per (topic,
-    queue id) (a record with NO_QUEUE_OFFSET_BIT takes none) and the last record's position.
-    Records before position ``count_from`` are passed over."""
+    """What the records added take of their queues: the next queue offset per (topic, queue
+    id) (a record with NO_QUEUE_OFFSET_BIT takes none) and the last record's position.
+    ``scan_end`` adds the records from position ``count_from`` on."""
 
     def __init__(self, count_from: int = 0) -> None:
         self.count_from = count_from
@@ -105,8 +105,6 @@ class QueueTally:
         self.last_position: int | None = None
 
     def add(self, pos: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int) -> None:
-        if pos < self.count_from:
-            return
         self.last_position = pos
         if not sys_flag & NO_QUEUE_OFFSET_BIT:
             key = (topic, queue_id)

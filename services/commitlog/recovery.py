@@ -159,7 +159,7 @@ def _rebuild_queue_table(segments: SegmentQueue,
             found[seg.start] = counted[seg.start][1]
         else:
             parts.append(segment_scan.Part(str(seg.path), seg.start, begin,
-                                           min(out.end - seg.start, seg.size), begin))
+                                           min(out.end - seg.start, seg.size)))
     maps = {str(seg.path): seg.map for seg in segments.segments}
     walked = segment_scan.heads_all(
         parts, lambda part: segment_scan.heads(maps[part.path], part), parallel_bytes

@@ -26,8 +26,8 @@ PARALLEL_BYTES = 128 * 1024 * 1024
 
 @dataclass(frozen=True)
 class Part:
-    """Bytes [begin, limit) of the segment file at ``path`` that starts at ``start``; queue
-    offsets are counted from position ``count_from`` on."""
+    """Bytes [begin, limit) of the segment file at ``path`` that starts at ``start``; a check
+    counts queue offsets from position ``count_from`` on (a walk from ``begin``)."""
 
     path: str
     start: int
@@ -79,7 +79,7 @@ def check(buf: Any, part: Part) -> ScanEnd:
 
 def heads(buf: Any, part: Part) -> Heads:
     """Queue offsets taken by the records of one part (headers only)."""
-    tally = QueueTally(part.count_from)
+    tally = QueueTally()
     add = tally.add
     try:
         for pos, _size, queue_id, queue_offset, sys_flag, topic in iter_heads(
