@@ -2,9 +2,9 @@
 
 A record never crosses a segment, so every segment decodes on its own. A large segment is cut
 into byte ranges at record boundaries (found by walking the record sizes on the driver), so a
-1 GiB segment still spreads over several tasks. Decoding goes through
-``rmqstore.formats.commitlog`` only; a range stops at the first corrupt or torn record and says
-where and why.
+1 GiB segment still spreads over several tasks. Decoding goes through ``rmqstore.formats``
+only (``commitlog_columns`` for a whole range at once); a range stops at the first corrupt or
+torn record and says where and why.
 """
 
 import mmap
@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError
-from rmqstore.formats import commitlog, commitlog_segment
+from rmqstore.formats import commitlog, commitlog_columns, commitlog_segment
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
 
@@ -95,18 +97,17 @@ def list_segments(directory: str | Path) -> list[Segment]:
 
 
 def _record_starts(buf, split_bytes: int) -> list[int]:
-    """Positions to cut a segment at: a record start at least ``split_bytes`` after the last."""
-    cuts = []
-    pos, next_cut, end = 0, split_bytes, len(buf)
-    while pos + commitlog.BLANK_SIZE <= end:
-        size, magic = commitlog.peek(buf, pos)
-        if magic not in (commitlog.MAGIC_V1, commitlog.MAGIC_V2) or size <= 0 or pos + size > end:
-            break  # blank, zeros or damage: the decoding task finds out which
-        if pos >= next_cut:
-            cuts.append(pos)
-            next_cut = pos + split_bytes
-        pos += size
-    return cuts
+    """Positions to cut a segment at: a record start at least ``split_bytes`` after the last.
+    The walk stops at a blank, zeros or damage: the decoding task finds out which."""
+    starts = np.array(commitlog_columns.walk(buf)[0], dtype=np.int64)
+    cuts: list[int] = []
+    next_cut = split_bytes
+    while True:
+        i = int(np.searchsorted(starts, next_cut))
+        if i == len(starts):
+            return cuts
+        cuts.append(int(starts[i]))
+        next_cut = cuts[-1] + split_bytes
 
 
 def plan_ranges(segments: list[Segment], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[ByteRange]:
@@ -144,16 +145,38 @@ def iter_range(r: ByteRange, check_crc: bool = True, decoder: Callable[..., Any]
                 yield pos_, rec
                 pos = pos_ + rec.total_size
         except CorruptRecordError as e:
-            yield RangeEnd(pos, ENDED_AT_CORRUPT,
-                           Corruption(seg.path, pos, seg.start_offset + pos, str(e)))
+            yield _range_end(m, r, pos, e)
             return
-        if r.end is not None and pos >= r.end:
-            yield RangeEnd(pos, ENDED_AT_LIMIT)
-        elif pos + commitlog.BLANK_SIZE <= len(m) and \
-                commitlog.peek(m, pos).magic == commitlog.BLANK_MAGIC:
-            yield RangeEnd(pos, ENDED_AT_BLANK)
-        else:
-            yield RangeEnd(pos, ENDED_AT_ZEROS)
+        yield _range_end(m, r, pos, None)
+
+
+def read_range_columns(r: ByteRange, check_crc: bool = True,
+                       ) -> tuple[commitlog_columns.RecordColumns, RangeEnd]:
+    """Every good record of the range as columns (``commitlog_columns``), and its RangeEnd:
+    the same records and end as ``iter_range``."""
+    seg = r.segment
+    if seg.size == 0:
+        cols, _, _ = commitlog_columns.decode_columns(b"")
+        return cols, RangeEnd(0, ENDED_AT_ZEROS)
+    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        cols, pos, error = commitlog_columns.decode_columns(m, r.begin, r.end, check_crc,
+                                                            seg.start_offset)
+        return cols, _range_end(m, r, pos, error)
+
+
+def _range_end(m: mmap.mmap, r: ByteRange, pos: int, error: CorruptRecordError | None,
+               ) -> RangeEnd:
+    """Why the good data of range ``r`` ends at ``pos`` of its segment (mapped as ``m``)."""
+    if error is not None:
+        seg = r.segment
+        return RangeEnd(pos, ENDED_AT_CORRUPT,
+                        Corruption(seg.path, pos, seg.start_offset + pos, str(error)))
+    if r.end is not None and pos >= r.end:
+        return RangeEnd(pos, ENDED_AT_LIMIT)
+    if pos + commitlog.BLANK_SIZE <= len(m) and \
+            commitlog.peek(m, pos).magic == commitlog.BLANK_MAGIC:
+        return RangeEnd(pos, ENDED_AT_BLANK)
+    return RangeEnd(pos, ENDED_AT_ZEROS)
 
 
 def valid_prefix(ranges: list[ByteRange], ends: dict[int, RangeEnd],

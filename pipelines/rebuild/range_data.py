@@ -1,18 +1,17 @@
 """What one decoded byte range contributes to a rebuild, as compact numpy arrays.
 
-Every record goes through ``rmqstore.dispatch.from_meta`` exactly as the online builders'
-dispatch records do: consume-queue units for records that go to a consume queue, and index keys
-(``dispatch.index_keys``) in commitlog order with their key hashes, offsets and store times.
+A range is decoded as columns (``commitlog_columns``) and its dispatch fields computed over
+whole arrays (``rmqstore.dispatch_columns``, the rules of ``rmqstore.dispatch`` that the online
+builders' dispatch records follow): consume-queue units for records that go to a consume queue,
+and index keys in commitlog order with their key hashes, offsets and store times.
 """
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from pipelines.source import ByteRange, RangeEnd, iter_range
-from rmqstore import dispatch
-from rmqstore.formats import commitlog
-from rmqstore.formats.javahash import index_hashes
+from pipelines.source import ByteRange, RangeEnd, read_range_columns
+from rmqstore.dispatch_columns import dispatch_columns
 
 # one consume-queue unit and the queue offset it belongs at
 CQ_DTYPE = np.dtype([("queue_offset", "<i8"), ("phy", "<i8"), ("size", "<i4"), ("tags", "<i8")])
@@ -41,41 +40,25 @@ class RangeData:
 
 def decode_range(r: ByteRange, check_crc: bool = True) -> RangeData:
     """Decode one range into consume-queue units per queue and index keys."""
-    cq: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
-    keys: list[str] = []
-    key_counts: list[int] = []
-    key_phys: list[int] = []
-    key_times: list[int] = []
-    records = 0
-    end: RangeEnd | None = None
-    for item in iter_range(r, check_crc, commitlog.decode_meta):
-        if isinstance(item, RangeEnd):
-            end = item
-            break
-        _, rec = item
-        records += 1
-        d = dispatch.from_meta(rec)
-        if dispatch.goes_to_consume_queue(d.sys_flag):
-            units = cq.get((d.topic, d.queue_id))
-            if units is None:
-                units = cq[(d.topic, d.queue_id)] = []
-            units.append((d.queue_offset, d.phy_offset, d.size, d.tags_code))
-        ks = dispatch.index_keys(d)
-        if ks:
-            keys.extend(ks)
-            key_counts.append(len(ks))
-            key_phys.append(d.phy_offset)
-            key_times.append(d.store_timestamp)
-    assert end is not None
-    data = RangeData(number=r.number, end=end, records=records, bytes=end.position - r.begin)
-    for q, units in cq.items():
-        arr = np.array(units, dtype=CQ_DTYPE)
+    cols, end = read_range_columns(r, check_crc)
+    d = dispatch_columns(cols)
+    data = RangeData(number=r.number, end=end, records=len(cols), bytes=end.position - r.begin)
+    units = np.flatnonzero(d.goes_to_consume_queue)
+    queue = (cols.topic_id[units] << 32) | (cols.queue_id[units] & 0xFFFFFFFF)
+    _, first, which = np.unique(queue, return_index=True, return_inverse=True)
+    by_queue = np.argsort(which, kind="stable")  # each queue's units in commitlog order
+    bounds = np.cumsum(np.bincount(which, minlength=len(first)))
+    for q in np.argsort(first, kind="stable").tolist():  # queues by first appearance
+        rows = units[by_queue[(bounds[q - 1] if q else 0) : bounds[q]]]
+        arr = np.empty(len(rows), dtype=CQ_DTYPE)
+        arr["queue_offset"] = cols.queue_offset[rows]
+        arr["phy"] = cols.physical_offset[rows]
+        arr["size"] = cols.total_size[rows]
+        arr["tags"] = d.tags_code[rows]
         if len(arr) > 1 and np.any(np.diff(arr["queue_offset"]) < 0):
             arr = arr[np.argsort(arr["queue_offset"], kind="stable")]
-        data.queues[q] = arr
-    if keys:
-        counts = np.array(key_counts, dtype=np.int64)
-        data.key_hashes = index_hashes(keys)
-        data.key_phys = np.repeat(np.array(key_phys, dtype=np.int64), counts)
-        data.key_times = np.repeat(np.array(key_times, dtype=np.int64), counts)
+        data.queues[(cols.topic_of(int(rows[0])), int(cols.queue_id[rows[0]]))] = arr
+    data.key_hashes = d.key_hash
+    data.key_phys = cols.physical_offset[d.key_record]
+    data.key_times = cols.store_timestamp[d.key_record]
     return data

@@ -4,6 +4,8 @@
 * ``index_hash(s)``: ``abs(hashCode)`` with ``Integer.MIN_VALUE`` mapped to 0 (index files).
 * ``tags_code(tags)``: the consume-queue tags code, the tag hash sign-extended to 64 bits.
 * ``index_hashes(keys)``: ``index_hash`` of many keys at once with numpy.
+* ``utf8_span_hashes(data, starts, ends, prefixes)``: ``hashCode`` of many UTF-8 texts lying
+  in one byte array, each optionally after a prefix whose hash is given, with numpy.
 """
 
 from collections.abc import Sequence
@@ -75,10 +77,54 @@ def index_hashes(keys: Sequence[str]) -> np.ndarray:
     for at in range(0, n, _CHUNK):
         chunk = keys[at : at + _CHUNK]
         h[at : at + len(chunk)] = _hashes_padded(chunk)
-    signed = h.view(np.int32).astype(np.int64)
+    return index_hashes_of(h)
+
+
+def index_hashes_of(hash_codes: np.ndarray) -> np.ndarray:
+    """``index_hash`` from ``hashCode``s given as uint32: int32 values, all >= 0."""
+    signed = hash_codes.astype(np.uint32).view(np.int32).astype(np.int64)
     out = np.abs(signed)
     out[signed == _MIN_INT] = 0
     return out.astype(np.int32)
+
+
+def utf8_span_hashes(
+    data: np.ndarray,
+    starts: np.ndarray,
+    ends: np.ndarray,
+    prefixes: np.ndarray | None = None,
+) -> np.ndarray:
+    """``hashCode`` (as uint32) of the UTF-8 texts ``data[starts[i]:ends[i]]`` (uint8 data),
+    each read as if ``prefixes[i]``, the hashCode of some text before it, came first.
+
+    Horner's rule a byte position at a time over the spans sorted longest first, so step k
+    works on the spans longer than k and nothing as large as the data is allocated. ASCII
+    spans are done so; the others (rare) are decoded one by one, so that their UTF-16 units
+    count as Java counts them. Spans must hold valid UTF-8.
+    """
+    starts = np.asarray(starts, dtype=np.int64)
+    lengths = np.asarray(ends, dtype=np.int64) - starts
+    n = len(starts)
+    order = np.argsort(-lengths, kind="stable")
+    at, longest_first = starts[order], lengths[order]
+    h = np.zeros(n, dtype=np.uint32) if prefixes is None else prefixes[order].astype(np.uint32)
+    high = np.zeros(n, dtype=np.uint8)  # the largest byte seen: >= 0x80 is not ASCII
+    shorter = longest_first[::-1]  # ascending, to count the spans longer than k
+    for k in range(int(longest_first[0]) if n else 0):
+        m = n - int(np.searchsorted(shorter, k, side="right"))
+        unit = data[at[:m] + k]
+        h[:m] *= np.uint32(31)
+        h[:m] += unit
+        np.maximum(high[:m], unit, out=high[:m])
+    out = np.empty(n, dtype=np.uint32)
+    out[order] = h
+    for i in order[high >= 0x80].tolist():
+        text = bytes(data[starts[i] : starts[i] + lengths[i]]).decode("utf-8")
+        code = java_hash(text) & _MASK
+        if prefixes is not None:
+            code = (int(prefixes[i]) * pow(31, utf16_len(text), 1 << 32) + code) & _MASK
+        out[i] = code
+    return out
 
 
 def _hashes_padded(keys: Sequence[str]) -> np.ndarray:

@@ -4,10 +4,14 @@ No trailing 0x02. Serialization order is Java ``HashMap`` iteration order, which
 broker always re-serializes into: entries sorted stably by bucket, where
 ``bucket = (h ^ (h >>> 16)) & (capacity - 1)`` and the capacity (16, doubling past 3/4 full)
 depends on the largest size the map ever reached.
+
+``joined`` and ``values_in`` read one property of many records at once, as ``parse`` would.
 """
 
 import functools
 from collections.abc import Iterable, Mapping
+
+import numpy as np
 
 from rmqstore.formats.javahash import java_hash
 
@@ -74,3 +78,47 @@ def parse(s: str) -> dict[str, str]:
 
 def has_separator(s: str) -> bool:
     return NAME_VALUE_SEPARATOR in s or PROPERTY_SEPARATOR in s
+
+
+_SEPARATOR_BYTE = ord(PROPERTY_SEPARATOR)
+
+
+def joined(parts: Iterable[bytes | memoryview],
+           lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Many records' UTF-8 properties (``lengths`` bytes each) back to back, each after a 0x02
+    so that it begins a segment: (the bytes, where each record's 0x02 is)."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    if not len(lengths):
+        return np.zeros(0, dtype=np.uint8), np.zeros(0, dtype=np.int64)
+    sep = PROPERTY_SEPARATOR.encode()
+    blob = sep + sep.join(parts)
+    marks = np.cumsum(lengths + 1) - lengths - 1
+    if len(blob) != int(marks[-1] + lengths[-1] + 1):
+        raise ValueError("properties parts do not have the lengths given")
+    return np.frombuffer(blob, dtype=np.uint8), marks
+
+
+def values_in(blob: np.ndarray, marks: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+    """Where ``parse`` finds ``name``'s value in every record of a ``joined`` blob: (start,
+    end) in the blob per record, both -1 where it has none.
+
+    A segment counts if it is ``name 0x01 value`` with a non-empty value (the first 0x01 ends
+    the name); a later one overwrites an earlier one. UTF-8 never puts 0x01 or 0x02 inside a
+    character, so this reads the bytes as ``parse`` reads the decoded string.
+    """
+    want = np.frombuffer((name + NAME_VALUE_SEPARATOR).encode(), dtype=np.uint8)
+    seps = np.flatnonzero(blob == _SEPARATOR_BYTE)
+    seg_starts = seps + 1
+    seg_ends = np.append(seps[1:], len(blob))
+    hit = seg_ends - seg_starts > len(want)  # name, 0x01 and at least one value byte
+    for k, byte in enumerate(want.tolist()):
+        at = seg_starts[hit] + k
+        hit[hit] = blob[at] == byte
+    found = np.flatnonzero(hit)[::-1]  # newest first, so np.unique keeps the last
+    record = np.searchsorted(marks, seps[found], side="right") - 1
+    records, first = np.unique(record, return_index=True)
+    start = np.full(len(marks), -1, dtype=np.int64)
+    end = np.full(len(marks), -1, dtype=np.int64)
+    start[records] = seg_starts[found[first]] + len(want)
+    end[records] = seg_ends[found[first]]
+    return start, end

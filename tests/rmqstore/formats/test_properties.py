@@ -110,3 +110,20 @@ def _reference_parse(s: str) -> dict[str, str]:
 @settings(max_examples=300)
 def test_parse_matches_the_spec_walk(s):
     assert p.parse(s) == _reference_parse(s)
+
+
+_piece = st.sampled_from(["KEYS", "TAGS", "K", "\x01", "\x02", "a", "中", " ", "UNIQ_KEY", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(_piece, max_size=12).map("".join), min_size=1, max_size=6))
+def test_values_in_many_records_read_as_parse_reads_each(records):
+    import numpy as np
+
+    encoded = [r.encode() for r in records]
+    blob, marks = p.joined(encoded, np.array([len(e) for e in encoded]))
+    assert bytes(blob) == b"".join(b"\x02" + e for e in encoded)
+    for name in ("KEYS", "TAGS", "UNIQ_KEY"):
+        start, end = p.values_in(blob, marks, name)
+        got = [None if a < 0 else bytes(blob[a:b]).decode() for a, b in zip(start, end, strict=True)]
+        assert got == [p.parse(r).get(name) for r in records]

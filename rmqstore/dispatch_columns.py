@@ -1,0 +1,91 @@
+"""The dispatch fields of many records at once, from ``commitlog_columns.RecordColumns``.
+
+The rules are those of ``dispatch.py``, applied to whole arrays: each record's consume-queue
+tags code, and its index keys (``topic#UNIQ_KEY``, then ``topic#key`` for every non-empty
+token of KEYS split at spaces; none for a rollback) as key hashes in the order
+``dispatch.index_keys`` lists them. Records of the schedule topic, whose tags code is a
+delivery time, go through ``dispatch.tags_code`` one by one.
+"""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rmqstore import dispatch
+from rmqstore.formats import commitlog
+from rmqstore.formats import properties as props_fmt
+from rmqstore.formats.commitlog_columns import RecordColumns
+from rmqstore.formats.index_file import KEY_SEPARATOR
+from rmqstore.formats.javahash import index_hashes_of, java_hash, utf8_span_hashes
+from rmqstore.layout import SCHEDULE_TOPIC
+
+_SPACE = ord(" ")
+
+
+@dataclass(frozen=True)
+class DispatchColumns:
+    tags_code: np.ndarray  # int64 per record
+    goes_to_consume_queue: np.ndarray  # bool per record
+    key_record: np.ndarray  # int64: the record of each index key, keys in index order
+    key_hash: np.ndarray  # int32: each key's index hash
+
+
+def _tokens(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray, owner: np.ndarray):
+    """The non-empty space-separated tokens of the spans ``blob[starts[j]:ends[j]]`` (in blob
+    order, not overlapping): (start, end, owner of the span) per token, in blob order."""
+    if not len(starts):
+        return starts, ends, owner
+    spaces = np.flatnonzero(blob == _SPACE)
+    span = np.searchsorted(starts, spaces, side="right") - 1
+    inside = (span >= 0) & (spaces < ends[np.maximum(span, 0)])
+    spaces, span = spaces[inside], span[inside]
+    # cut points: a virtual space before each span, its spaces, a virtual space at its end;
+    # a span begins after a 0x02 and a name, so its first cut lies past the last span's end
+    k = np.arange(len(starts))
+    cuts = np.concatenate((starts - 1, spaces, ends))
+    cut_span = np.concatenate((k, span, k))
+    order = np.argsort(cuts, kind="stable")
+    cuts, cut_span = cuts[order], cut_span[order]
+    begin, stop = cuts[:-1] + 1, cuts[1:]
+    keep = (cut_span[:-1] == cut_span[1:]) & (stop > begin)
+    return begin[keep], stop[keep], owner[cut_span[:-1][keep]]
+
+
+def dispatch_columns(cols: RecordColumns) -> DispatchColumns:
+    blob, marks, n = cols.properties, cols.properties_mark, len(cols)
+
+    tags_at, tags_end = props_fmt.values_in(blob, marks, props_fmt.TAGS)
+    tagged = np.flatnonzero(tags_at >= 0)
+    tags_code = np.zeros(n, dtype=np.int64)
+    tags_code[tagged] = (
+        utf8_span_hashes(blob, tags_at[tagged], tags_end[tagged]).view(np.int32).astype(np.int64)
+    )
+    if SCHEDULE_TOPIC in cols.topics:
+        for i in np.flatnonzero(cols.topic_id == cols.topics.index(SCHEDULE_TOPIC)).tolist():
+            props = props_fmt.parse(cols.properties_of(i))
+            tags_code[i] = dispatch.tags_code(SCHEDULE_TOPIC, props, int(cols.store_timestamp[i]))
+
+    tx_type = cols.sys_flag & commitlog.TRANSACTION_TYPE_MASK
+    indexed = tx_type != commitlog.TRANSACTION_ROLLBACK_TYPE
+    uniq_at, uniq_end = props_fmt.values_in(blob, marks, props_fmt.UNIQ_KEY)
+    keys_at, keys_end = props_fmt.values_in(blob, marks, props_fmt.KEYS)
+    with_uniq = np.flatnonzero(indexed & (uniq_at >= 0))
+    with_keys = np.flatnonzero(indexed & (keys_at >= 0))
+    tok_at, tok_end, tok_record = _tokens(blob, keys_at[with_keys], keys_end[with_keys],
+                                          with_keys)  # fmt: skip
+    record = np.concatenate((with_uniq, tok_record))
+    starts = np.concatenate((uniq_at[with_uniq], tok_at))
+    ends = np.concatenate((uniq_end[with_uniq], tok_end))
+    # per record: its UNIQ_KEY first, then its tokens in order
+    order = np.argsort(record * 2 + (np.arange(len(record)) >= len(with_uniq)), kind="stable")
+    record, starts, ends = record[order], starts[order], ends[order]
+    topic_prefix = np.array(
+        [java_hash(f"{t}{KEY_SEPARATOR}") & 0xFFFFFFFF for t in cols.topics], dtype=np.uint32
+    )
+    codes = utf8_span_hashes(blob, starts, ends, topic_prefix[cols.topic_id[record]])
+    return DispatchColumns(
+        tags_code=tags_code,
+        goes_to_consume_queue=(cols.sys_flag & commitlog.NO_QUEUE_OFFSET_BIT) == 0,
+        key_record=record,
+        key_hash=index_hashes_of(codes),
+    )
