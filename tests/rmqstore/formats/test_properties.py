@@ -125,5 +125,6 @@ def test_values_in_many_records_read_as_parse_reads_each(records):
     assert bytes(blob) == b"".join(b"\x02" + e for e in encoded)
     for name in ("KEYS", "TAGS", "UNIQ_KEY"):
         start, end = p.values_in(blob, marks, name)
-        got = [None if a < 0 else bytes(blob[a:b]).decode() for a, b in zip(start, end, strict=True)]
+        got = [None if a < 0 else bytes(blob[a:b]).decode()
+               for a, b in zip(start, end, strict=True)]
         assert got == [p.parse(r).get(name) for r in records]
