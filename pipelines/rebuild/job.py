@@ -104,7 +104,7 @@ def _summary(d: RangeData) -> tuple:
 
 
 def _pieces(d: RangeData, key_base: dict[int, int], per_index_file: int,
-            entries_per_file: int):
+            entries_per_file: int, index_slots: int):
     """Shuffle records: (file key, (range number, piece of that file))."""
     for (topic, qid), units in d.queues.items():
         for f, part in cq_sink.split_by_file(units, entries_per_file).items():
@@ -112,8 +112,9 @@ def _pieces(d: RangeData, key_base: dict[int, int], per_index_file: int,
     if d.key_count:
         for f, start, stop in index_sink.file_slices(key_base[d.number], d.key_count,
                                                      per_index_file):
-            yield ("ix", f), (d.number, (d.key_hashes[start:stop], d.key_phys[start:stop],
-                                         d.key_times[start:stop]))
+            yield ("ix", f), (d.number, index_sink.piece(
+                d.key_hashes[start:stop], d.key_phys[start:stop], d.key_times[start:stop],
+                index_slots))
 
 
 class _FilePartitioner:
@@ -145,13 +146,10 @@ def _write_files(items, staging_dir: str, settings: RebuildSettings,
             yield key, len(units), None
         else:
             _, f = key
-            hashes = np.concatenate([p[1][0] for p in pieces])
-            phys = np.concatenate([p[1][1] for p in pieces])
-            times = np.concatenate([p[1][2] for p in pieces])
+            parts = [p[1] for p in pieces]
             path = root / INDEX_DIR / f"{_PART_PREFIX}{f:010d}"
-            index_sink.build_file(path, hashes, phys, times, settings.index_slots,
-                                  settings.index_entries)
-            yield key, len(hashes), int(times[0])
+            index_sink.build_file(path, parts, settings.index_slots, settings.index_entries)
+            yield key, sum(len(p.hashes) for p in parts), int(parts[0].times[0])
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -243,7 +241,8 @@ def rebuild(spark, store: str | Path, out: str | Path,
                     decoded.filter(lambda d, inc=frozenset(included): d.number in inc)
                     .flatMap(partial(_pieces, key_base=plan.key_base,
                                      per_index_file=index_sink.capacity(settings.index_entries),
-                                     entries_per_file=settings.cq_entries_per_file))
+                                     entries_per_file=settings.cq_entries_per_file,
+                                     index_slots=settings.index_slots))
                     .partitionBy(parts, _FilePartitioner(assignment))
                     .mapPartitions(partial(_write_files, staging_dir=str(staging.dir),
                                            settings=settings, queue_first=plan.queue_first))

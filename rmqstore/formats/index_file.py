@@ -163,9 +163,16 @@ class IndexFile:
         )
 
     def put_many(
-        self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray
+        self,
+        key_hashes: np.ndarray,
+        phy_offsets: np.ndarray,
+        store_timestamps: np.ndarray,
+        chains: "Chains | None" = None,
     ) -> int:
-        """Add entries in order, as repeated ``putKey`` would; return how many fit."""
+        """Add entries in order, as repeated ``putKey`` would; return how many fit.
+
+        ``chains`` (``batch_chains`` of the keys' slots) may be given when computed elsewhere,
+        such as in parallel tasks of a rebuild."""
         h = self.header
         count = max(h.index_count, 1)
         n = min(len(key_hashes), self.entries - count)
@@ -182,23 +189,15 @@ class IndexFile:
         else:
             delta = times - begin_ts
             diffs = np.clip(np.where(delta < 0, 0, delta // 1000), 0, INT_MAX)
-        numbers = count + np.arange(n, dtype=np.int64)
         slot_ids = hashes % self.slots
+        if chains is None or n < len(key_hashes):  # a cut batch chains anew
+            chains = batch_chains(slot_ids)
         slot_view = np.frombuffer(self.buf, dtype=">i4", count=self.slots, offset=HEADER_SIZE)
-        order = np.argsort(slot_ids, kind="stable")
-        s_slots = slot_ids[order]
-        s_numbers = numbers[order]
-        first = np.ones(n, dtype=bool)
-        first[1:] = s_slots[1:] != s_slots[:-1]
-        last = np.ones(n, dtype=bool)
-        last[:-1] = first[1:]
-        old = slot_view[s_slots[first]].astype(np.int64)
+        first = chains.prev < 0
+        old = slot_view[slot_ids[first]].astype(np.int64)
         old[(old <= 0) | (old > count)] = 0  # RocketMQ treats such a slot as empty
-        s_prev = np.empty(n, dtype=np.int64)
-        s_prev[1:] = s_numbers[:-1]
-        s_prev[first] = old
-        prev = np.empty(n, dtype=np.int64)
-        prev[order] = s_prev
+        prev = count + chains.prev.astype(np.int64)
+        prev[first] = old
         arr = np.empty(n, dtype=ENTRY_DTYPE)
         arr["hash"] = hashes
         arr["phy"] = phys
@@ -206,7 +205,8 @@ class IndexFile:
         arr["prev"] = prev
         start = self._entry_base + ENTRY_SIZE * count
         self.buf[start : start + n * ENTRY_SIZE] = arr.tobytes()
-        slot_view[s_slots[last]] = s_numbers[last]
+        last = np.flatnonzero(chains.last)
+        slot_view[slot_ids[last]] = count + last
         self._write_header(
             IndexHeader(
                 begin_timestamp=begin_ts,
@@ -218,3 +218,29 @@ class IndexFile:
             )
         )
         return n
+
+
+class Chains(NamedTuple):
+    """How a batch of keys chains among itself, slot by slot."""
+
+    prev: np.ndarray  # int32: the batch index of the key before it in its slot, -1 if none
+    last: np.ndarray  # bool: the key is the last of its slot in the batch
+
+
+def batch_chains(slot_ids: np.ndarray) -> Chains:
+    """The chains of keys put in this order into these slots."""
+    n = len(slot_ids)
+    order = np.argsort(slot_ids, kind="stable").astype(np.int32)
+    s_slots = slot_ids[order]
+    first = np.ones(n, dtype=bool)
+    first[1:] = s_slots[1:] != s_slots[:-1]
+    s_prev = np.empty(n, dtype=np.int32)
+    s_prev[1:] = order[:-1]
+    s_prev[first] = -1
+    prev = np.empty(n, dtype=np.int32)
+    prev[order] = s_prev
+    last = np.empty(n, dtype=bool)
+    last[order[:-1]] = first[1:]
+    if n:
+        last[order[-1]] = True
+    return Chains(prev, last)

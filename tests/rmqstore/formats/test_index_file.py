@@ -129,8 +129,9 @@ def _reference_put(buf: bytearray, key_hash: int, phy: int, ts: int) -> bool:
     return True
 
 
+@pytest.mark.parametrize("with_chains", [False, True])
 @pytest.mark.parametrize("seed", range(5))
-def test_put_many_equals_repeated_put_key(seed):
+def test_put_many_equals_repeated_put_key(seed, with_chains):
     rng = random.Random(seed)
     n = rng.randrange(1, 450)
     keys = [f"T#{rng.randrange(60)}" for _ in range(n)]
@@ -144,7 +145,9 @@ def test_put_many_equals_repeated_put_key(seed):
     done = 0
     while done < n:  # feed in uneven batches
         k = rng.randrange(1, 40)
-        got = f.put_many(hashes[done : done + k], phys[done : done + k], times[done : done + k])
+        batch = hashes[done : done + k]
+        chains = ix.batch_chains(batch % SLOTS) if with_chains else None  # as a rebuild does
+        got = f.put_many(batch, phys[done : done + k], times[done : done + k], chains)
         if got == 0:
             break
         done += got
