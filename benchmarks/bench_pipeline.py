@@ -1,10 +1,13 @@
 """End to end: stored *and indexed* msgs/s (writer + both builders as processes; producers
-on PutStream with 4 batches in flight, as ``rmqstore put --inflight 4``), and the dispatch
-lag of each builder at half of that rate."""
+on PutStream with 4 batches in flight, as ``rmqstore put --inflight 4``), the dispatch
+lag of each builder at half of that rate, and how fast both builders catch up on a commitlog
+written before they started (as when an existing store is served for the first time: the
+writer decodes its dispatch records from the segment files)."""
 
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from benchmarks.bench_put import WINDOW, _messages, over_grpc, peak_rss_mib
 from benchmarks.procs import start
@@ -14,7 +17,7 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_
 SEGMENT = str(256 * 1024 * 1024)
 
 
-def _node(store: str):
+def _node(store: str, segment: str = SEGMENT):
     w = start(
         "services.commitlog",
         "--store",
@@ -22,7 +25,7 @@ def _node(store: str):
         "--listen",
         "127.0.0.1:0",
         "--commitlog-segment-size",
-        SEGMENT,
+        segment,
     )
     cq = start(
         "services.indexer",
@@ -144,9 +147,48 @@ def lag_at_rate(rate: float, seconds: float) -> dict:
     return row
 
 
+def catch_up(total_bytes: int) -> dict:
+    """Both builders, started on a store whose commitlog is already written, until each has
+    built all of it (the writer started and recovered first: not counted)."""
+    from benchmarks.bench_rebuild import write_synthetic
+
+    segment = 1024 * 1024 * 1024
+    with tempfile.TemporaryDirectory() as d:
+        size, records = write_synthetic(Path(d), total_bytes, segment)
+        w = start("services.commitlog", "--store", d, "--listen", "127.0.0.1:0",
+                  "--commitlog-segment-size", str(segment))  # fmt: skip
+        builders = []
+        try:
+            end = (
+                commitlog_pb2_grpc.CommitLogStub(channel(w.address))
+                .GetOffsets(commitlog_pb2.GetOffsetsRequest())
+                .max_offset
+            )
+            t0 = time.time()
+            for kind in ("consume-queue", "index"):
+                builders.append(start("services.indexer", kind, "--store", d, "--commitlog",
+                                      w.address, "--listen", "127.0.0.1:0"))  # fmt: skip
+            stubs = [_progress(b.address) for b in builders]
+            while any(
+                s.GetProgress(indexer_pb2.GetProgressRequest()).built_offset < end for s in stubs
+            ):
+                time.sleep(0.01)
+            secs = time.time() - t0
+        finally:
+            for p in (*builders, w):
+                p.stop()
+    return {
+        "scenario": f"catch-up: both builders from offset 0 of a {size / 2**20:,.0f} MiB commitlog",
+        "seconds": secs,
+        "stored+indexed msgs/s": records / secs,
+        "MiB/s": size / 2**20 / secs,
+    }
+
+
 def run(quick: bool = False) -> list[dict]:
     count = 20_000 if quick else 300_000
     rows = [stored_and_indexed(count, p, c) for c in (False, True) for p in (1, 4)]
     best = max(r["stored+indexed msgs/s"] for r in rows)
     rows.append(lag_at_rate(best / 2, 3 if quick else 15))
+    rows.append(catch_up(64 * 2**20 if quick else 1024 * 2**20))
     return rows

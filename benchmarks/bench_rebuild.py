@@ -35,16 +35,19 @@ def _messages(body_size: int = 1024):
         i += 1
 
 
-def write_synthetic(root: Path, total_bytes: int, segment_size: int) -> int:
+def write_synthetic(root: Path, total_bytes: int, segment_size: int) -> tuple[int, int]:
+    """A commitlog of at least ``total_bytes``: (its bytes, its records)."""
     w = CommitlogWriter(root, segment_size)
+    records = 0
     try:
         for m in _messages():
             if w.offset >= total_bytes:
                 break
             w.append(m)
+            records += 1
     finally:
         w.close()
-    return w.offset
+    return w.offset, records
 
 
 def _online_replay(store: Path, work: Path) -> tuple[float, int]:
@@ -91,7 +94,7 @@ def run(quick: bool = False) -> list[dict]:
     try:
         store = tmp / "store"
         t0 = time.perf_counter()
-        size = write_synthetic(store, total, segment)
+        size, _ = write_synthetic(store, total, segment)
         gen_s = time.perf_counter() - t0
         warm = tmp / "warm"
         write_synthetic(warm, MIB, MIB)

@@ -32,7 +32,7 @@ def recovery(total: int, segment: int) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as d:
         store = Path(d)
-        size = write_synthetic(store, total, segment)
+        size, _ = write_synthetic(store, total, segment)
         for label in ("no queue snapshot", "with the queue snapshot"):
             seconds, end, scanned = _recover(store, segment)
             assert end == size
@@ -52,7 +52,7 @@ def fresh_segment(data: int, segment: int) -> dict:
     recovery costs beyond the records is the check that the segment's tail is zero."""
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as d:
         store = Path(d)
-        size = write_synthetic(store, data, segment)
+        size, _ = write_synthetic(store, data, segment)
         for f in (store / "commitlog").iterdir():
             fd = os.open(f, os.O_RDONLY)
             try:

@@ -52,19 +52,35 @@ def _tokens(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray, owner: np.nd
 
 
 def dispatch_columns(cols: RecordColumns) -> DispatchColumns:
-    blob, marks, n = cols.properties, cols.properties_mark, len(cols)
+    key_record, key_hash = index_keys(cols)
+    return DispatchColumns(
+        tags_code=tags_codes(cols),
+        goes_to_consume_queue=(cols.sys_flag & commitlog.NO_QUEUE_OFFSET_BIT) == 0,
+        key_record=key_record,
+        key_hash=key_hash,
+    )
 
+
+def tags_codes(cols: RecordColumns) -> np.ndarray:
+    """Every record's consume-queue tags code (int64)."""
+    blob, marks = cols.properties, cols.properties_mark
     tags_at, tags_end = props_fmt.values_in(blob, marks, props_fmt.TAGS)
     tagged = np.flatnonzero(tags_at >= 0)
-    tags_code = np.zeros(n, dtype=np.int64)
-    tags_code[tagged] = (
+    codes = np.zeros(len(cols), dtype=np.int64)
+    codes[tagged] = (
         utf8_span_hashes(blob, tags_at[tagged], tags_end[tagged]).view(np.int32).astype(np.int64)
     )
     if SCHEDULE_TOPIC in cols.topics:
         for i in np.flatnonzero(cols.topic_id == cols.topics.index(SCHEDULE_TOPIC)).tolist():
             props = props_fmt.parse(cols.properties_of(i))
-            tags_code[i] = dispatch.tags_code(SCHEDULE_TOPIC, props, int(cols.store_timestamp[i]))
+            codes[i] = dispatch.tags_code(SCHEDULE_TOPIC, props, int(cols.store_timestamp[i]))
+    return codes
 
+
+def index_keys(cols: RecordColumns) -> tuple[np.ndarray, np.ndarray]:
+    """The index keys of all records in index order: (the record of each key as int64, its
+    index hash as int32)."""
+    blob, marks = cols.properties, cols.properties_mark
     tx_type = cols.sys_flag & commitlog.TRANSACTION_TYPE_MASK
     indexed = tx_type != commitlog.TRANSACTION_ROLLBACK_TYPE
     uniq_at, uniq_end = props_fmt.values_in(blob, marks, props_fmt.UNIQ_KEY)
@@ -83,9 +99,16 @@ def dispatch_columns(cols: RecordColumns) -> DispatchColumns:
         [java_hash(f"{t}{KEY_SEPARATOR}") & 0xFFFFFFFF for t in cols.topics], dtype=np.uint32
     )
     codes = utf8_span_hashes(blob, starts, ends, topic_prefix[cols.topic_id[record]])
-    return DispatchColumns(
-        tags_code=tags_code,
-        goes_to_consume_queue=(cols.sys_flag & commitlog.NO_QUEUE_OFFSET_BIT) == 0,
-        key_record=record,
-        key_hash=index_hashes_of(codes),
-    )
+    return record, index_hashes_of(codes)
+
+
+def property_texts(cols: RecordColumns, name: str) -> list[str]:
+    """Every record's value of property ``name`` as ``properties.parse`` reads it, '' where
+    it has none (as the dispatch record's ``keys`` and ``uniq_key``)."""
+    start, end = props_fmt.values_in(cols.properties, cols.properties_mark, name)
+    raw = cols.properties.tobytes()
+    starts, ends = start.tolist(), end.tolist()
+    if raw.isascii():  # byte positions are character positions; -1:-1 slices to ''
+        text = raw.decode("ascii")
+        return [text[a:b] for a, b in zip(starts, ends, strict=True)]
+    return [raw[a:b].decode() for a, b in zip(starts, ends, strict=True)]

@@ -91,15 +91,20 @@ def _gather(data: np.ndarray, at: np.ndarray, dtype: np.dtype | str) -> np.ndarr
     return data[idx].view(dt).reshape(-1)
 
 
-def walk(buf: BytesLike, start: int = 0, end: int | None = None) -> tuple[list[int], int | None]:
-    """Positions of the records starting before ``end``, found by their sizes alone, up to a
-    blank record or zeros; and where the walk met a header it cannot step over (bad magic, a
-    size that is not positive or runs past the buffer; ``decode_meta`` says why), if it did."""
+def walk(
+    buf: BytesLike, start: int = 0, end: int | None = None, max_records: int | None = None
+) -> tuple[list[int], int | None]:
+    """Positions of the records starting before ``end`` (at most ``max_records``), found by
+    their sizes alone, up to a blank record or zeros; and where the walk met a header it cannot
+    step over (bad magic, a size that is not positive or runs past the buffer;
+    ``decode_meta`` says why), if it did."""
     positions: list[int] = []
     append, unpack, size = positions.append, BLANK.unpack_from, len(buf)
     end = size if end is None else end
+    room = -1 if max_records is None else max_records
     pos = start
-    while pos + 8 <= end:
+    while pos + 8 <= end and room:
+        room -= 1
         total, magic = unpack(buf, pos)
         if magic == BLANK_MAGIC or (total == 0 and magic == 0):
             return positions, None
@@ -164,13 +169,14 @@ def decode_columns(
     limit: int | None = None,
     check_crc: bool = True,
     base_offset: int = 0,
+    max_records: int | None = None,
 ) -> tuple[RecordColumns, int, CorruptRecordError | None]:
-    """Every good record from ``start`` until a blank record, zeros or ``limit``, as columns:
-    (columns, position after the last good record, the error of the record that stopped
-    the walk, if one did). ``base_offset`` (the segment's start offset) names positions in
-    errors."""
+    """Every good record from ``start`` until a blank record, zeros, ``limit`` or
+    ``max_records``, as columns: (columns, position after the last good record, the error of
+    the record that stopped the walk, if one did). ``base_offset`` (the segment's start
+    offset) names positions in errors."""
     with memoryview(buf) as view:
-        found, stopped_at = walk(view, start, limit)
+        found, stopped_at = walk(view, start, limit, max_records)
         data = np.frombuffer(view, dtype=np.uint8)
         pos = np.array(found, dtype=np.int64)
         head = _gather(data, pos, HEAD_DTYPE)

@@ -14,7 +14,6 @@ from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from itertools import accumulate
 
-from rmqstore.dispatch import DispatchRecord, from_meta
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
     InvalidArgumentError,
@@ -28,6 +27,7 @@ from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.dispatch_cache import DispatchCache
+from services.commitlog.dispatch_files import decode_dispatch
 from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
 from services.commitlog.messages import MessageBuilder
@@ -392,50 +392,11 @@ class CommitLogEngine:
                 return
             batch = self.cache.take(pos, max_records)
             if batch is None:  # decode files, up to where the cache can take over again
-                batch = self._decode_batch(pos, max_records, self.cache.next_start(pos))
+                head, stop = self.max_offset, self.cache.next_start(pos)
+                end = head if stop is None else min(stop, head)
+                batch = decode_dispatch(self.segments, pos, end, max_records, head)
             pos = batch.next_offset
             yield batch
-
-    def _decode_batch(
-        self, pos: int, max_records: int, stop_at: int | None = None
-    ) -> commitlog_pb2.DispatchBatch:
-        recs: list[DispatchRecord] = []
-        end_limit = self.max_offset if stop_at is None else min(stop_at, self.max_offset)
-        while pos < end_limit and len(recs) < max_records:
-            seg = self.segments.find(pos)
-            limit = min(seg.wrote, end_limit - seg.start)
-            at = pos - seg.start
-            while at < limit and len(recs) < max_records:
-                size, magic = commitlog.peek(seg.map, at)
-                if magic == commitlog.BLANK_MAGIC:
-                    at = seg.size
-                    break
-                meta = commitlog.decode_meta(seg.map, at, check_crc=False, base_offset=seg.start)
-                recs.append(from_meta(meta))
-                at += size
-            pos = seg.start + at
-            if at < seg.size and len(recs) >= max_records:
-                break
-            if at >= seg.size:
-                pos = seg.end
-                continue
-            break
-        cols: list = list(zip(*recs, strict=True)) if recs else [[] for _ in range(11)]
-        return commitlog_pb2.DispatchBatch(
-            topic=cols[0],
-            queue_id=cols[1],
-            queue_offset=cols[2],
-            phy_offset=cols[3],
-            size=cols[4],
-            tags_code=cols[5],
-            store_timestamp=cols[6],
-            keys=cols[7],
-            unique_key=cols[8],
-            sys_flag=cols[9],
-            prepared_transaction_offset=cols[10],
-            next_offset=pos,
-            max_offset=self.max_offset,
-        )
 
     def ack(self, name: str, durable_offset: int) -> None:
         self._register(name)

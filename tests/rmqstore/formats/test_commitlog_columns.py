@@ -77,6 +77,14 @@ def test_many_topics_are_numbered_by_first_appearance():
     assert cols.topic_id.tolist() == [0, 1, 0, 2, 3, 1, 4]
 
 
+def test_at_most_max_records():
+    rec = cl.encode(tv4_record())
+    buf = rec * 5 + bytes(8)
+    for n in range(7):
+        cols, end, err = decode_columns(buf, 205, max_records=n)
+        assert (len(cols), end, err) == (min(n, 4), 205 + 205 * min(n, 4), None)
+
+
 def test_an_empty_range_and_a_start_past_records():
     rec = cl.encode(tv4_record())
     assert len(decode_columns(b"")[0]) == 0
