@@ -2,8 +2,14 @@
 (a builder catching up after a restart, or building a store it has never seen).
 
 A segment's run of records is decoded at once (``commitlog_columns``, the writer's own data, so
-no CRC check) and turned into the dispatch record's fields by ``dispatch_columns``.
+no CRC check) and turned into the dispatch record's fields by ``dispatch_columns``. Builders
+that catch up together ask for the same batches: ``RecentBatches`` keeps the last few, so the
+second gets the first's instead of decoding them again.
 """
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
 
 from rmqstore.dispatch_columns import property_texts, tags_codes
 from rmqstore.errors import CorruptRecordError
@@ -69,3 +75,53 @@ def decode_dispatch(
         next_offset=pos,
         max_offset=max_offset,
     )
+
+
+class RecentBatches:
+    """The last ``capacity`` batches decoded from files, by the offset they start at; a
+    subscriber asking for a batch another is decoding right now waits for that one.
+
+    Records below the writer's max offset never change while it runs, so a batch decoded for
+    one subscriber is right for any other at the same offset that takes at least as many
+    records (one that stopped early, at the in-memory cache or the head, is merely short)."""
+
+    def __init__(self, capacity: int = 32, wait_s: float = 5.0) -> None:
+        self.capacity = capacity
+        self.wait_s = wait_s
+        self._batches: OrderedDict[int, commitlog_pb2.DispatchBatch] = OrderedDict()
+        self._decoding: dict[int, threading.Event] = {}
+        self._lock = threading.Lock()
+        self.hits = 0
+
+    def get_or_decode(
+        self, pos: int, max_records: int, decode: Callable[[], commitlog_pb2.DispatchBatch]
+    ) -> commitlog_pb2.DispatchBatch:
+        with self._lock:
+            batch = self._fitting(pos, max_records)
+            if batch is not None:
+                return batch
+            underway = self._decoding.get(pos)
+            if underway is None:
+                self._decoding[pos] = threading.Event()
+        if underway is not None:
+            underway.wait(self.wait_s)
+            with self._lock:
+                batch = self._fitting(pos, max_records)
+            return batch if batch is not None else decode()
+        try:
+            batch = decode()
+            with self._lock:
+                self._batches[pos] = batch
+                while len(self._batches) > self.capacity:
+                    self._batches.popitem(last=False)
+            return batch
+        finally:
+            with self._lock:
+                self._decoding.pop(pos).set()
+
+    def _fitting(self, pos: int, max_records: int) -> commitlog_pb2.DispatchBatch | None:
+        batch = self._batches.get(pos)
+        if batch is None or len(batch.phy_offset) > max_records:
+            return None
+        self.hits += 1
+        return batch

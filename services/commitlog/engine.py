@@ -12,6 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
+from functools import partial
 from itertools import accumulate
 
 from rmqstore.durable import replace_file
@@ -27,7 +28,7 @@ from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.dispatch_cache import DispatchCache
-from services.commitlog.dispatch_files import decode_dispatch
+from services.commitlog.dispatch_files import RecentBatches, decode_dispatch
 from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
 from services.commitlog.messages import MessageBuilder
@@ -91,6 +92,7 @@ class CommitLogEngine:
         self._closed = False
         self.builder = MessageBuilder(cfg)
         self.cache = DispatchCache()
+        self.file_batches = RecentBatches()
         self._marks: deque[tuple[int, int]] = deque(maxlen=200_000)  # (end offset, store ts)
         if r.last_store_timestamp:
             self._marks.append((r.end, r.last_store_timestamp))
@@ -392,11 +394,16 @@ class CommitLogEngine:
                 return
             batch = self.cache.take(pos, max_records)
             if batch is None:  # decode files, up to where the cache can take over again
-                head, stop = self.max_offset, self.cache.next_start(pos)
-                end = head if stop is None else min(stop, head)
-                batch = decode_dispatch(self.segments, pos, end, max_records, head)
+                batch = self.file_batches.get_or_decode(
+                    pos, max_records, partial(self._decode_files, pos, max_records)
+                )
             pos = batch.next_offset
             yield batch
+
+    def _decode_files(self, pos: int, max_records: int) -> commitlog_pb2.DispatchBatch:
+        head, stop = self.max_offset, self.cache.next_start(pos)
+        end = head if stop is None else min(stop, head)
+        return decode_dispatch(self.segments, pos, end, max_records, head)
 
     def ack(self, name: str, durable_offset: int) -> None:
         self._register(name)
