@@ -2,19 +2,26 @@
 
 A record matches a key when its topic is the given topic (if any) and the key is one of its
 KEYS tokens or equals its UNIQ_KEY; and its store time is within [begin, end] (inclusive).
-Matches come back in commitlog order.
+Matches come back in commitlog order. A task checks its range's records as columns
+(``commitlog_columns``) and decodes in full only those that match.
 """
 
 import base64
+import mmap
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import numpy as np
+
 from pipelines.records import key_tokens
-from pipelines.scan import DictParam, ScanPlan, outcome, scan_range
-from pipelines.source import DEFAULT_SPLIT_BYTES, Corruption
+from pipelines.scan import DictParam, ScanPlan, outcome
+from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, read_range_columns
+from rmqstore.dispatch_columns import property_texts
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
+from rmqstore.formats import properties as props_fmt
+from rmqstore.formats.commitlog_columns import RecordColumns
 from rmqstore.formats.msgid import offset_msg_id
 
 
@@ -30,6 +37,23 @@ class Criteria:
             raise InvalidArgumentError("find needs a topic, a key or a time range")
         if self.begin is not None and self.end is not None and self.begin > self.end:
             raise InvalidArgumentError(f"begin {self.begin} is after end {self.end}")
+
+    def select(self, cols: RecordColumns) -> list[int]:
+        """The records of ``cols`` that match, as ``matches`` would find them."""
+        mask = np.ones(len(cols), dtype=bool)
+        if self.topic is not None:
+            wanted = cols.topics.index(self.topic) if self.topic in cols.topics else -1
+            mask &= cols.topic_id == wanted
+        if self.begin is not None:
+            mask &= cols.store_timestamp >= self.begin
+        if self.end is not None:
+            mask &= cols.store_timestamp <= self.end
+        picked = np.flatnonzero(mask).tolist()
+        if self.key is not None and picked:
+            uniq = property_texts(cols, props_fmt.UNIQ_KEY)
+            keys = property_texts(cols, props_fmt.KEYS)
+            picked = [i for i in picked if self.key == uniq[i] or self.key in key_tokens(keys[i])]
+        return picked
 
     def matches(self, rec: commitlog.Record) -> bool:
         if self.topic is not None and rec.topic != self.topic:
@@ -78,8 +102,19 @@ class FindResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _match(number: int, rec: commitlog.Record, criteria: Criteria):
-    return (number, describe(rec)) if criteria.matches(rec) else None
+def _find_in_range(r: ByteRange, criteria: Criteria, check_crc: bool, ends_acc):
+    """(range number, description) of each match in the range; reports the range's end."""
+    cols, end = read_range_columns(r, check_crc)
+    ends_acc.add({r.number: (end, len(cols))})
+    picked = criteria.select(cols)
+    if not picked:
+        return
+    seg = r.segment
+    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        for i in picked:
+            rec = commitlog.decode(m, int(cols.position[i]), False, seg.start_offset)
+            if criteria.matches(rec):  # the rule for one record, checked once more
+                yield r.number, describe(rec)
 
 
 def find(spark, store: str | Path, criteria: Criteria, split_bytes: int = DEFAULT_SPLIT_BYTES,
@@ -90,8 +125,8 @@ def find(spark, store: str | Path, criteria: Criteria, split_bytes: int = DEFAUL
     found = []
     if plan.ranges:
         found = (sc.parallelize(plan.ranges, len(plan.ranges))
-                 .flatMap(partial(scan_range, convert=partial(_match, criteria=criteria),
-                                  check_crc=check_crc, ends_acc=ends, tracker=None))
+                 .flatMap(partial(_find_in_range, criteria=criteria, check_crc=check_crc,
+                                  ends_acc=ends))
                  .collect())
     result = outcome(plan, ends.value)
     matches = sorted((m for n, m in found if n in result.included), key=lambda m: m["phyOffset"])

@@ -56,3 +56,18 @@ def test_find_needs_criteria_in_order():
         Criteria()
     with pytest.raises(InvalidArgumentError, match="after end"):
         Criteria(begin=5, end=4)
+
+
+def test_find_stops_at_a_corrupt_record_and_says_where(spark, tmp_path: Path):
+    root = tmp_path / "store"
+    written = write_commitlog(root, mixed_messages(200, step_ms=10), segment_size=1 << 20)
+    bad = written[120]
+    seg = root / "commitlog" / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    data[bad.phy_offset + bad.size - 120] ^= 0xFF  # inside the body: its CRC fails
+    seg.write_bytes(bytes(data))
+    result = find(spark, root, Criteria(topic="Topic1"), split_bytes=6_000)
+    assert [m["phyOffset"] for m in result.matches] == _expect(written[:120], topic="Topic1")
+    assert result.records_scanned == 120
+    [c] = result.corruptions
+    assert (c.offset, "CRC" in c.reason) == (bad.phy_offset, True)
