@@ -50,6 +50,7 @@ for _bits, _at in TAIL_AT.items():
     _TAIL_AT[_bits] = _at
     _STORE_AT[_bits] = store_timestamp_at(_bits)
 _WIDE_TOPICS = 256  # topics up to this long are told apart as rows of one padded matrix
+_GATHER_BYTES = 1 << 20  # bytes gathered at a time (their index: 8 MiB)
 
 
 @dataclass(frozen=True)
@@ -82,13 +83,19 @@ class RecordColumns:
 
 def _gather(data: np.ndarray, at: np.ndarray, dtype: np.dtype | str) -> np.ndarray:
     """The values of ``dtype`` at byte positions ``at``. Reads past the end come back as the
-    last byte repeated: they belong to records whose lengths do not add up, refused anyway."""
+    last byte repeated: they belong to records whose lengths do not add up, refused anyway.
+    Done in chunks, so the byte index stays small however many records a range holds."""
     dt = np.dtype(dtype)
     at = np.asarray(at, dtype=np.int64)
-    idx = at[:, None] + np.arange(dt.itemsize)
-    if len(at) and (at.min() < 0 or at.max() + dt.itemsize > len(data)):
-        np.clip(idx, 0, len(data) - 1, out=idx)
-    return data[idx].view(dt).reshape(-1)
+    out = np.empty(len(at), dtype=dt)
+    step = max(1, _GATHER_BYTES // dt.itemsize)
+    for first in range(0, len(at), step):
+        part = at[first : first + step]
+        idx = part[:, None] + np.arange(dt.itemsize)
+        if part.min() < 0 or part.max() + dt.itemsize > len(data):
+            np.clip(idx, 0, len(data) - 1, out=idx)
+        out[first : first + step] = data[idx].view(dt).reshape(-1)
+    return out
 
 
 def walk(
