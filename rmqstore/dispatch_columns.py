@@ -52,6 +52,7 @@ def _tokens(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray, owner: np.nd
 
 
 def dispatch_columns(cols: RecordColumns) -> DispatchColumns:
+    """The dispatch fields of every record of ``cols`` that builders need."""
     key_record, key_hash = index_keys(cols)
     return DispatchColumns(
         tags_code=tags_codes(cols),

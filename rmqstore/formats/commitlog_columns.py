@@ -5,7 +5,8 @@ of all of them with whole-array operations: the checks of ``commitlog.decode_met
 sizes, field lengths adding up, UTF-8 topic and properties, body CRC), with the same outcome
 as ``commitlog_segment.iter_segment`` running it record after record. The first record that
 fails is handed to ``decode_meta``, which names the error; the records before it are returned.
-For work over whole segments (the rebuild); one record at a time stays in ``commitlog.py``.
+For work over runs of records (the rebuild and find jobs, the writer's dispatch from files);
+one record at a time stays in ``commitlog.py``.
 """
 
 from dataclasses import dataclass
