@@ -67,7 +67,7 @@ def index_keys(d: DispatchRecord) -> list[str]:
 
 
 def index_keys_of(topic: str, uniq_key: str, keys: str, sys_flag: int) -> list[str]:
-    """``index_keys`` from the columns of a record (builders work on columnar batches)."""
+    """``index_keys`` from the fields of a record."""
     if commitlog.transaction_type(sys_flag) == commitlog.TRANSACTION_ROLLBACK_TYPE:
         return []
     out = []

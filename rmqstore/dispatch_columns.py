@@ -82,13 +82,51 @@ def index_keys(cols: RecordColumns) -> tuple[np.ndarray, np.ndarray]:
     """The index keys of all records in index order: (the record of each key as int64, its
     index hash as int32)."""
     blob, marks = cols.properties, cols.properties_mark
-    tx_type = cols.sys_flag & commitlog.TRANSACTION_TYPE_MASK
-    indexed = tx_type != commitlog.TRANSACTION_ROLLBACK_TYPE
     uniq_at, uniq_end = props_fmt.values_in(blob, marks, props_fmt.UNIQ_KEY)
     keys_at, keys_end = props_fmt.values_in(blob, marks, props_fmt.KEYS)
+    return _key_hashes(blob, uniq_at, uniq_end, keys_at, keys_end, cols.topic_id, cols.topics,
+                       cols.sys_flag)  # fmt: skip
+
+
+def index_keys_of_texts(
+    topic: list[str], uniq_key: list[str], keys: list[str], sys_flag: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``index_keys`` of records given as the dispatch record's strings (a builder's batch)."""
+    n = len(topic)
+    parts = [""] * (2 * n)
+    parts[0::2], parts[1::2] = uniq_key, keys
+    text = "\x02".join(parts)  # any separator: the spans below are what count
+    if text.isascii():
+        raw, sizes = text.encode("ascii"), np.fromiter(map(len, parts), np.int64, 2 * n)
+    else:
+        encoded = [p.encode() for p in parts]
+        raw, sizes = b"\x02".join(encoded), np.fromiter(map(len, encoded), np.int64, 2 * n)
+    at = np.cumsum(sizes + 1) - sizes - 1
+    end = at + sizes
+    at[sizes == 0] = end[sizes == 0] = -1  # an empty value is none
+    ids: dict[str, int] = {}
+    topic_id = np.fromiter((ids.setdefault(t, len(ids)) for t in topic), np.int64, n)
+    return _key_hashes(np.frombuffer(raw, dtype=np.uint8), at[0::2], end[0::2], at[1::2],
+                       end[1::2], topic_id, list(ids), sys_flag)  # fmt: skip
+
+
+def _key_hashes(
+    text: np.ndarray,
+    uniq_at: np.ndarray,
+    uniq_end: np.ndarray,
+    keys_at: np.ndarray,
+    keys_end: np.ndarray,
+    topic_id: np.ndarray,
+    topics: list[str],
+    sys_flag: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Index keys of records whose UNIQ_KEY and KEYS values lie at these spans of ``text``
+    (UTF-8; -1 where a record has none; in record order, apart, each after a separator)."""
+    tx_type = sys_flag & commitlog.TRANSACTION_TYPE_MASK
+    indexed = tx_type != commitlog.TRANSACTION_ROLLBACK_TYPE
     with_uniq = np.flatnonzero(indexed & (uniq_at >= 0))
     with_keys = np.flatnonzero(indexed & (keys_at >= 0))
-    tok_at, tok_end, tok_record = _tokens(blob, keys_at[with_keys], keys_end[with_keys],
+    tok_at, tok_end, tok_record = _tokens(text, keys_at[with_keys], keys_end[with_keys],
                                           with_keys)  # fmt: skip
     record = np.concatenate((with_uniq, tok_record))
     starts = np.concatenate((uniq_at[with_uniq], tok_at))
@@ -97,9 +135,9 @@ def index_keys(cols: RecordColumns) -> tuple[np.ndarray, np.ndarray]:
     order = np.argsort(record * 2 + (np.arange(len(record)) >= len(with_uniq)), kind="stable")
     record, starts, ends = record[order], starts[order], ends[order]
     topic_prefix = np.array(
-        [java_hash(f"{t}{KEY_SEPARATOR}") & 0xFFFFFFFF for t in cols.topics], dtype=np.uint32
+        [java_hash(f"{t}{KEY_SEPARATOR}") & 0xFFFFFFFF for t in topics], dtype=np.uint32
     )
-    codes = utf8_span_hashes(blob, starts, ends, topic_prefix[cols.topic_id[record]])
+    codes = utf8_span_hashes(text, starts, ends, topic_prefix[topic_id[record]])
     return record, index_hashes_of(codes)
 
 

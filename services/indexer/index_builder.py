@@ -21,10 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from rmqstore.dispatch import index_keys_of
+from rmqstore.dispatch_columns import index_keys_of_texts
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import index_file as ixf
-from rmqstore.formats.javahash import index_hashes
 from rmqstore.layout import StoreLayout, is_index_file_name, unique_index_file_name
 from services.indexer import progress
 from services.indexer.batch import Columns
@@ -193,25 +192,15 @@ class IndexBuilder(progress.FlushedOutput):
         if n > 1 and not bool(np.all(phy[1:] > phy[:-1])):
             raise InvalidArgumentError("dispatch batch is not in commitlog order")
         start = int(np.searchsorted(phy, self.skip_below, side="left")) if n else 0
-        keys: list[str] = []
-        counts: list[int] = []
-        topics, uniq, kv = batch.topic, batch.uniq_key, batch.keys
-        flags = batch.sys_flag.tolist()
-        for i in range(start, n):
-            ks = index_keys_of(topics[i], uniq[i], kv[i], flags[i])
-            keys.extend(ks)
-            counts.append(len(ks))
-        if keys:
-            c = np.array(counts, dtype=np.int64)
-            self._put(
-                index_hashes(keys),
-                np.repeat(phy[start:], c),
-                np.repeat(batch.store_timestamp[start:], c),
-            )
+        record, hashes = index_keys_of_texts(
+            batch.topic[start:], batch.uniq_key[start:], batch.keys[start:], batch.sys_flag[start:]
+        )
+        if len(record):
+            self._put(hashes, phy[start:][record], batch.store_timestamp[start:][record])
         self.records += n - start
         self.built_offset = max(self.built_offset, batch.next_offset)
         self.skip_below = max(self.skip_below, self.built_offset)
-        return len(keys)
+        return len(record)
 
     def _put(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:
         done, total = 0, len(hashes)

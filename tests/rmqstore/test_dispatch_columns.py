@@ -63,3 +63,23 @@ def test_the_last_of_repeated_keys_counts_and_empty_tokens_are_skipped():
     assert got.key_record.tolist() == [0, 0, 0]
     assert got.key_hash.tolist() == index_hashes(["T#U1", "T#c", "T#d"]).tolist()
     assert got.tags_code.tolist() == [dispatch.tags_code("T", {"TAGS": "t"}, 1), 0]
+
+
+_texts = st.text(st.sampled_from("ab 中\U0001f600#x\x02"), max_size=10)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["T", "主题", "", "T#"]), _texts, _texts,
+                          st.sampled_from([0, 4, 8, 12])), max_size=12))
+def test_index_keys_of_dispatch_strings_agree_with_index_keys_of(rows):
+    import numpy as np
+
+    from rmqstore.dispatch_columns import index_keys_of_texts
+
+    topics = [r[0] for r in rows]
+    record, hashes = index_keys_of_texts(topics, [r[1] for r in rows], [r[2] for r in rows],
+                                         np.array([r[3] for r in rows], dtype=np.int64))
+    keys = [(i, k) for i, (t, u, ks, f) in enumerate(rows)
+            for k in dispatch.index_keys_of(t, u, ks, f)]  # fmt: skip
+    assert record.tolist() == [i for i, _ in keys]
+    assert hashes.tolist() == (index_hashes([k for _, k in keys]).tolist() if keys else [])
