@@ -70,15 +70,17 @@ _texts = st.text(st.sampled_from("ab 中\U0001f600#x\x02"), max_size=10)
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["T", "主题", "", "T#"]), _texts, _texts,
-                          st.sampled_from([0, 4, 8, 12])), max_size=12))
-def test_index_keys_of_dispatch_strings_agree_with_index_keys_of(rows):
+                          st.sampled_from([0, 4, 8, 12])), max_size=12),
+       st.sampled_from([0, 10**9]))  # over arrays, or record by record
+def test_index_keys_of_dispatch_strings_agree_with_index_keys_of(rows, columns_from):
     import numpy as np
 
     from rmqstore.dispatch_columns import index_keys_of_texts
 
     topics = [r[0] for r in rows]
     record, hashes = index_keys_of_texts(topics, [r[1] for r in rows], [r[2] for r in rows],
-                                         np.array([r[3] for r in rows], dtype=np.int64))
+                                         np.array([r[3] for r in rows], dtype=np.int64),
+                                         columns_from)
     keys = [(i, k) for i, (t, u, ks, f) in enumerate(rows)
             for k in dispatch.index_keys_of(t, u, ks, f)]  # fmt: skip
     assert record.tolist() == [i for i, _ in keys]
