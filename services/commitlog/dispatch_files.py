@@ -91,7 +91,6 @@ class RecentBatches:
         self._batches: OrderedDict[int, commitlog_pb2.DispatchBatch] = OrderedDict()
         self._decoding: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
-        self.hits = 0
 
     def get_or_decode(
         self, pos: int, max_records: int, decode: Callable[[], commitlog_pb2.DispatchBatch]
@@ -123,5 +122,4 @@ class RecentBatches:
         batch = self._batches.get(pos)
         if batch is None or len(batch.phy_offset) > max_records:
             return None
-        self.hits += 1
         return batch
