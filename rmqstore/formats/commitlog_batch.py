@@ -12,13 +12,25 @@ A prepared record is a plain tuple (cheap to make, cheap to unpack):
      born ip, born port, reconsume times, prepared tx offset, body, tail)
 
 where ``tail`` is ``[topic length][topic][properties length][properties]``.
+
+A producer's columns of plain messages (one topic, one born host and time) are prepared all
+at once instead, as a ``PlainRun``: their headers as rows of a numpy record array with the
+same bytes as the struct (``_DTYPES``), so the lock fills three columns and joins the rows
+with the bodies and what follows them, with no per-record pack.
 """
 
 import functools
+import re
+import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import accumulate
 from typing import Any
 
+import numpy as np
+
 from rmqstore.errors import CorruptRecordError
+from rmqstore.formats import BytesLike
 from rmqstore.formats import commitlog as cl
 from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.hosts import Host
@@ -83,41 +95,58 @@ class BatchEncoder:
         self,
         topic: bytes,
         queue_ids: Sequence[int],
-        bodies: Sequence[bytes | memoryview],
-        properties: Sequence[bytes],
+        bodies: bytes,
+        body_sizes: Sequence[int],
+        properties: Sequence[bytes | Sequence[bytes]],
         born_timestamp: int,
         born_host: Host,
-    ) -> list[Prepared]:
+    ) -> "PlainRun":
         """``prepare`` for many plain messages of one topic, born at one host and time (flag,
-        sys flag, reconsume times and prepared tx offset 0): one per body."""
+        sys flag, reconsume times and prepared tx offset 0), at once: message i's body is the
+        next ``body_sizes[i]`` bytes of ``bodies``, its properties the concatenation of
+        ``properties``' parts, each one bytes for every message or a sequence of one each."""
         head = self._topic_heads.get(topic) or self._topic_head(topic)
-        if properties and max(map(len, properties)) > props_fmt.MAX_PROPERTIES_LENGTH:
-            longest = max(map(len, properties))
-            raise CorruptRecordError(f"properties are {longest} bytes, at most 32767")
+        n = len(body_sizes)
         if len(born_host.ip) == 4:
             fixed, sys_flag = self._fixed_v4_born, self._store_bit
         else:
             fixed, sys_flag = self._fixed_v6_born, cl.BORNHOST_V6_FLAG | self._store_bit
-        base, ip, port = fixed.size + len(head) + 2, born_host.ip, born_host.port
-        crc32, short = cl.crc32, _SHORT.pack
-        return [
-            (
-                fixed,
-                base + len(body) + len(props),
-                crc32(body) & 0x7FFFFFFF,
-                qid,
-                0,
-                sys_flag,
-                born_timestamp,
-                ip,
-                port,
-                0,
-                0,
-                body,
-                head + short(len(props)) + props,
-            )
-            for qid, body, props in zip(queue_ids, bodies, properties, strict=True)
-        ]
+        view = memoryview(bodies)
+        ends = list(accumulate(body_sizes))
+        body_views = [view[e - size : e] for e, size in zip(ends, body_sizes, strict=True)]
+        parts = list(properties)
+        lead = parts.pop(0) if parts and isinstance(parts[0], bytes) else b""
+        assert isinstance(lead, bytes)
+        props_len = np.full(n, len(lead), np.int64)
+        columns: list[Sequence[bytes]] = []
+        for part in parts:
+            if isinstance(part, bytes):
+                props_len += len(part)
+                columns.append([part] * n)
+            else:
+                props_len += np.fromiter(map(len, part), np.int64, n)
+                columns.append(part)
+        if n and props_len.max() > props_fmt.MAX_PROPERTIES_LENGTH:
+            raise CorruptRecordError(f"properties are {props_len.max()} bytes, at most 32767")
+        # what follows a body: [topic length][topic][properties length] and ``lead``
+        width = len(head) + _SHORT.size + len(lead)
+        after = np.empty((n, width), np.uint8)
+        after[:, : len(head)] = np.frombuffer(head, np.uint8)
+        after[:, len(head) : len(head) + 2] = props_len.astype(">i2").view(np.uint8).reshape(n, 2)
+        after[:, len(head) + 2 :] = np.frombuffer(lead, np.uint8)
+        body_len = np.asarray(body_sizes, np.int64)
+        header = np.zeros(n, _DTYPES[fixed])
+        header["total"] = fixed.size + body_len + width + props_len - len(lead)
+        header["magic"] = cl.MAGIC_V1
+        header["crc"] = np.fromiter(map(cl.crc32, body_views), np.int64, n) & 0x7FFFFFFF
+        header["queue_id"] = queue_ids
+        header["sys_flag"] = sys_flag
+        header["born_timestamp"] = born_timestamp
+        header["born_ip"], header["born_port"] = born_host.ip, born_host.port
+        header["store_ip"], header["store_port"] = self._store_ip, self._store_port
+        header["body_length"] = body_len
+        rows = after.view(f"V{width}").ravel().tolist()
+        return PlainRun(header, body_views, [rows, *columns], header["total"].tolist(), sys_flag)
 
     def _topic_head(self, topic: bytes) -> bytes:
         """``[topic length][topic]``, checked and cached."""
@@ -132,12 +161,14 @@ class BatchEncoder:
 
     def encode(
         self,
-        records: Sequence[Prepared],
+        records: "Sequence[Prepared] | PlainRun",
         queue_offsets: Sequence[int],
         physical_offsets: Sequence[int],
         store_timestamp: int,
     ) -> bytes:
         """The records, in order, with their offsets and the store time filled in."""
+        if isinstance(records, PlainRun):
+            return records.encode(queue_offsets, physical_offsets, store_timestamp)
         sip, sport, magic = self._store_ip, self._store_port, cl.MAGIC_V1
         out: list[bytes] = []
         extend = out.extend
@@ -149,6 +180,61 @@ class BatchEncoder:
             )  # fmt: skip
             extend((header, body, tail))
         return b"".join(out)
+
+
+@dataclass(slots=True)
+class PlainRun:
+    """``prepare_plain``'s records as columns: a header row per record (every fixed field
+    but queue offset, physical offset and store time), the bodies, and the pieces after each
+    body (``tails[j][i]`` is record i's piece j; joined they are topic and properties)."""
+
+    header: np.ndarray
+    bodies: Sequence[BytesLike]
+    tails: list[Sequence[bytes]]
+    sizes: list[int]  # total sizes
+    sys_flag: int  # every record's
+
+    def __len__(self) -> int:
+        return len(self.bodies)
+
+    def __getitem__(self, s: slice) -> "PlainRun":
+        tails = [t[s] for t in self.tails]
+        return PlainRun(self.header[s], self.bodies[s], tails, self.sizes[s], self.sys_flag)
+
+    def encode(
+        self, queue_offsets: Sequence[int], physical_offsets: Sequence[int], store_timestamp: int
+    ) -> bytes:
+        """The records with these offsets and store time, back to back."""
+        header = self.header
+        header["queue_offset"] = queue_offsets
+        header["physical_offset"] = physical_offsets
+        header["store_timestamp"] = store_timestamp
+        stride = 2 + len(self.tails)
+        pieces: list[BytesLike] = [b""] * (len(self.bodies) * stride)
+        pieces[0::stride] = header.view(f"V{header.itemsize}").tolist()
+        pieces[1::stride] = self.bodies
+        for j, tail in enumerate(self.tails, 2):
+            pieces[j::stride] = tail
+        return b"".join(pieces)
+
+
+def _numpy_twin(fixed: struct.Struct) -> np.dtype:
+    """The fixed part of a record as a numpy record (the same bytes as ``fixed``)."""
+    codes = re.findall(r"(\d*)([iqs])", fixed.format[1:])
+    assert len(codes) == len(_FIELDS), fixed.format
+    kinds = {"i": ">i4", "q": ">i8", "s": "V"}
+    dtype = np.dtype([(f, kinds[c] + n) for f, (n, c) in zip(_FIELDS, codes, strict=True)])
+    assert dtype.itemsize == fixed.size
+    return dtype
+
+
+# the fixed fields in record order (the values ``encode`` packs)
+_FIELDS = (
+    "total", "magic", "crc", "queue_id", "flag", "queue_offset", "physical_offset", "sys_flag",
+    "born_timestamp", "born_ip", "born_port", "store_timestamp", "store_ip", "store_port",
+    "reconsume_times", "prepared_tx_offset", "body_length",
+)  # fmt: skip
+_DTYPES = {fixed: _numpy_twin(fixed) for fixed in cl._FIXED.values()}
 
 
 @functools.lru_cache(maxsize=64)

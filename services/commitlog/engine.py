@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from itertools import accumulate
+from itertools import accumulate, count
 
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
@@ -24,6 +24,7 @@ from rmqstore.errors import (
     UnavailableError,
 )
 from rmqstore.formats import checkpoint, commitlog
+from rmqstore.formats.commitlog_batch import PlainRun
 from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import WriterConfig
@@ -198,15 +199,7 @@ class CommitLogEngine:
         records, sizes, topics, queue_ids, sys_flags, codes, keys, uniqs, delays, ptxs, advances = (
             columns
         )
-        table = self.queue_table
-        qos: list[int] = []
-        for key, advance in zip(zip(topics, queue_ids, strict=True), advances, strict=True):
-            if advance:
-                qo = table.get(key, 0)
-                table[key] = qo + 1
-                qos.append(qo)
-            else:
-                qos.append(0)
+        qos = self._queue_offsets(records, topics, queue_ids, advances)
         encode = self.builder.encoder.encode
         total = sum(sizes)
         wrote = seg.wrote
@@ -214,20 +207,25 @@ class CommitLogEngine:
             phys = list(accumulate(sizes[:-1], initial=seg.start + wrote))
             seg.map[wrote : wrote + total] = encode(records, qos, phys, ts)
             seg.wrote = wrote + total
-        else:  # the batch crosses into the next segment: record by record
+        else:  # the batch crosses into the next segment: a copy per segment
             phys = []
-            limit = seg.size - commitlog.BLANK_SIZE
-            for rec, size, qo in zip(records, sizes, qos, strict=True):
-                if wrote + size > limit:
+            i, n = 0, len(sizes)
+            while i < n:
+                j, end = i, wrote
+                while j < n and end + sizes[j] + commitlog.BLANK_SIZE <= seg.size:
+                    end += sizes[j]
+                    j += 1
+                if j > i:
+                    at = list(accumulate(sizes[i : j - 1], initial=seg.start + wrote))
+                    seg.map[wrote:end] = encode(records[i:j], qos[i:j], at, ts)
+                    seg.wrote = wrote = end
+                    phys += at
+                if j < n:  # record j starts the next segment (it fits in an empty one)
                     seg.map[wrote : wrote + 8] = commitlog.blank(seg.size - wrote)
                     seg.wrote = seg.size
                     seg = self._head = self.segments.roll(seg.end)
-                    wrote, limit = 0, seg.size - commitlog.BLANK_SIZE
-                phy = seg.start + wrote
-                seg.map[wrote : wrote + size] = encode((rec,), (qo,), (phy,), ts)
-                wrote += size
-                seg.wrote = wrote
-                phys.append(phy)
+                    wrote = 0
+                i = j
         end = seg.start + seg.wrote
         self.max_offset = end
         self.bytes_written += end - batch_start
@@ -256,6 +254,30 @@ class CommitLogEngine:
         )
         stored = Stored(self.builder.store_host, phys, qos, sizes, ts, topics, queue_ids, uniqs)
         return stored, end
+
+    def _queue_offsets(
+        self, records: Sequence, topics: Sequence[str], queue_ids: Sequence[int],
+        advances: Sequence[bool],
+    ) -> list[int]:  # fmt: skip
+        """Each record's queue offset, advancing the queue table (0 for a record that does not
+        take one)."""
+        table = self.queue_table
+        if isinstance(records, PlainRun):  # one topic, every record takes the next offset
+            topic = topics[0]
+            counters = {q: count(table.get((topic, q), 0)).__next__ for q in set(queue_ids)}
+            qos = [counters[q]() for q in queue_ids]
+            for q, following in counters.items():
+                table[(topic, q)] = following()
+            return qos
+        qos = []
+        for key, advance in zip(zip(topics, queue_ids, strict=True), advances, strict=True):
+            if advance:
+                qo = table.get(key, 0)
+                table[key] = qo + 1
+                qos.append(qo)
+            else:
+                qos.append(0)
+        return qos
 
     # -- flushing ------------------------------------------------------------------------
     def _flush_all(self) -> int:

@@ -6,9 +6,10 @@ a delayed message keeps WAIT and gains REAL_TOPIC/REAL_QID and moves to SCHEDULE
 queue level-1. Then serialized in Java HashMap order.
 """
 
+import string
 import time
-from collections.abc import Iterable, Sequence
-from itertools import accumulate
+from collections.abc import Iterable
+from typing import Any
 
 from rmqstore import delay
 from rmqstore.errors import CorruptRecordError, MessageIllegalError
@@ -35,8 +36,9 @@ CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 Prepared = tuple[batch_fmt.Prepared, int, str, int, int, int, str, str, int, int, bool]
 
 
-# prepared messages by column: one sequence per field of Prepared (``()`` for no message)
-Columns = tuple[Sequence, ...]
+# prepared messages by column: one sequence per field of Prepared (``()`` for no message);
+# the records of a MessageColumns come as one PlainRun
+Columns = tuple[Any, ...]
 
 
 def _column(values, n: int, name: str, empty: str | None = "", one: bool = True) -> list:
@@ -90,7 +92,7 @@ class MessageBuilder:
         self.encoder = batch_fmt.BatchEncoder(self.store_host)
         self._record_limit = min(config.max_message_size + 64 * 1024, config.segment_size - 8)
         self._tag_codes: dict[str, int] = {}
-        self._tags_templates: dict[str, bytes] = {}
+        self._parts_cache: dict[tuple[str, bool], list] = {}
 
     def _born(self, text: str) -> Host:
         if not text:
@@ -289,34 +291,11 @@ class MessageBuilder:
                 f"body of message {sizes.index(max(sizes))} is {max(sizes)} bytes, "
                 f"the limit is {self.config.max_message_size}"
             )
-        view = memoryview(bodies)
-        ends = list(accumulate(sizes))
-        bodies_of = [view[e - size : e] for e, size in zip(ends, sizes, strict=True)]
-        templates = self._templates
-        if tags[0] and all(keys) and tags.count(tags[0]) == n:  # the usual batch: one tag
-            # keys and unique keys encoded at once, split where none has a \x01 (checked)
-            fill = self._props_with_tags(tags[0])
-            props = [
-                fill % pair
-                for pair in zip(
-                    "\x01".join(keys).encode().split(b"\x01"),
-                    "\x01".join(uniqs).encode().split(b"\x01"),
-                    strict=True,
-                )
-            ]
-        else:
-            props = [
-                templates[(bool(t), bool(k), True)].format(t, k, u).encode()
-                for t, k, u in zip(tags, keys, uniqs, strict=True)
-            ]
-        try:
-            records = self.encoder.prepare_plain(
-                topic_bytes, queue_ids, bodies_of, props, c.born_timestamp or now_ms,
-                self._born(c.born_host),
-            )  # fmt: skip
-        except CorruptRecordError as e:
-            raise MessageIllegalError(str(e)) from None
-        record_sizes = [r[batch_fmt.TOTAL_SIZE] for r in records]
+        run = self._prepare_columns(
+            topic_bytes, queue_ids, bodies, sizes, tags, keys, uniqs,
+            c.born_timestamp or now_ms, self._born(c.born_host),
+        )  # fmt: skip
+        record_sizes = run.sizes
         if max(record_sizes) > self._record_limit:
             raise MessageIllegalError(
                 f"record of message {record_sizes.index(max(record_sizes))} is "
@@ -326,20 +305,58 @@ class MessageBuilder:
         code = self._tags_code
         codes = [code(tags[0])] * n if len(set(tags)) == 1 else [code(t) for t in tags]
         return (
-            records, record_sizes, [topic] * n, queue_ids, [records[0][batch_fmt.SYS_FLAG]] * n,
+            run, record_sizes, [topic] * n, queue_ids, [run.sys_flag] * n,
             codes, keys, uniqs, [0] * n, [0] * n, [True] * n,
         )  # fmt: skip
 
-    def _props_with_tags(self, tags: str) -> bytes:
-        """The properties of a message with these tags, keys and a unique key, as a
-        ``bytes %`` template over (keys, unique key)."""
-        fill = self._tags_templates.get(tags)
-        if fill is None:
-            text = self._templates[(True, True, True)].replace("%", "%%")
-            fill = text.format(tags.replace("%", "%%"), "%b", "%b").encode()
-            if len(self._tags_templates) < 10_000:
-                self._tags_templates[tags] = fill
-        return fill
+    def _prepare_columns(
+        self, topic: bytes, queue_ids: list[int], bodies: bytes, sizes: list[int],
+        tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int, born: Host,
+    ) -> batch_fmt.PlainRun:  # fmt: skip
+        """The records of checked columns. A batch with one tag (or none) for all and keys
+        for all (or none) shares its properties' fixed text: each message's properties are
+        that text with its keys and unique key put in, never formatted one by one."""
+        n = len(sizes)
+        if tags.count(tags[0]) == n and (keys.count("") in (0, n)):
+            # keys and unique keys encoded at once, split where none has a \x01 (checked)
+            values = {
+                1: "\x01".join(keys).encode().split(b"\x01"),
+                2: "\x01".join(uniqs).encode().split(b"\x01"),
+            }
+            parts = [values.get(p, p) for p in self._shared_parts(tags[0], bool(keys[0]))]
+        else:
+            templates = self._templates
+            parts = [
+                [
+                    templates[(bool(t), bool(k), True)].format(t, k, u).encode()
+                    for t, k, u in zip(tags, keys, uniqs, strict=True)
+                ]
+            ]
+        try:
+            return self.encoder.prepare_plain(
+                topic, queue_ids, bodies, sizes, parts, born_timestamp, born
+            )
+        except CorruptRecordError as e:
+            raise MessageIllegalError(str(e)) from None
+
+    def _shared_parts(self, tags: str, has_keys: bool) -> list:
+        """The properties of a message with these tags, keys or not, and a unique key: its
+        fixed text in pieces, with 1 where its keys go and 2 where its unique key goes."""
+        parts = self._parts_cache.get((tags, has_keys))
+        if parts is None:
+            template = self._templates[(bool(tags), has_keys, True)]
+            parts, text = [], ""
+            for literal, name, _, _ in string.Formatter().parse(template):
+                text += literal
+                if name == "0":
+                    text += tags
+                elif name:
+                    parts += [text.encode(), int(name)]
+                    text = ""
+            parts.append(text.encode())
+            if len(self._parts_cache) < 10_000:
+                self._parts_cache[(tags, has_keys)] = parts
+        return parts
 
     def _general_properties(self, m, uniq: str) -> tuple[str, str, int, int]:
         """User properties and/or delay: (properties, stored topic, stored queue, delay ms)."""

@@ -1,6 +1,8 @@
 """The batch encoder (which ``commitlog.encode_parts`` uses too): TV4's bytes, batches that
 decode back to their records, size checks."""
 
+from itertools import accumulate
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -8,7 +10,7 @@ from hypothesis import strategies as st
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import commitlog as cl
 from rmqstore.formats.commitlog_batch import SYS_FLAG, TOTAL_SIZE, BatchEncoder
-from tests.rmqstore.formats.test_commitlog import TV4, _records, tv4_record
+from tests.rmqstore.formats.test_commitlog import TV4, _host, _records, tv4_record
 
 
 def _prepare(enc: BatchEncoder, r: cl.Record):
@@ -67,3 +69,49 @@ def test_sizes_are_checked():
     r.topic, r.properties = "T", "a\x01" + "b" * 32766
     with pytest.raises(CorruptRecordError, match="properties"):
         _prepare(enc, r)
+
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    store=_host, born=_host, topic=st.binary(min_size=1, max_size=127),
+    bodies=st.lists(st.binary(max_size=40), min_size=1, max_size=8),
+    shape=st.lists(st.booleans(), max_size=5), data=st.data(),
+)  # fmt: skip
+def test_a_plain_run_is_its_records_prepared_one_by_one(store, born, topic, bodies, shape, data):
+    """prepare_plain + PlainRun.encode (whole and sliced) give prepare + encode's bytes."""
+    n = len(bodies)
+    # each properties part: one bytes for all (False) or one per message (True)
+    parts = [
+        data.draw(st.lists(st.binary(max_size=5), min_size=n, max_size=n)) if each
+        else data.draw(st.binary(max_size=5))
+        for each in shape
+    ]  # fmt: skip
+    props = [b"".join(p[i] if isinstance(p, list) else p for p in parts) for i in range(n)]
+    queue_ids = data.draw(st.lists(st.integers(0, 1 << 20), min_size=n, max_size=n))
+    enc = BatchEncoder(store)
+    run = enc.prepare_plain(
+        topic, queue_ids, b"".join(bodies), [len(b) for b in bodies], parts, 77, born
+    )
+    one_by_one = [
+        enc.prepare(topic, q, b, p, 0, 0, 77, born)
+        for q, b, p in zip(queue_ids, bodies, props, strict=True)
+    ]
+    assert run.sizes == [p[TOTAL_SIZE] for p in one_by_one]
+    assert run.sys_flag == one_by_one[0][SYS_FLAG] and len(run) == n
+    qos = data.draw(st.lists(st.integers(0, 1 << 40), min_size=n, max_size=n))
+    phys = list(accumulate(run.sizes[:-1], initial=data.draw(st.integers(0, 1 << 50))))
+    assert enc.encode(run, qos, phys, 5) == enc.encode(one_by_one, qos, phys, 5)
+    i = data.draw(st.integers(0, n))
+    j = data.draw(st.integers(i, n))
+    assert run[i:j].encode(qos[i:j], phys[i:j], 9) == enc.encode(
+        one_by_one[i:j], qos[i:j], phys[i:j], 9
+    )
+
+
+def test_a_plain_run_checks_properties_length():
+    r = tv4_record()
+    enc = BatchEncoder(r.store_host)
+    with pytest.raises(CorruptRecordError, match="properties are 32768 bytes"):
+        enc.prepare_plain(b"T", [0, 0], b"ab", [1, 1], [b"x" * 32000, [b"", b"y" * 768]], 1,
+                          r.born_host)  # fmt: skip

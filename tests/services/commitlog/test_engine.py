@@ -6,7 +6,8 @@ import time
 import pytest
 
 from rmqstore.errors import ResourceExhaustedError
-from rmqstore.v1 import common_pb2
+from rmqstore.formats import commitlog
+from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 
@@ -101,3 +102,43 @@ def test_dispatch_decoded_from_the_files_equals_what_the_puts_dispatched(tmp_pat
         e.close()
     assert len(cached) == 900
     assert decoded == cached
+
+
+@pytest.mark.parametrize("columns", [False, True])
+def test_a_batch_larger_than_a_segment_spans_several(tmp_path, columns):
+    """A batch is cut where segments end (a blank record closes each) and every record lands
+    whole, at the offset its answer names, with queue offsets counted on across the cut."""
+    e = CommitLogEngine(WriterConfig(store=tmp_path / "store", segment_size=64 << 10))
+    sizes = [(i * 97) % 3000 + 1000 for i in range(60)]  # 150 KiB of bodies per batch
+    bodies = [bytes([i]) * size for i, size in enumerate(sizes)]
+    try:
+        stored = []
+        for b in range(3):
+            keys = [f"b{b}-{i}" for i in range(60)]
+            if columns:
+                batch = commitlog_pb2.MessageColumns(
+                    topic="T", body_size=sizes, bodies=b"".join(bodies),
+                    queue_id=[i % 3 for i in range(60)], tags=["t"], keys=keys,
+                )  # fmt: skip
+            else:
+                batch = [
+                    common_pb2.Message(topic="T", queue_id=i % 3, body=body, tags="t", keys=k)
+                    for i, (body, k) in enumerate(zip(bodies, keys, strict=True))
+                ]
+            stored += list(e.put(batch))
+        first, last = stored[0].phy_offset >> 16, stored[59].phy_offset >> 16
+        assert last - first == 2  # the first batch reaches into a third segment
+        for seg in e.segments.segments[:-1]:  # each full segment ends with a blank record
+            pos, magic = 0, commitlog.MAGIC_V1
+            while magic != commitlog.BLANK_MAGIC:
+                size, magic = commitlog.peek(seg.map, pos)
+                pos += size
+            assert pos == seg.size
+        records = [commitlog.decode(raw) for raw in e.read([r.phy_offset for r in stored])]
+    finally:
+        e.close()
+    assert [r.physical_offset for r in records] == [s.phy_offset for s in stored]
+    assert [r.body for r in records] == bodies * 3
+    assert [r.keys for r in records] == [f"b{b}-{i}" for b in range(3) for i in range(60)]
+    assert [r.queue_offset for r in records] == [s.queue_offset for s in stored]
+    assert [r.queue_offset for r in records] == [i // 3 for i in range(180)]

@@ -1,5 +1,7 @@
 """The short path of build_many gives exactly what build gives, and errors stay the same."""
 
+from itertools import accumulate
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -77,6 +79,17 @@ def _columns(**fields):
     return commitlog_pb2.MessageColumns(**fields)
 
 
+def _assert_same_records(builder, cols, rows) -> None:
+    """Columns from build_columns hold what build_many's rows hold, and their records (a
+    PlainRun there, prepared tuples here) encode to the same bytes."""
+    want = list(zip(*rows, strict=True))
+    assert [tuple(col) for col in cols[1:]] == want[1:]
+    qos = list(range(5, 5 + len(rows)))
+    phys = list(accumulate(cols[1][:-1], initial=4096))
+    encode = builder.encoder.encode
+    assert encode(cols[0], qos, phys, NOW + 1) == encode(want[0], qos, phys, NOW + 1)
+
+
 def _as_messages(c) -> list:
     """The Messages that ``c`` stands for, each field spelled out."""
     n, at = len(c.body_size), 0
@@ -116,9 +129,10 @@ def _as_messages(c) -> list:
 )  # fmt: skip
 def test_columns_make_the_records_their_messages_make(tmp_path, fields):
     c = _columns(**fields)
-    cols = _builder(tmp_path).build_columns(c, NOW)
+    b = _builder(tmp_path)
+    cols = b.build_columns(c, NOW)
     rows = _builder(tmp_path).build_many(_as_messages(c), NOW)
-    assert [tuple(col) for col in cols] == list(zip(*rows, strict=True))
+    _assert_same_records(b, cols, rows)
 
 
 def test_columns_generate_unique_keys(tmp_path):
@@ -166,10 +180,12 @@ def test_one_tag_for_all_is_formatted_literally(tmp_path, cluster):
     """The one-tag batch takes a bytes template: % and braces in names stay literal."""
     c = _columns(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[0], tags=["50%{1}%b"],
                  keys=["k%s", "{0}"], unique_key=[UK + "1", UK + "2"])  # fmt: skip
-    cols = _builder(tmp_path, cluster_name=cluster).build_columns(c, NOW)
+    b = _builder(tmp_path, cluster_name=cluster)
+    cols = b.build_columns(c, NOW)
     rows = _builder(tmp_path, cluster_name=cluster).build_many(_as_messages(c), NOW)
-    assert [tuple(col) for col in cols] == list(zip(*rows, strict=True))
-    assert b"TAGS\x0150%{1}%b" in cols[0][0][-1] and b"k%s" in cols[0][0][-1]
+    _assert_same_records(b, cols, rows)
+    first = b.encoder.encode(cols[0], [0, 1], [0, cols[1][0]], NOW)[: cols[1][0]]
+    assert b"TAGS\x0150%{1}%b" in first and b"k%s" in first
 
 
 _TEXT = st.text(alphabet="ab %{}\x01", max_size=4)
@@ -212,8 +228,9 @@ def test_any_columns_are_refused_or_stored_as_their_messages(tmp_path_factory, c
     """Whatever the columns hold: a clear refusal, or exactly the records of the messages
     they stand for (the generated unique keys given to those messages)."""
     tmp = tmp_path_factory.getbasetemp()
+    b = _builder(tmp)
     try:
-        cols = _builder(tmp).build_columns(c, NOW)
+        cols = b.build_columns(c, NOW)
     except MessageIllegalError:
         return
     if not c.body_size:
@@ -222,4 +239,4 @@ def test_any_columns_are_refused_or_stored_as_their_messages(tmp_path_factory, c
     c.ClearField("unique_key")
     c.unique_key.extend(cols[7])
     rows = _builder(tmp).build_many(_as_messages(c), NOW)
-    assert [tuple(col) for col in cols] == list(zip(*rows, strict=True))
+    _assert_same_records(b, cols, rows)
