@@ -129,23 +129,25 @@ class BatchEncoder:
         if n and props_len.max() > props_fmt.MAX_PROPERTIES_LENGTH:
             raise CorruptRecordError(f"properties are {props_len.max()} bytes, at most 32767")
         # what follows a body: [topic length][topic][properties length] and ``lead``
-        width = len(head) + _SHORT.size + len(lead)
-        after = np.empty((n, width), np.uint8)
-        after[:, : len(head)] = np.frombuffer(head, np.uint8)
-        after[:, len(head) : len(head) + 2] = props_len.astype(">i2").view(np.uint8).reshape(n, 2)
-        after[:, len(head) + 2 :] = np.frombuffer(lead, np.uint8)
+        after_row = head + _SHORT.pack(0) + lead
+        after = np.frombuffer(bytearray(after_row * n), _after_dtype(len(head), len(after_row)))
+        after["properties_length"] = props_len
+        # each header from one packed with the batch's fields, then what differs by record
+        header = np.frombuffer(
+            bytearray(
+                fixed.pack(
+                    0, cl.MAGIC_V1, 0, 0, 0, 0, 0, sys_flag, born_timestamp, born_host.ip,
+                    born_host.port, 0, self._store_ip, self._store_port, 0, 0, 0,
+                ) * n  # fmt: skip
+            ),
+            _DTYPES[fixed],
+        )
         body_len = np.asarray(body_sizes, np.int64)
-        header = np.zeros(n, _DTYPES[fixed])
-        header["total"] = fixed.size + body_len + width + props_len - len(lead)
-        header["magic"] = cl.MAGIC_V1
+        header["total"] = body_len + props_len + (fixed.size + len(head) + _SHORT.size)
         header["crc"] = np.fromiter(map(cl.crc32, body_views), np.int64, n) & 0x7FFFFFFF
         header["queue_id"] = queue_ids
-        header["sys_flag"] = sys_flag
-        header["born_timestamp"] = born_timestamp
-        header["born_ip"], header["born_port"] = born_host.ip, born_host.port
-        header["store_ip"], header["store_port"] = self._store_ip, self._store_port
         header["body_length"] = body_len
-        rows = after.view(f"V{width}").ravel().tolist()
+        rows = after.view(f"V{len(after_row)}").tolist()
         return PlainRun(header, body_views, [rows, *columns], header["total"].tolist(), sys_flag)
 
     def _topic_head(self, topic: bytes) -> bytes:
@@ -235,6 +237,13 @@ _FIELDS = (
     "reconsume_times", "prepared_tx_offset", "body_length",
 )  # fmt: skip
 _DTYPES = {fixed: _numpy_twin(fixed) for fixed in cl._FIXED.values()}
+
+
+@functools.lru_cache(maxsize=1024)
+def _after_dtype(head_size: int, size: int) -> np.dtype:
+    """``[topic length][topic][properties length]...`` with the properties length as a field."""
+    return np.dtype({"names": ["properties_length"], "formats": [">i2"], "offsets": [head_size],
+                     "itemsize": size})  # fmt: skip
 
 
 @functools.lru_cache(maxsize=64)

@@ -17,8 +17,10 @@ import itertools
 import os
 import struct
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from typing import NamedTuple
+
+import numpy as np
 
 from rmqstore.errors import InvalidArgumentError
 
@@ -32,10 +34,13 @@ def offset_msg_id(store_ip: bytes, store_port: int, phy_offset: int) -> str:
     return (store_ip + _PORT_OFFSET.pack(store_port, phy_offset)).hex().upper()
 
 
-def offset_msg_ids(store_ip: bytes, store_port: int, phy_offsets: Iterable[int]) -> list[str]:
+def offset_msg_ids(store_ip: bytes, store_port: int, phy_offsets: Sequence[int]) -> list[str]:
     """``offset_msg_id`` of many (non-negative) offsets of one host: its part is made once."""
-    host = offset_msg_id(store_ip, store_port, 0)[:-16]
-    return [f"{host}{phy:016X}" for phy in phy_offsets]
+    host = store_ip + _PORT_OFFSET.pack(store_port, 0)[:4]  # the same in every id
+    rows = np.empty(len(phy_offsets), [("host", f"V{len(host)}"), ("offset", ">u8")])
+    rows["host"], rows["offset"] = host, phy_offsets
+    text, width = rows.tobytes().hex().upper(), 2 * rows.itemsize
+    return [text[i : i + width] for i in range(0, len(text), width)]
 
 
 def _hex_bytes(msg_id: str) -> bytes:

@@ -11,6 +11,7 @@ from rmqstore.formats.msgid import (
     decode_offset_msg_id,
     month_start_ms,
     offset_msg_id,
+    offset_msg_ids,
     uniq_key,
     uniq_key_parts,
     uniq_key_time,
@@ -31,6 +32,15 @@ def test_tv6_offset_msg_id_encode_and_decode(host, offset, msg_id):
     ip, port, off = decode_offset_msg_id(msg_id)
     assert (ip, port, off) == (h.ip, h.port, offset)
     assert decode_offset_msg_id(msg_id.lower()) == (ip, port, off)  # lower case is accepted
+
+
+@pytest.mark.parametrize("host", ["192.168.0.1:10911", "127.0.0.1:0", "[::1]:65535"])
+def test_many_offset_ids_are_the_ids_made_one_by_one(host):
+    h = parse_host(host)
+    offsets = [0, 1, 1073741924, 2**32, 2**63 - 1]
+    one_by_one = [offset_msg_id(h.ip, h.port, o) for o in offsets]
+    assert offset_msg_ids(h.ip, h.port, offsets) == one_by_one
+    assert offset_msg_ids(h.ip, h.port, []) == []
 
 
 def test_tv6_decoded_hosts_print_like_java():
