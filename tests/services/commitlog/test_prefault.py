@@ -39,6 +39,9 @@ def test_the_window_ahead_of_the_writer_is_populated(tmp_path):
         if engine.prefaulter.off_reason:
             pytest.skip(f"pre-faulting is off here: {engine.prefaulter.off_reason}")
         assert head.populated <= min(ahead, head.size)  # never more than the window
+        wakes = engine.prefaulter.wakes
+        engine.put(msgs[:50])  # 50 KB: more than half the window is still populated ahead
+        assert engine.prefaulter.wakes == wakes
         rolled = engine.put(msgs * 3)  # across a segment boundary: the new head is served too
         assert engine._head is not head
         new_head = engine._head
