@@ -55,7 +55,6 @@ def _online_replay(store: Path, work: Path) -> tuple[float, int]:
     """Both online builders, in this process, fed the writer's dispatch batches decoded from
     the commitlog files (as when they catch up), serialized and parsed as on the wire."""
     from rmqstore.layout import StoreLayout
-    from rmqstore.v1 import commitlog_pb2
     from services.commitlog.config import WriterConfig
     from services.commitlog.engine import CommitLogEngine
     from services.indexer.batch import Columns
@@ -71,8 +70,7 @@ def _online_replay(store: Path, work: Path) -> tuple[float, int]:
         cqb, ixb = ConsumeQueueBuilder(layout), IndexBuilder(layout)
         records = 0
         for batch in engine.subscribe("bench", 0, BATCH, lambda: True):
-            wire = commitlog_pb2.DispatchBatch.FromString(batch.SerializeToString())
-            cols = Columns.from_proto(wire)
+            cols = Columns.from_proto(batch.parse())  # as a builder gets it
             cqb.apply(cols)
             ixb.apply(cols)
             records += len(cols)

@@ -8,11 +8,11 @@ from pathlib import Path
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import Service, Termination, configure_logging
-from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.observe import WriterObserver
-from services.commitlog.servicer import CommitLogServicer
+from services.commitlog.servicer import CommitLogServicer, add_to_server
 
 log = logging.getLogger("rmqstore.commitlog")
 
@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     # producers' put streams (at most 8 and 32, see servicer) each hold a worker thread
     service = Service(args.listen, max_workers=64, credentials=credentials)
     service.add(
-        commitlog_pb2_grpc.add_CommitLogServicer_to_server,
+        add_to_server,
         CommitLogServicer(engine, observer),
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",

@@ -1,14 +1,14 @@
 """Recent dispatch batches kept in memory, so subscribers near the head never decode files.
 
-Each put call adds one chunk (a columnar ``DispatchBatch`` covering [start, end)); chunks are
-contiguous in commitlog order. A subscriber whose offset is a chunk start gets whole chunks
-merged into one batch; anything older comes from the segment files.
+Each put call adds one chunk (a columnar ``DispatchBatch`` covering [start, end), serialized:
+``WireBatch``); chunks are contiguous in commitlog order. A subscriber whose offset is a chunk
+start gets whole chunks joined into one batch; anything older comes from the segment files.
 """
 
 import bisect
 import threading
 
-from rmqstore.v1 import commitlog_pb2
+from services.commitlog.wire_batch import WireBatch
 
 
 class DispatchCache:
@@ -16,13 +16,13 @@ class DispatchCache:
         self.max_records = max_records
         self.max_chunks = max_chunks  # many one-message puts: bound the per-chunk overhead
         self._starts: list[int] = []
-        self._batches: list[commitlog_pb2.DispatchBatch] = []
+        self._batches: list[WireBatch] = []
         self._end = -1
         self._head = 0  # chunks before it were evicted
         self._records = 0
         self._lock = threading.Lock()
 
-    def add(self, start: int, end: int, batch: commitlog_pb2.DispatchBatch) -> None:
+    def add(self, start: int, end: int, batch: WireBatch) -> None:
         with self._lock:
             if self._end != start:
                 self._starts.clear()
@@ -31,11 +31,11 @@ class DispatchCache:
             self._starts.append(start)
             self._batches.append(batch)
             self._end = end
-            self._records += len(batch.phy_offset)
+            self._records += batch.records
             while (
                 self._records > self.max_records or len(self._starts) - self._head > self.max_chunks
             ) and len(self._starts) - self._head > 1:
-                self._records -= len(self._batches[self._head].phy_offset)
+                self._records -= self._batches[self._head].records
                 self._batches[self._head] = None  # type: ignore[call-overload]
                 self._head += 1
             if self._head > 1024 and self._head * 2 > len(self._starts):
@@ -56,19 +56,15 @@ class DispatchCache:
             i = bisect.bisect_right(self._starts, offset, self._head)
             return self._starts[i] if i < len(self._starts) else None
 
-    def take(self, offset: int, max_records: int) -> commitlog_pb2.DispatchBatch | None:
-        """Merged chunks from ``offset`` (a chunk start), or None if not cached."""
+    def take(self, offset: int, max_records: int) -> WireBatch | None:
+        """Joined chunks from ``offset`` (a chunk start), or None if not cached."""
         with self._lock:
             i = bisect.bisect_left(self._starts, offset, self._head)
             if i >= len(self._starts) or self._starts[i] != offset:
                 return None
-            first = self._batches[i]
-            if len(first.phy_offset) >= max_records or i + 1 == len(self._starts):
-                return first
-            out = commitlog_pb2.DispatchBatch()
-            n = 0
+            chunks, n = [], 0
             while i < len(self._starts) and n < max_records:
-                out.MergeFrom(self._batches[i])
-                n += len(self._batches[i].phy_offset)
+                chunks.append(self._batches[i])
+                n += self._batches[i].records
                 i += 1
-            return out
+        return WireBatch.joined(chunks)

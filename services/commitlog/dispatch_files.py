@@ -4,7 +4,7 @@
 A segment's run of records is decoded at once (``commitlog_columns``, the writer's own data, so
 no CRC check) and turned into the dispatch record's fields by ``dispatch_columns``. Builders
 that catch up together ask for the same batches: ``RecentBatches`` keeps the last few, so the
-second gets the first's instead of decoding them again.
+second gets the first's instead of decoding them again (serialized once: ``WireBatch``).
 """
 
 import threading
@@ -18,6 +18,7 @@ from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.commitlog_columns import decode_columns
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.segment_files import SegmentQueue
+from services.commitlog.wire_batch import WireBatch
 
 
 def decode_dispatch(
@@ -88,13 +89,13 @@ class RecentBatches:
     def __init__(self, capacity: int = 32, wait_s: float = 5.0) -> None:
         self.capacity = capacity
         self.wait_s = wait_s
-        self._batches: OrderedDict[int, commitlog_pb2.DispatchBatch] = OrderedDict()
+        self._batches: OrderedDict[int, WireBatch] = OrderedDict()
         self._decoding: dict[int, threading.Event] = {}
         self._lock = threading.Lock()
 
     def get_or_decode(
-        self, pos: int, max_records: int, decode: Callable[[], commitlog_pb2.DispatchBatch]
-    ) -> commitlog_pb2.DispatchBatch:
+        self, pos: int, max_records: int, decode: Callable[[], WireBatch]
+    ) -> WireBatch:
         with self._lock:
             batch = self._fitting(pos, max_records)
             if batch is not None:
@@ -118,8 +119,8 @@ class RecentBatches:
             with self._lock:
                 self._decoding.pop(pos).set()
 
-    def _fitting(self, pos: int, max_records: int) -> commitlog_pb2.DispatchBatch | None:
+    def _fitting(self, pos: int, max_records: int) -> WireBatch | None:
         batch = self._batches.get(pos)
-        if batch is None or len(batch.phy_offset) > max_records:
+        if batch is None or batch.records > max_records:
             return None
         return batch

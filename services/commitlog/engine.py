@@ -38,6 +38,7 @@ from services.commitlog.recovery import Recovered, recover, save_snapshot
 from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
 from services.commitlog.stored import Stored
+from services.commitlog.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
 DEFAULT_BATCH_RECORDS = 4096
@@ -236,20 +237,22 @@ class CommitLogEngine:
         self.cache.add(
             batch_start,
             end,
-            commitlog_pb2.DispatchBatch(
-                topic=topics,
-                queue_id=queue_ids,
-                queue_offset=qos,
-                phy_offset=phys,
-                size=sizes,
-                tags_code=codes,
-                store_timestamp=[ts] * len(sizes),
-                keys=keys,
-                unique_key=uniqs,
-                sys_flag=sys_flags,
-                prepared_transaction_offset=ptxs,
-                next_offset=end,
-                max_offset=end,
+            WireBatch.of(
+                commitlog_pb2.DispatchBatch(
+                    topic=topics,
+                    queue_id=queue_ids,
+                    queue_offset=qos,
+                    phy_offset=phys,
+                    size=sizes,
+                    tags_code=codes,
+                    store_timestamp=[ts] * len(sizes),
+                    keys=keys,
+                    unique_key=uniqs,
+                    sys_flag=sys_flags,
+                    prepared_transaction_offset=ptxs,
+                    next_offset=end,
+                    max_offset=end,
+                ),
             ),
         )
         stored = Stored(self.builder.store_host, phys, qos, sizes, ts, topics, queue_ids, uniqs)
@@ -383,7 +386,8 @@ class CommitLogEngine:
 
     def subscribe(
         self, name: str, offset: int, max_records: int, active: Callable[[], bool]
-    ) -> Iterator[commitlog_pb2.DispatchBatch]:
+    ) -> Iterator[WireBatch]:
+        """Dispatch batches (serialized) from ``offset`` on while ``active()``."""
         self._register(name)
         if not 0 <= max_records <= MAX_BATCH_RECORDS:
             raise InvalidArgumentError(
@@ -406,7 +410,7 @@ class CommitLogEngine:
 
     def _stream(
         self, offset: int, max_records: int, active: Callable[[], bool]
-    ) -> Iterator[commitlog_pb2.DispatchBatch]:
+    ) -> Iterator[WireBatch]:
         pos = offset
         while active() and not self._closed:
             with self._appended:
@@ -422,10 +426,10 @@ class CommitLogEngine:
             pos = batch.next_offset
             yield batch
 
-    def _decode_files(self, pos: int, max_records: int) -> commitlog_pb2.DispatchBatch:
+    def _decode_files(self, pos: int, max_records: int) -> WireBatch:
         head, stop = self.max_offset, self.cache.next_start(pos)
         end = head if stop is None else min(stop, head)
-        return decode_dispatch(self.segments, pos, end, max_records, head)
+        return WireBatch.of(decode_dispatch(self.segments, pos, end, max_records, head))
 
     def ack(self, name: str, durable_offset: int) -> None:
         self._register(name)

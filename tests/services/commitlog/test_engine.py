@@ -69,7 +69,9 @@ def test_sync_puts_keep_flowing_through_the_periodic_snapshot(tmp_path):
 def _stream_all(engine: CommitLogEngine, name: str, max_records: int) -> list:
     """Every dispatch record from offset 0 to the head, one tuple per record."""
     out = []
-    for batch in engine.subscribe(name, 0, max_records, lambda: True):
+    for wire in engine.subscribe(name, 0, max_records, lambda: True):
+        batch = wire.parse()
+        assert wire.records == len(batch.phy_offset) and wire.next_offset == batch.next_offset
         fields = (batch.topic, batch.queue_id, batch.queue_offset, batch.phy_offset, batch.size,
                   batch.tags_code, batch.store_timestamp, batch.keys, batch.unique_key,
                   batch.sys_flag, batch.prepared_transaction_offset)  # fmt: skip
