@@ -37,10 +37,15 @@ def offset_msg_id(store_ip: bytes, store_port: int, phy_offset: int) -> str:
 def offset_msg_ids(store_ip: bytes, store_port: int, phy_offsets: Sequence[int]) -> list[str]:
     """``offset_msg_id`` of many (non-negative) offsets of one host: its part is made once."""
     host = store_ip + _PORT_OFFSET.pack(store_port, 0)[:4]  # the same in every id
-    rows = np.empty(len(phy_offsets), [("host", f"V{len(host)}"), ("offset", ">u8")])
+    rows = np.empty(len(phy_offsets), _id_rows(len(host)))
     rows["host"], rows["offset"] = host, phy_offsets
     text, width = rows.tobytes().hex().upper(), 2 * rows.itemsize
     return [text[i : i + width] for i in range(0, len(text), width)]
+
+
+@functools.cache
+def _id_rows(host_size: int) -> np.dtype:
+    return np.dtype([("host", f"V{host_size}"), ("offset", ">u8")])
 
 
 def _hex_bytes(msg_id: str) -> bytes:
