@@ -36,6 +36,7 @@ from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.hosts import Host
 
 _SHORT = cl._SHORT  # the properties length
+_MAX_PROPERTIES = props_fmt.MAX_PROPERTIES_LENGTH
 TOTAL_SIZE = 1  # position of the total size in a prepared tuple
 SYS_FLAG = 5  # position of the stored sys flag (v6 bits set)
 
@@ -117,17 +118,16 @@ class BatchEncoder:
         parts = list(properties)
         lead = parts.pop(0) if parts and isinstance(parts[0], bytes) else b""
         assert isinstance(lead, bytes)
-        props_len = np.full(n, len(lead), np.int64)
-        columns: list[Sequence[bytes]] = []
-        for part in parts:
-            if isinstance(part, bytes):
-                props_len += len(part)
-                columns.append([part] * n)
-            else:
-                props_len += np.fromiter(map(len, part), np.int64, n)
-                columns.append(part)
-        if n and props_len.max() > props_fmt.MAX_PROPERTIES_LENGTH:
-            raise CorruptRecordError(f"properties are {props_len.max()} bytes, at most 32767")
+        columns = [[part] * n if isinstance(part, bytes) else part for part in parts]
+        varying = [part for part in parts if not isinstance(part, bytes)]
+        shared = len(lead) + sum(len(part) for part in parts if isinstance(part, bytes))
+        props_len: Any = shared  # an int (every record's) or one length per record
+        for part in varying:
+            props_len = props_len + np.fromiter(map(len, part), np.int64, n)
+        if shared + sum(max(map(len, part), default=0) for part in varying) > _MAX_PROPERTIES:
+            longest = int(np.max(props_len))
+            if longest > _MAX_PROPERTIES:
+                raise CorruptRecordError(f"properties are {longest} bytes, at most 32767")
         # what follows a body: [topic length][topic][properties length] and ``lead``
         after_row = head + _SHORT.pack(0) + lead
         after = np.frombuffer(bytearray(after_row * n), _after_dtype(len(head), len(after_row)))
