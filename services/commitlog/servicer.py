@@ -205,31 +205,48 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         return commitlog_pb2.AckResponse()
 
 
+SUBSCRIBE_METHOD = (
+    f"/{commitlog_pb2.DESCRIPTOR.services_by_name['CommitLog'].full_name}/Subscribe"
+)
+
+
+class _SubscribeAsIs(grpc.GenericRpcHandler):
+    """A service's generic handler, but with ``subscribe`` for Subscribe."""
+
+    def __init__(self, inner: grpc.GenericRpcHandler, subscribe: grpc.RpcMethodHandler) -> None:
+        self.inner, self.subscribe = inner, subscribe
+
+    def service(self, handler_call_details):
+        if handler_call_details.method == SUBSCRIBE_METHOD:
+            return self.subscribe
+        return self.inner.service(handler_call_details)
+
+
 class _Registrar:
     """Stands in for the server while the generated code registers the service, and swaps
-    Subscribe's handler for one that sends its already serialized batches as they are."""
+    Subscribe's handler for one that sends its already serialized batches as they are
+    (generated code registers generic handlers, and newer code registered methods too)."""
 
     def __init__(self, server: grpc.Server, servicer: CommitLogServicer) -> None:
-        self.server, self.servicer = server, servicer
-        self.registered = False
+        self.server = server
+        self.subscribe = grpc.unary_stream_rpc_method_handler(
+            servicer.Subscribe,
+            request_deserializer=commitlog_pb2.SubscribeRequest.FromString,
+            response_serializer=None,  # bytes go out as they are
+        )
+        self.swapped = False
 
     def add_generic_rpc_handlers(self, generic_handlers) -> None:
-        pass  # made again from the method handlers, below
+        self.server.add_generic_rpc_handlers(
+            tuple(_SubscribeAsIs(h, self.subscribe) for h in generic_handlers)
+        )
+        self.swapped = True
 
     def add_registered_method_handlers(self, service_name: str, handlers: dict) -> None:
-        assert "Subscribe" in handlers
-        handlers = {
-            **handlers,
-            "Subscribe": grpc.unary_stream_rpc_method_handler(
-                self.servicer.Subscribe,
-                request_deserializer=commitlog_pb2.SubscribeRequest.FromString,
-                response_serializer=None,  # bytes go out as they are
-            ),
-        }
-        generic = grpc.method_handlers_generic_handler(service_name, handlers)
-        self.server.add_generic_rpc_handlers((generic,))
+        if "Subscribe" not in handlers:
+            raise RuntimeError(f"{service_name} has no Subscribe method to register")
+        handlers = {**handlers, "Subscribe": self.subscribe}
         self.server.add_registered_method_handlers(service_name, handlers)
-        self.registered = True
 
 
 def add_to_server(servicer: CommitLogServicer, server: grpc.Server) -> None:
@@ -237,5 +254,5 @@ def add_to_server(servicer: CommitLogServicer, server: grpc.Server) -> None:
     serializing them again (the client reads them as the DispatchBatch they are)."""
     registrar = _Registrar(server, servicer)
     commitlog_pb2_grpc.add_CommitLogServicer_to_server(servicer, registrar)
-    if not registrar.registered:
+    if not registrar.swapped:
         raise RuntimeError("the generated code did not register the CommitLog service")
