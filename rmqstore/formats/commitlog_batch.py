@@ -206,7 +206,8 @@ class PlainRun:
     def encode(
         self, queue_offsets: Sequence[int], physical_offsets: Sequence[int], store_timestamp: int
     ) -> bytes:
-        """The records with these offsets and store time, back to back."""
+        """The records with these offsets and store time (set in the header rows), back to
+        back."""
         header = self.header
         header["queue_offset"] = queue_offsets
         header["physical_offset"] = physical_offsets
