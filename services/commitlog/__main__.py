@@ -37,6 +37,13 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
         help="bytes of the segment mapped ahead of the write position by a background "
         "thread, so appends do not take page faults (0 = off)",
     )
+    p.add_argument(
+        "--dispatch-linger-ms",
+        type=float,
+        default=2.0,
+        help="when less than 256 KiB waits for a builder, let more puts join it for up to "
+        "this long: fewer, larger dispatch batches (0 = send at once)",
+    )
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
@@ -51,6 +58,7 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
         cluster_name=args.cluster_name,
         warmup=args.warmup,
         prefault_window=args.prefault_window,
+        dispatch_linger_ms=args.dispatch_linger_ms,
     )
 
 

@@ -56,6 +56,19 @@ class DispatchCache:
             i = bisect.bisect_right(self._starts, offset, self._head)
             return self._starts[i] if i < len(self._starts) else None
 
+    def records_from(self, offset: int, limit: int) -> int | None:
+        """Records cached from ``offset`` (a chunk start) on, counted up to ``limit``; None
+        if not cached."""
+        with self._lock:
+            i = bisect.bisect_left(self._starts, offset, self._head)
+            if i >= len(self._starts) or self._starts[i] != offset:
+                return None
+            n = 0
+            while i < len(self._starts) and n < limit:
+                n += self._batches[i].records
+                i += 1
+            return n
+
     def take(self, offset: int, max_records: int) -> WireBatch | None:
         """Joined chunks from ``offset`` (a chunk start), or None if not cached."""
         with self._lock:

@@ -47,6 +47,7 @@ CONSUME_QUEUE_SUBSCRIBER = "consume-queue"
 SUBSCRIBER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_SUBSCRIBERS = 64
 MAX_BATCH_RECORDS = 100_000
+LINGER_BELOW = 256 * 1024  # dispatch: bytes waiting below which a subscriber lingers
 
 
 def _now_ms() -> int:
@@ -228,7 +229,6 @@ class CommitLogEngine:
                     wrote = 0
                 i = j
         end = seg.start + seg.wrote
-        self.max_offset = end
         self.bytes_written += end - batch_start
         self.messages_written += len(sizes)
         self._marks.append((end, ts))
@@ -255,6 +255,7 @@ class CommitLogEngine:
                 ),
             ),
         )
+        self.max_offset = end  # after the cache: a subscriber that sees it finds the chunk too
         stored = Stored(self.builder.store_host, phys, qos, sizes, ts, topics, queue_ids, uniqs)
         return stored, end
 
@@ -412,10 +413,20 @@ class CommitLogEngine:
         self, offset: int, max_records: int, active: Callable[[], bool]
     ) -> Iterator[WireBatch]:
         pos = offset
+        linger = self.config.dispatch_linger_ms / 1000
         while active() and not self._closed:
             with self._appended:
                 while self.max_offset <= pos and active() and not self._closed:
                     self._appended.wait(0.25)
+                if linger and self._small_batch(pos, max_records):
+                    # only a little is waiting: let the puts right behind it join (a builder
+                    # pays a fixed cost per batch, and each put is a chunk of its own)
+                    until = time.monotonic() + linger
+                    while self._small_batch(pos, max_records) and not self._closed:
+                        left = until - time.monotonic()
+                        if left <= 0 or not active():
+                            break
+                        self._appended.wait(left)
             if not active() or self._closed:
                 return
             batch = self.cache.take(pos, max_records)
@@ -425,6 +436,14 @@ class CommitLogEngine:
                 )
             pos = batch.next_offset
             yield batch
+
+    def _small_batch(self, pos: int, max_records: int) -> bool:
+        """Whether the batch from ``pos`` would be short of ``max_records`` and of
+        ``LINGER_BELOW`` bytes, with every record of it in memory."""
+        if self.max_offset - pos >= LINGER_BELOW:
+            return False
+        waiting = self.cache.records_from(pos, max_records)
+        return waiting is not None and waiting < max_records
 
     def _decode_files(self, pos: int, max_records: int) -> WireBatch:
         head, stop = self.max_offset, self.cache.next_start(pos)

@@ -144,3 +144,32 @@ def test_a_batch_larger_than_a_segment_spans_several(tmp_path, columns):
     assert [r.keys for r in records] == [f"b{b}-{i}" for b in range(3) for i in range(60)]
     assert [r.queue_offset for r in records] == [s.queue_offset for s in stored]
     assert [r.queue_offset for r in records] == [i // 3 for i in range(180)]
+
+
+def _first_batch(engine: CommitLogEngine, got: list) -> threading.Thread:
+    def take() -> None:
+        got.append(next(iter(engine.subscribe("s", 0, 100_000, lambda: True))))
+
+    t = threading.Thread(target=take)
+    t.start()
+    return t
+
+
+def test_a_subscriber_that_caught_up_lingers_for_more_puts(tmp_path):
+    """Once it has caught up, the puts right behind the next one join its batch (bounded by
+    the linger and by 256 KiB of records); one with records waiting takes them at once."""
+    e = CommitLogEngine(
+        WriterConfig(store=tmp_path / "store", segment_size=8 << 20, dispatch_linger_ms=1000)
+    )
+    got: list = []
+    try:
+        taker = _first_batch(e, got)  # nothing stored yet: it waits at the head
+        e.put([common_pb2.Message(topic="T", body=b"x")])
+        e.put([common_pb2.Message(topic="T", body=bytes(1000)) for _ in range(300)])
+        taker.join(10)
+        assert got[0].records == 301  # the second put (over 256 KiB) ended the wait
+        behind: list = []
+        _first_batch(e, behind).join(10)
+        assert behind[0].records == 301
+    finally:
+        e.close()
