@@ -56,21 +56,9 @@ class DispatchCache:
             i = bisect.bisect_right(self._starts, offset, self._head)
             return self._starts[i] if i < len(self._starts) else None
 
-    def records_from(self, offset: int, limit: int) -> int | None:
-        """Records cached from ``offset`` (a chunk start) on, counted up to ``limit``; None
-        if not cached."""
-        with self._lock:
-            i = bisect.bisect_left(self._starts, offset, self._head)
-            if i >= len(self._starts) or self._starts[i] != offset:
-                return None
-            n = 0
-            while i < len(self._starts) and n < limit:
-                n += self._batches[i].records
-                i += 1
-            return n
-
-    def take(self, offset: int, max_records: int) -> WireBatch | None:
-        """Joined chunks from ``offset`` (a chunk start), or None if not cached."""
+    def _chunks(self, offset: int, max_records: int) -> list[WireBatch] | None:
+        """Whole chunks from ``offset`` (a chunk start) until they hold ``max_records`` or
+        more (a chunk is never split), or None if ``offset`` starts no cached chunk."""
         with self._lock:
             i = bisect.bisect_left(self._starts, offset, self._head)
             if i >= len(self._starts) or self._starts[i] != offset:
@@ -80,4 +68,15 @@ class DispatchCache:
                 chunks.append(self._batches[i])
                 n += self._batches[i].records
                 i += 1
-        return WireBatch.joined(chunks)
+            return chunks
+
+    def records_from(self, offset: int, limit: int) -> int | None:
+        """Records cached from ``offset`` (a chunk start) on, counted up to ``limit``; None
+        if not cached."""
+        chunks = self._chunks(offset, limit)
+        return None if chunks is None else sum(c.records for c in chunks)
+
+    def take(self, offset: int, max_records: int) -> WireBatch | None:
+        """Joined chunks from ``offset`` (a chunk start), or None if not cached."""
+        chunks = self._chunks(offset, max_records)
+        return None if chunks is None else WireBatch.joined(chunks)

@@ -28,6 +28,8 @@ def test_take_merges_chunks_from_a_chunk_start():
     assert _phys(c.take(30, 100)) == [30, 40, 50, 60, 70]
     assert len(_phys(c.take(0, 2))) == 3  # a chunk is never split: the limit is soft
     assert c.take(10, 100) is None  # not a chunk start: the caller decodes files instead
+    assert c.records_from(0, 100) == 8 and c.records_from(0, 2) == 3  # whole chunks
+    assert c.records_from(10, 100) is None
     assert c.take(80, 100) is None
 
 
