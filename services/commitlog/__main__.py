@@ -31,13 +31,6 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster-name", default="DefaultCluster")
     p.add_argument("--warmup", action="store_true", help="touch every page of new segments")
     p.add_argument(
-        "--prefault-window",
-        type=int,
-        default=32 * 1024 * 1024,
-        help="bytes of the segment mapped ahead of the write position by a background "
-        "thread, so appends do not take page faults (0 = off)",
-    )
-    p.add_argument(
         "--dispatch-linger-ms",
         type=float,
         default=2.0,
@@ -57,7 +50,6 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
         store_host=args.store_host,
         cluster_name=args.cluster_name,
         warmup=args.warmup,
-        prefault_window=args.prefault_window,
         dispatch_linger_ms=args.dispatch_linger_ms,
     )
 

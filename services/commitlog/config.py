@@ -21,7 +21,6 @@ class WriterConfig:
     cluster_name: str = "DefaultCluster"
     warmup: bool = False
     preallocate: bool = True
-    prefault_window: int = 32 * 1024 * 1024  # pages mapped ahead of the write position; 0 = off
     snapshot_interval_ms: int = 10_000  # checkpoint file and queue-offset snapshot
     dispatch_linger_ms: float = 2.0  # a subscriber near the head waits this long for more
 
@@ -30,8 +29,6 @@ class WriterConfig:
             raise ValueError(f"--flush must be async or sync, not {self.flush!r}")
         if self.segment_size < 4096 or self.segment_size % 4096:
             raise ValueError("--commitlog-segment-size must be a multiple of 4096")
-        if self.prefault_window < 0:
-            raise ValueError("--prefault-window must be 0 (off) or positive")
         if not 0 <= self.dispatch_linger_ms <= 1000:
             raise ValueError("--dispatch-linger-ms must be in 0..1000")
         if self.snapshot_interval_ms <= 0:

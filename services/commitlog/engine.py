@@ -33,7 +33,6 @@ from services.commitlog.dispatch_files import RecentBatches, decode_dispatch
 from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
 from services.commitlog.messages import MessageBuilder
-from services.commitlog.prefault import Prefaulter
 from services.commitlog.recovery import Recovered, recover, save_snapshot
 from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
@@ -93,6 +92,7 @@ class CommitLogEngine:
         self._lock = threading.Lock()
         self._appended = threading.Condition()
         self._closed = False
+        self._failed = ""  # why appends stopped: a write into the commitlog failed
         self.builder = MessageBuilder(cfg)
         self.cache = DispatchCache()
         self.file_batches = RecentBatches()
@@ -116,8 +116,6 @@ class CommitLogEngine:
             self.epochs.begin(r.end)
         self.layout.abort.write_bytes(b"")
         self.flusher.start(r.end)
-        self.prefaulter = Prefaulter(lambda: self._head, cfg.prefault_window)
-        self.prefaulter.start()
 
     @property
     def _snapshot_path(self):
@@ -162,9 +160,10 @@ class CommitLogEngine:
         with self._lock:
             if self._closed:
                 raise UnavailableError("the commitlog writer is shutting down")
+            if self._failed:
+                raise UnavailableError(self._failed)
             self._ensure_segments(columns[1])
             stored, end = self._append(columns, now_ms or _now_ms())  # store time
-        self.prefaulter.poke()
         with self._appended:
             self._appended.notify_all()
         return stored, end
@@ -202,32 +201,18 @@ class CommitLogEngine:
             columns
         )
         qos = self._queue_offsets(records, topics, queue_ids, advances)
-        encode = self.builder.encoder.encode
-        total = sum(sizes)
-        wrote = seg.wrote
-        if wrote + total + commitlog.BLANK_SIZE <= seg.size:  # one copy for the whole batch
-            phys = list(accumulate(sizes[:-1], initial=seg.start + wrote))
-            seg.map[wrote : wrote + total] = encode(records, qos, phys, ts)
-            seg.wrote = wrote + total
-        else:  # the batch crosses into the next segment: a copy per segment
-            phys = []
-            i, n = 0, len(sizes)
-            while i < n:
-                j, end = i, wrote
-                while j < n and end + sizes[j] + commitlog.BLANK_SIZE <= seg.size:
-                    end += sizes[j]
-                    j += 1
-                if j > i:
-                    at = list(accumulate(sizes[i : j - 1], initial=seg.start + wrote))
-                    seg.map[wrote:end] = encode(records[i:j], qos[i:j], at, ts)
-                    seg.wrote = wrote = end
-                    phys += at
-                if j < n:  # record j starts the next segment (it fits in an empty one)
-                    seg.map[wrote : wrote + 8] = commitlog.blank(seg.size - wrote)
-                    seg.wrote = seg.size
-                    seg = self._head = self.segments.roll(seg.end)
-                    wrote = 0
-                i = j
+        try:
+            seg, phys = self._write(seg, records, sizes, qos, ts)
+        except OSError as e:
+            for key, advance in zip(zip(topics, queue_ids, strict=True), advances, strict=True):
+                if advance:  # the queue offsets of a batch that was never stored
+                    self.queue_table[key] -= 1
+            self._failed = (
+                f"writing the commitlog at offset {batch_start} failed ({e}); this writer "
+                "takes no more puts: restart it (recovery checks the tail)"
+            )
+            log.error("%s", self._failed)
+            raise StoreError(f"put not stored: {self._failed}") from e
         end = seg.start + seg.wrote
         self.bytes_written += end - batch_start
         self.messages_written += len(sizes)
@@ -258,6 +243,39 @@ class CommitLogEngine:
         self.max_offset = end  # after the cache: a subscriber that sees it finds the chunk too
         stored = Stored(self.builder.store_host, phys, qos, sizes, ts, topics, queue_ids, uniqs)
         return stored, end
+
+    def _write(
+        self, seg: Segment, records: Sequence, sizes: Sequence[int], qos: list[int], ts: int
+    ) -> tuple[Segment, list[int]]:
+        """Encode and write the batch from the head segment's write position on, rolling to
+        new segments as it fills them; the head segment it ends in and each record's offset."""
+        encode = self.builder.encoder.encode
+        total = sum(sizes)
+        wrote = seg.wrote
+        if wrote + total + commitlog.BLANK_SIZE <= seg.size:  # one copy for the whole batch
+            phys = list(accumulate(sizes[:-1], initial=seg.start + wrote))
+            seg.write(wrote, encode(records, qos, phys, ts))
+            seg.wrote = wrote + total
+        else:  # the batch crosses into the next segment: a copy per segment
+            phys = []
+            i, n = 0, len(sizes)
+            while i < n:
+                j, end = i, wrote
+                while j < n and end + sizes[j] + commitlog.BLANK_SIZE <= seg.size:
+                    end += sizes[j]
+                    j += 1
+                if j > i:
+                    at = list(accumulate(sizes[i : j - 1], initial=seg.start + wrote))
+                    seg.write(wrote, encode(records[i:j], qos[i:j], at, ts))
+                    seg.wrote = wrote = end
+                    phys += at
+                if j < n:  # record j starts the next segment (it fits in an empty one)
+                    seg.write(wrote, commitlog.blank(seg.size - wrote))
+                    seg.wrote = seg.size
+                    seg = self._head = self.segments.roll(seg.end)
+                    wrote = 0
+                i = j
+        return seg, phys
 
     def _queue_offsets(
         self, records: Sequence, topics: Sequence[str], queue_ids: Sequence[int],
@@ -469,7 +487,6 @@ class CommitLogEngine:
             self._closed = True
         with self._appended:
             self._appended.notify_all()
-        self.prefaulter.stop()
         self.flusher.stop()
         self._flush_all()
         try:
@@ -478,6 +495,7 @@ class CommitLogEngine:
         except OSError as e:  # e.g. a full disk: the next start walks record headers instead
             log.warning("could not write the queue snapshot or checkpoint at shutdown: %s", e)
         self.segments.close()
-        self.layout.abort.unlink(missing_ok=True)
+        if not self._failed:  # else the next start checks the tail as after a crash
+            self.layout.abort.unlink(missing_ok=True)
         self._store_lock.release()
         log.info("commitlog closed cleanly at offset %d", self.max_offset)

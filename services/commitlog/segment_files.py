@@ -1,10 +1,14 @@
 """Commitlog segment files: fixed-size, fully allocated, memory-mapped, named by start offset.
 
 A segment is created with ``posix_fallocate`` so that a full disk fails at creation with a
-clear error instead of a SIGBUS on a later write into a sparse mapping.
+clear error instead of a SIGBUS on a later write. Appends go into the file with ``pwrite``
+and everything reads through the mapping (the two share the page cache, so a read sees a
+write as soon as it returns). Written through the mapping, each fresh page cost a page fault
+and the kernel zeroing the page before the copy overwrote it; ``pwrite`` fills whole pages
+straight from the buffer, with Python's lock released.
 """
 
-import ctypes
+import errno
 import logging
 import mmap
 import os
@@ -31,16 +35,17 @@ class Segment:
         except BaseException:
             os.close(self.fd)
             raise
-        self.view = memoryview(self.map)
         self.wrote = 0
         self.flushed = 0
         self.released = 0
-        self.populated = 0  # pages below this were pre-faulted (see prefault.py)
-        self.lock = threading.Lock()  # held by the pre-faulter while it touches the mapping
-        self.closed = False
-        exported = ctypes.c_char.from_buffer(self.map)
-        self.address = ctypes.addressof(exported)  # valid until close()
-        del exported  # release the export, or the map could not be closed
+
+    def write(self, at: int, data: bytes | memoryview) -> None:
+        """Write ``data`` at position ``at`` of the segment (OSError if the disk fails)."""
+        n = os.pwrite(self.fd, data, at)
+        if n < len(data):
+            if n <= 0:
+                raise OSError(errno.EIO, f"wrote nothing of {len(data)} bytes", self.path.name)
+            self.write(at + n, memoryview(data)[n:])
 
     @property
     def end(self) -> int:
@@ -64,9 +69,6 @@ class Segment:
             self.released = upto
 
     def close(self) -> None:
-        with self.lock:
-            self.closed = True
-        self.view.release()
         try:
             self.map.close()
         except BufferError:  # a reader still holds a view; the mapping dies with it

@@ -1,11 +1,13 @@
 """The engine in process: what its gRPC face relies on."""
 
+import errno
+import os
 import threading
 import time
 
 import pytest
 
-from rmqstore.errors import ResourceExhaustedError
+from rmqstore.errors import ResourceExhaustedError, StoreError, UnavailableError
 from rmqstore.formats import commitlog
 from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.commitlog.config import WriterConfig
@@ -144,6 +146,69 @@ def test_a_batch_larger_than_a_segment_spans_several(tmp_path, columns):
     assert [r.keys for r in records] == [f"b{b}-{i}" for b in range(3) for i in range(60)]
     assert [r.queue_offset for r in records] == [s.queue_offset for s in stored]
     assert [r.queue_offset for r in records] == [i // 3 for i in range(180)]
+
+
+def _messages(tag: str, n: int, size: int = 1000) -> list[common_pb2.Message]:
+    return [
+        common_pb2.Message(topic="T", queue_id=i % 2, body=bytes([i]) * size, keys=f"{tag}{i}")
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize("fail_at", [1, 2], ids=["first write", "after a segment's tail"])
+def test_a_failed_write_stores_nothing_acknowledged_and_stops_puts(tmp_path, monkeypatch,
+                                                                   fail_at):
+    """The disk fails a write (the whole batch, or a batch crossing into the next segment
+    after its first part): the put fails, queue offsets are given back, later puts are refused
+    with UNAVAILABLE, reads go on; a restart recovers and counts on from what is on disk."""
+    store = tmp_path / "store"
+    e = CommitLogEngine(WriterConfig(store=store, segment_size=64 << 10))
+    first = e.put(_messages("a", 40))  # about 42 KiB: the next batch crosses into segment 2
+    max_before, table_before = e.max_offset, dict(e.queue_table)
+    real, calls = os.pwrite, []
+
+    def failing(fd: int, data: bytes, at: int) -> int:
+        calls.append(len(data))
+        if len(calls) == fail_at:
+            raise OSError(errno.EIO, "Input/output error")
+        return real(fd, data, at)
+
+    monkeypatch.setattr(os, "pwrite", failing)
+    with pytest.raises(StoreError, match="put not stored: writing the commitlog at offset"):
+        e.put(_messages("b", 40))
+    monkeypatch.setattr(os, "pwrite", real)
+    assert len(calls) == fail_at
+    assert (e.max_offset, e.queue_table) == (max_before, table_before)
+    with pytest.raises(UnavailableError, match="takes no more puts: restart it"):
+        e.put(_messages("c", 1))
+    assert [len(r) for r in e.read([r.phy_offset for r in first])] == [r.size for r in first]
+    e.close()
+    assert (store / "abort").exists()  # so the next start checks the tail
+
+    e = CommitLogEngine(WriterConfig(store=store, segment_size=64 << 10))
+    try:
+        recovered = dict(e.queue_table)
+        survivors = sum(recovered.values()) - sum(table_before.values())
+        assert (survivors > 0, e.max_offset > max_before) == (fail_at == 2,) * 2
+        again = e.put(_messages("c", 4))
+        records = [commitlog.decode(raw) for raw in e.read([r.phy_offset for r in again])]
+    finally:
+        e.close()
+    assert [r.physical_offset for r in records] == [r.phy_offset for r in again]
+    assert [r.queue_offset for r in records] == [recovered[("T", i % 2)] + i // 2 for i in range(4)]
+
+
+def test_a_short_write_is_finished(tmp_path, monkeypatch):
+    """pwrite may write less than asked: the rest follows, nothing is lost."""
+    real = os.pwrite
+    monkeypatch.setattr(os, "pwrite", lambda fd, data, at: real(fd, memoryview(data)[:777], at))
+    e = CommitLogEngine(WriterConfig(store=tmp_path / "store", segment_size=1 << 20))
+    try:
+        stored = e.put(_messages("s", 5, size=3000))
+        records = [commitlog.decode(raw) for raw in e.read([r.phy_offset for r in stored])]
+    finally:
+        e.close()
+    assert [r.body for r in records] == [bytes([i]) * 3000 for i in range(5)]
 
 
 def _first_batch(engine: CommitLogEngine, got: list) -> threading.Thread:
