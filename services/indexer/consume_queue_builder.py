@@ -134,22 +134,15 @@ class ConsumeQueueBuilder(progress.FlushedOutput):
             units["size"] = batch.size[order]
             units["tags_code"] = batch.tags_code[order]
             qo = batch.queue_offset[order]
-            cuts = np.flatnonzero(skey[1:] != skey[:-1]) + 1
-            starts = np.concatenate(([0], cuts)).tolist()
-            ends = np.concatenate((cuts, [len(order)])).tolist()
-            for s, e in zip(starts, ends, strict=True):
-                k = int(skey[s])
-                qkey = (self._topics[k >> 32], k & 0xFFFFFFFF)
-                q = self._queue(*qkey)
-                group = qo[s:e]
-                if e - s == 1 or (
-                    group[-1] - group[0] == e - s - 1 and bool(np.all(group[1:] > group[:-1]))
-                ):
-                    new += q.write(int(group[0]), units[s:e])
-                else:
-                    breaks = (np.flatnonzero(np.diff(group) != 1) + 1).tolist()
-                    for a, b in zip([0, *breaks], [*breaks, e - s], strict=True):
-                        new += q.write(int(group[a]), units[s + a : s + b])
+            # runs of consecutive queue offsets within one queue: one write each
+            same = skey[1:] == skey[:-1]
+            cuts = (np.flatnonzero(~same | (qo[1:] - qo[:-1] != 1)) + 1).tolist()
+            starts, ends = [0, *cuts], [*cuts, len(order)]
+            firsts, run_keys = qo[starts].tolist(), skey[starts].tolist()
+            topics = self._topics
+            for s, e, first, k in zip(starts, ends, firsts, run_keys, strict=True):
+                qkey = (topics[k >> 32], k & 0xFFFFFFFF)
+                new += self._queue(*qkey).write(first, units[s:e])
                 self._dirty.add(qkey)
         self.entries += new
         self.built_offset = max(self.built_offset, batch.next_offset)
