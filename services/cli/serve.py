@@ -49,6 +49,8 @@ def _command(name: str, module: str, extra: tuple, args: argparse.Namespace, por
             str(args.max_message_size),
             "--queues-per-topic",
             str(args.queues_per_topic),
+            "--dispatch-linger-ms",
+            str(args.dispatch_linger_ms),
         ]
     elif name == "consume-queue":
         cmd += ["--commitlog", writer, "--cq-entries-per-file", str(args.cq_entries_per_file)]
@@ -136,6 +138,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
     p.add_argument("--queues-per-topic", type=int, default=8)
+    p.add_argument(
+        "--dispatch-linger-ms",
+        type=float,
+        default=2.0,
+        help="how long the writer lets more puts join a short dispatch batch (0 = off)",
+    )
     p.add_argument("--index-slots", type=int, default=5_000_000)
     p.add_argument("--index-entries", type=int, default=20_000_000)
     p.add_argument("--cq-entries-per-file", type=int, default=300_000)
