@@ -66,6 +66,21 @@ def _powers(n: int) -> np.ndarray:
 
 
 _INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so invertible modulo 2**32
+_INV_POW31 = np.ones(1, dtype=np.uint32)
+
+
+def _inverse_powers(n: int) -> np.ndarray:
+    """31**-k mod 2**32 for k in [0, n)."""
+    global _INV_POW31
+    if len(_INV_POW31) < n:
+        p = np.empty(max(n, 2 * len(_INV_POW31)), dtype=np.uint32)
+        acc = 1
+        for k in range(len(p)):
+            p[k] = acc
+            acc = (acc * _INV31) & _MASK
+        _INV_POW31 = p
+    return _INV_POW31[:n]
+
 _SHORT_KEY = 64  # keys up to this long are hashed as rows of one padded matrix
 _CHUNK = 65_536  # keys per matrix (bounds its memory: 16 MiB of code points)
 
@@ -144,8 +159,7 @@ def _hashes_padded(keys: Sequence[str]) -> np.ndarray:
     for column in np.ascontiguousarray(rows.T):
         h *= np.uint32(31)
         h += column
-    unpad = np.array([pow(_INV31, k, 1 << 32) for k in range(width + 1)], dtype=np.uint32)
-    h *= unpad[width - lengths]
+    h *= _inverse_powers(width + 1)[width - lengths]
     return h
 
 
