@@ -49,38 +49,23 @@ def utf16_len(s: str) -> int:
     return len(s) if s.isascii() else len(s.encode("utf-16-be")) // 2
 
 
-_POW31 = np.ones(1, dtype=np.uint64)
+_POWER_TABLES: dict[int, np.ndarray] = {}
 
 
-def _powers(n: int) -> np.ndarray:
-    """31**k mod 2**32 for k in [0, n)."""
-    global _POW31
-    if len(_POW31) < n:
-        p = np.empty(max(n, 2 * len(_POW31)), dtype=np.uint64)
+def _powers(n: int, base: int = 31) -> np.ndarray:
+    """base**k mod 2**32 for k in [0, n), as uint64, from a table kept per base."""
+    table = _POWER_TABLES.get(base)
+    if table is None or len(table) < n:
+        table = np.empty(max(n, 64 if table is None else 2 * len(table)), dtype=np.uint64)
         acc = 1
-        for k in range(len(p)):
-            p[k] = acc
-            acc = (acc * 31) & _MASK
-        _POW31 = p
-    return _POW31[:n]
+        for k in range(len(table)):
+            table[k] = acc
+            acc = (acc * base) & _MASK
+        _POWER_TABLES[base] = table
+    return table[:n]
 
 
 _INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so invertible modulo 2**32
-_INV_POW31 = np.ones(1, dtype=np.uint32)
-
-
-def _inverse_powers(n: int) -> np.ndarray:
-    """31**-k mod 2**32 for k in [0, n)."""
-    global _INV_POW31
-    if len(_INV_POW31) < n:
-        p = np.empty(max(n, 2 * len(_INV_POW31)), dtype=np.uint32)
-        acc = 1
-        for k in range(len(p)):
-            p[k] = acc
-            acc = (acc * _INV31) & _MASK
-        _INV_POW31 = p
-    return _INV_POW31[:n]
-
 _SHORT_KEY = 64  # keys up to this long are hashed as rows of one padded matrix
 _CHUNK = 65_536  # keys per matrix (bounds its memory: 16 MiB of code points)
 
@@ -159,7 +144,7 @@ def _hashes_padded(keys: Sequence[str]) -> np.ndarray:
     for column in np.ascontiguousarray(rows.T):
         h *= np.uint32(31)
         h += column
-    h *= _inverse_powers(width + 1)[width - lengths]
+    h *= _powers(width + 1, _INV31)[width - lengths].astype(np.uint32)
     return h
 
 
