@@ -21,7 +21,7 @@ from rmqstore.formats.index_file import ENTRY, ENTRY_SIZE, HEADER_SIZE, SLOT, In
 from rmqstore.layout import is_index_file_name
 from services.query.budget import Budget
 from services.query.errors import IndexConfigError
-from services.query.mapped_files import MappedFiles
+from services.query.mapped_files import FilePath, MappedFiles
 
 SLACK_MS = 999  # an entry's time is its store time truncated to the second
 NEG_INF = -(2**63)
@@ -101,6 +101,7 @@ class IndexCatalog:
 
     def __init__(self, index_dir: Path, slots: int, entries: int) -> None:
         self.dir = Path(index_dir)
+        self._prefix = os.path.join(self.dir, "")  # names are joined to it as strings: per query
         self.slots = slots
         self.entries = entries
         self.expected_size = file_size(slots, entries)
@@ -124,9 +125,9 @@ class IndexCatalog:
     def open(self, name: str) -> IndexFile | None:
         """The file mapped read-only; None if it vanished or is still empty (being created).
         A file replaced under the same name (a rebuilt tail) is mapped again."""
-        return self._files.get(self.dir / name)
+        return self._files.get(self._prefix + name)
 
-    def _index(self, path: Path, mm: mmap.mmap) -> IndexFile:
+    def _index(self, path: FilePath, mm: mmap.mmap) -> IndexFile:
         if len(mm) != self.expected_size:
             raise IndexConfigError(
                 f"index file {path} is {len(mm)} bytes, but --index-slots {self.slots} "
@@ -136,7 +137,7 @@ class IndexCatalog:
 
     def forget_missing(self, present: list[str]) -> None:
         """Drop mappings of deleted files (a query still using one keeps it alive)."""
-        self._files.forget_except(self.dir / n for n in present)
+        self._files.forget_except(self._prefix + n for n in present)
 
     def close(self) -> None:
         self._files.close()

@@ -7,6 +7,7 @@ a cursor continues a truncated answer. Walks assume store times do not go backwa
 commitlog order (the writer assigns them under its append lock), as RocketMQ does.
 """
 
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -96,6 +97,7 @@ class KeyLookup:
     def __init__(self, layout: StoreLayout, catalog: IndexCatalog, source: RecordSource,
                  limits: BudgetLimits | None = None, fetch_batch: int = FETCH_BATCH) -> None:
         self.layout = layout
+        self._topic_prefix = os.path.join(layout.consumequeue_dir, "")
         self.catalog = catalog
         self.source = source
         self.limits = limits or BudgetLimits()
@@ -104,7 +106,7 @@ class KeyLookup:
     # -- by key ------------------------------------------------------------------------------
     def check_topic(self, topic: str) -> None:
         validate_topic(topic)
-        if not (self.layout.consumequeue_dir / topic).is_dir():
+        if not os.path.isdir(self._topic_prefix + topic):  # a valid topic is one plain name
             raise NotFoundError(
                 f"topic {topic!r} is not in this store (no consume queue is built for it)"
             )

@@ -16,16 +16,19 @@ from typing import Generic, TypeVar
 T = TypeVar("T")
 
 
+FilePath = str | Path  # one MappedFiles is asked with one kind (a str and a Path differ as keys)
+
+
 class MappedFiles(Generic[T]):
     """``get(path)`` gives ``view(path, map)`` of the file's current mapping, or None."""
 
-    def __init__(self, view: Callable[[Path, mmap.mmap], T], min_size: int = 1) -> None:
+    def __init__(self, view: Callable[[FilePath, mmap.mmap], T], min_size: int = 1) -> None:
         self._view = view
         self._min_size = min_size
         self._lock = threading.Lock()
-        self._maps: dict[Path, tuple[int, mmap.mmap, T]] = {}  # inode, map, view
+        self._maps: dict[FilePath, tuple[int, mmap.mmap, T]] = {}  # inode, map, view
 
-    def get(self, path: Path) -> T | None:
+    def get(self, path: FilePath) -> T | None:
         try:
             st = os.stat(path)
         except FileNotFoundError:
@@ -53,7 +56,7 @@ class MappedFiles(Generic[T]):
             self._maps[path] = (st.st_ino, mm, view)
             return view
 
-    def forget_except(self, present: Iterable[Path]) -> None:
+    def forget_except(self, present: Iterable[FilePath]) -> None:
         """Drop the mappings of files no longer there (a query still using one keeps it)."""
         keep = set(present)
         with self._lock:
