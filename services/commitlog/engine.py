@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from functools import partial
-from itertools import accumulate, count
+from itertools import count
 
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
@@ -162,7 +162,7 @@ class CommitLogEngine:
                 raise UnavailableError("the commitlog writer is shutting down")
             if self._failed:
                 raise UnavailableError(self._failed)
-            self._ensure_segments(columns[1])
+            self.segments.ensure_room(self._head, self.max_offset, columns[1])
             stored, end = self._append(columns, now_ms or _now_ms())  # store time
         with self._appended:
             self._appended.notify_all()
@@ -172,24 +172,6 @@ class CommitLogEngine:
         """Under sync flush, block until the commitlog is durable up to ``end``."""
         if self.config.flush == "sync" and not self.flusher.wait_durable(end):
             raise StoreError(f"flush did not reach offset {end} within 5 s (FLUSH_DISK_TIMEOUT)")
-
-    def _ensure_segments(self, sizes: Sequence[int]) -> None:
-        """Create every segment file this batch will need before writing any of it."""
-        size = self.config.segment_size
-        head = self._head
-        start = head.start if head else self.max_offset - self.max_offset % size
-        pos = head.wrote if head else self.max_offset - start
-        if head and pos + sum(sizes) + commitlog.BLANK_SIZE <= size:
-            return  # the common case: the batch fits in the head segment
-        needed = [] if head else [start]
-        for n in sizes:
-            if pos + n + commitlog.BLANK_SIZE > size:
-                start += size
-                pos = 0
-                needed.append(start)
-            pos += n
-        for s in needed:
-            self.segments.ensure_file(s)
 
     def _append(self, columns: tuple, ts: int) -> tuple[Stored, int]:
         """Write prepared messages, given as columns (see messages.Prepared)."""
@@ -201,8 +183,14 @@ class CommitLogEngine:
             columns
         )
         qos = self._queue_offsets(records, topics, queue_ids, advances)
+
+        def encode(i: int, j: int, at: list[int]) -> bytes:
+            if i == 0 and j == len(sizes):  # the whole batch, as nearly always: no slices
+                return self.builder.encoder.encode(records, qos, at, ts)
+            return self.builder.encoder.encode(records[i:j], qos[i:j], at, ts)
+
         try:
-            seg, phys = self._write(seg, records, sizes, qos, ts)
+            seg, phys = self.segments.write_batch(seg, sizes, encode)
         except OSError as e:
             for key, advance in zip(zip(topics, queue_ids, strict=True), advances, strict=True):
                 if advance:  # the queue offsets of a batch that was never stored
@@ -213,6 +201,7 @@ class CommitLogEngine:
             )
             log.error("%s", self._failed)
             raise StoreError(f"put not stored: {self._failed}") from e
+        self._head = seg
         end = seg.start + seg.wrote
         self.bytes_written += end - batch_start
         self.messages_written += len(sizes)
@@ -243,39 +232,6 @@ class CommitLogEngine:
         self.max_offset = end  # after the cache: a subscriber that sees it finds the chunk too
         stored = Stored(self.builder.store_host, phys, qos, sizes, ts, topics, queue_ids, uniqs)
         return stored, end
-
-    def _write(
-        self, seg: Segment, records: Sequence, sizes: Sequence[int], qos: list[int], ts: int
-    ) -> tuple[Segment, list[int]]:
-        """Encode and write the batch from the head segment's write position on, rolling to
-        new segments as it fills them; the head segment it ends in and each record's offset."""
-        encode = self.builder.encoder.encode
-        total = sum(sizes)
-        wrote = seg.wrote
-        if wrote + total + commitlog.BLANK_SIZE <= seg.size:  # one copy for the whole batch
-            phys = list(accumulate(sizes[:-1], initial=seg.start + wrote))
-            seg.write(wrote, encode(records, qos, phys, ts))
-            seg.wrote = wrote + total
-        else:  # the batch crosses into the next segment: a copy per segment
-            phys = []
-            i, n = 0, len(sizes)
-            while i < n:
-                j, end = i, wrote
-                while j < n and end + sizes[j] + commitlog.BLANK_SIZE <= seg.size:
-                    end += sizes[j]
-                    j += 1
-                if j > i:
-                    at = list(accumulate(sizes[i : j - 1], initial=seg.start + wrote))
-                    seg.write(wrote, encode(records[i:j], qos[i:j], at, ts))
-                    seg.wrote = wrote = end
-                    phys += at
-                if j < n:  # record j starts the next segment (it fits in an empty one)
-                    seg.write(wrote, commitlog.blank(seg.size - wrote))
-                    seg.wrote = seg.size
-                    seg = self._head = self.segments.roll(seg.end)
-                    wrote = 0
-                i = j
-        return seg, phys
 
     def _queue_offsets(
         self, records: Sequence, topics: Sequence[str], queue_ids: Sequence[int],

@@ -13,9 +13,12 @@ import logging
 import mmap
 import os
 import threading
+from collections.abc import Callable, Sequence
+from itertools import accumulate
 from pathlib import Path
 
 from rmqstore.errors import DiskFullError, OffsetOutOfRangeError, StoreError
+from rmqstore.formats import commitlog
 from rmqstore.segments import parse_segment_name, segment_name
 
 log = logging.getLogger(__name__)
@@ -206,6 +209,59 @@ class SegmentQueue:
             self._join_prealloc()
             if not path.exists():
                 create_segment_file(path, self.size, self.warmup)
+
+    def ensure_room(self, head: Segment | None, end: int, sizes: Sequence[int]) -> None:
+        """Create every segment file a batch of records of ``sizes`` will need, written from
+        the head segment's write position (or from ``end``, the commitlog's end, when there is
+        no head), before any of it is written."""
+        size = self.size
+        start = head.start if head else end - end % size
+        pos = head.wrote if head else end - start
+        if head and pos + sum(sizes) + commitlog.BLANK_SIZE <= size:
+            return  # the common case: the batch fits in the head segment
+        needed = [] if head else [start]
+        for n in sizes:
+            if pos + n + commitlog.BLANK_SIZE > size:
+                start += size
+                pos = 0
+                needed.append(start)
+            pos += n
+        for s in needed:
+            self.ensure_file(s)
+
+    def write_batch(
+        self, head: Segment, sizes: Sequence[int], encode: Callable[[int, int, list[int]], bytes]
+    ) -> tuple[Segment, list[int]]:
+        """Write a batch of records from the head segment's write position on: the records
+        [i, j) that fit in a segment as one write of ``encode(i, j, their offsets)``; a blank
+        record ends a full segment and the next one is rolled (``ensure_room`` made its file).
+        Returns the segment the batch ends in and every record's offset."""
+        total = sum(sizes)
+        wrote = head.wrote
+        if wrote + total + commitlog.BLANK_SIZE <= head.size:  # one copy for the whole batch
+            phys = list(accumulate(sizes[:-1], initial=head.start + wrote))
+            head.write(wrote, encode(0, len(sizes), phys))
+            head.wrote = wrote + total
+            return head, phys
+        seg, phys = head, []
+        i, n = 0, len(sizes)
+        while i < n:
+            j, end = i, wrote
+            while j < n and end + sizes[j] + commitlog.BLANK_SIZE <= seg.size:
+                end += sizes[j]
+                j += 1
+            if j > i:
+                at = list(accumulate(sizes[i : j - 1], initial=seg.start + wrote))
+                seg.write(wrote, encode(i, j, at))
+                seg.wrote = wrote = end
+                phys += at
+            if j < n:  # record j starts the next segment (it fits in an empty one)
+                seg.write(wrote, commitlog.blank(seg.size - wrote))
+                seg.wrote = seg.size
+                seg = self.roll(seg.end)
+                wrote = 0
+            i = j
+        return seg, phys
 
     def roll(self, start: int) -> Segment:
         """Make the segment starting at ``start`` the last one (create it if needed)."""
