@@ -1,5 +1,6 @@
 """End to end: stored *and indexed* msgs/s (writer + both builders as processes; producers
-on PutStream with 4 batches in flight, as ``rmqstore put --inflight 4``), the dispatch
+on PutStream with 4 batches in flight, as ``rmqstore put --inflight 4``) with the CPU time
+each process spent per message until both builders had caught up, the dispatch
 lag of each builder at half of that rate, and how fast both builders catch up on a commitlog
 written before they started (as when an existing store is served for the first time: the
 writer decodes its dispatch records from the segment files)."""
@@ -10,7 +11,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_put import WINDOW, _messages, over_grpc, peak_rss_mib
-from benchmarks.procs import start
+from benchmarks.procs import cpu_seconds, start
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 
@@ -58,6 +59,8 @@ def stored_and_indexed(count: int, producers: int, columns: bool = False) -> dic
     with tempfile.TemporaryDirectory() as d:
         w, cq, ix = _node(d)
         try:
+            procs = {"writer": w, "cq": cq, "index": ix}
+            cpu = {k: cpu_seconds(p.proc.pid) for k, p in procs.items()}
             put = over_grpc(w.address, 1024, producers, count, True, WINDOW, columns)
             end = (
                 commitlog_pb2_grpc.CommitLogStub(channel(w.address))
@@ -70,6 +73,7 @@ def stored_and_indexed(count: int, producers: int, columns: bool = False) -> dic
             ):
                 time.sleep(0.005)
             built = time.time() - put["_start"]
+            cpu = {k: cpu_seconds(p.proc.pid) - cpu[k] for k, p in procs.items()}
             while any(
                 s.GetProgress(indexer_pb2.GetProgressRequest()).durable_offset < end for s in stubs
             ):
@@ -82,12 +86,16 @@ def stored_and_indexed(count: int, producers: int, columns: bool = False) -> dic
             for p in (ix, cq, w):
                 p.stop()
     n = put["_n"]
+    per_msg = {f"{k} CPU µs/msg": v / n * 1e6 for k, v in cpu.items()}
+    per_msg["producers CPU µs/msg"] = put["producers CPU µs/msg"]
     return {
         "scenario": f"stored+indexed 1 KiB, {producers} producer(s), async"
         + (", columns" if columns else ""),
         "put msgs/s": put["msgs/s"],
         "stored+indexed msgs/s": n / built,
         "stored+indexed+flushed msgs/s": n / durable,
+        **per_msg,
+        "total CPU µs/msg": sum(per_msg.values()),
         **{f"peak RSS {k} MiB": v for k, v in rss.items()},
     }
 

@@ -7,7 +7,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.procs import start
+from benchmarks.procs import cpu_seconds, start
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.commitlog.config import WriterConfig
@@ -56,16 +56,17 @@ def in_process(body_size: int, flush: str, count: int, columns: bool = False) ->
         )
         make = _columns if columns else _messages
         batches = [make(BATCH, body_size, k * BATCH) for k in range(count // BATCH)]
-        t0 = time.perf_counter()
+        cpu0, t0 = time.process_time(), time.perf_counter()
         for b in batches:
             e.put(b)
-        dt = time.perf_counter() - t0
+        dt, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         e.close()
     n = len(batches) * BATCH
     return {
         "scenario": f"in-process {body_size} B {flush}" + (", columns" if columns else ""),
         "msgs/s": n / dt,
         "MB/s": n * body_size / dt / 1e6,
+        "writer CPU µs/msg": cpu / n * 1e6,  # the flusher's thread included
     }
 
 
@@ -89,7 +90,7 @@ def _produce(
     q.put("ready")
     go.wait()
     lat = []
-    start = time.time()
+    start, cpu = time.time(), time.process_time()
     if stream:  # up to ``window`` batches in flight on one long-lived PutStream
         requests: queue.SimpleQueue = queue.SimpleQueue()
         replies = stub.PutStream(iter(requests.get, None))
@@ -109,18 +110,20 @@ def _produce(
             t = time.perf_counter()
             stub.PutBatch(r)
             lat.append(time.perf_counter() - t)
-    q.put((len(reqs) * BATCH, start, time.time(), lat))
+    q.put((len(reqs) * BATCH, start, time.time(), lat, time.process_time() - cpu))
 
 
 def over_grpc(
     address: str, body_size: int, producers: int, count: int, stream: bool = False,
-    window: int = 1, columns: bool = False,
+    window: int = 1, columns: bool = False, server: int | None = None,
 ) -> dict:
     """Producers in their own processes start together; the rate is over the common span.
 
     ``stream``: each producer sends its batches over one PutStream instead of PutBatch calls,
     with up to ``window`` batches unanswered. ``columns``: batches as MessageColumns.
     ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts.
+    CPU time per message: the producers' together, and the ``server`` process's (a pid) from
+    the start until the last answer.
     """
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
@@ -136,8 +139,11 @@ def over_grpc(
     for _ in ps:
         if isinstance(ready := q.get(), Exception):
             raise ready
+    server_cpu = cpu_seconds(server) if server else 0.0
     go.set()
     res = [q.get() for _ in ps]
+    if server:
+        server_cpu = cpu_seconds(server) - server_cpu
     for r in res:
         if isinstance(r, Exception):
             raise r
@@ -151,6 +157,8 @@ def over_grpc(
         "MB/s": n * body_size / (end - start) / 1e6,
         "p50 ms": lat[len(lat) // 2] * 1000,
         "p99 ms": lat[int(len(lat) * 0.99)] * 1000,
+        **({"server CPU µs/msg": server_cpu / n * 1e6} if server else {}),
+        "producers CPU µs/msg": sum(r[4] for r in res) / n * 1e6,
         "_start": start,
         "_end": end,
         "_n": n,
@@ -181,8 +189,9 @@ def run(quick: bool = False) -> list[dict]:
     try:
         ceiling = {
             (s, p, way): over_grpc(
-                noop.address, s, p, count, way[0], WINDOW if way[0] else 1, way[1]
-            )["msgs/s"]
+                noop.address, s, p, count, way[0], WINDOW if way[0] else 1, way[1],
+                noop.proc.pid,
+            )
             for s, way in shapes
             for p in (1, 4)
         }
@@ -208,15 +217,18 @@ def run(quick: bool = False) -> list[dict]:
                     for prod in (1, 4):
                         n = count if flush == "async" else count // 4
                         r = over_grpc(
-                            w.address, size, prod, n, way[0], WINDOW if way[0] else 1, way[1]
+                            w.address, size, prod, n, way[0], WINDOW if way[0] else 1, way[1],
+                            w.proc.pid,
                         )
                         how, top = ways[way], ceiling[(size, prod, way)]
                         rows.append(
                             {
                                 "scenario": f"gRPC {how} {size} B {flush}, {prod} producer(s)",
-                                **{k: v for k, v in r.items() if not k.startswith("_")},
-                                "no-op ceiling msgs/s": top,
-                                "ratio": r["msgs/s"] / top,
+                                **{k: r[k] for k in ("msgs/s", "MB/s", "p50 ms", "p99 ms")},
+                                "writer CPU µs/msg": r["server CPU µs/msg"],
+                                "no-op ceiling msgs/s": top["msgs/s"],
+                                "ratio": r["msgs/s"] / top["msgs/s"],
+                                "no-op CPU µs/msg": top["server CPU µs/msg"],
                                 "writer peak RSS MiB": peak_rss_mib(w.proc.pid),
                             }
                         )
