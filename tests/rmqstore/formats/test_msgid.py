@@ -105,6 +105,14 @@ def test_many_keys_are_the_keys_made_one_by_one():
     singly = [make() for _ in range(70_000)]  # the 16-bit counter wraps
     assert many.many(now, 70_000) == singly and len(set(singly)) == 0x10000
     assert uniq_key_parts(many.many(now, 1)[0]).counter == 70_000 & 0xFFFF
+    # a batch that starts five keys below the wrap (``many`` has made one key more so far)
+    skip = 0x10000 - 70_001 % 0x10000 - 5
+    [make() for _ in range(skip + 1)]
+    many.many(now, skip)
+    across = [make() for _ in range(100)]
+    assert many.many(now, 100) == across
+    assert [uniq_key_parts(k).counter for k in across[:7]] == [65_531, 65_532, 65_533, 65_534,
+                                                               65_535, 0, 1]  # fmt: skip
 
 
 def test_uniq_key_time_rejects_bad_ids():
