@@ -68,6 +68,7 @@ def _powers(n: int, base: int = 31) -> np.ndarray:
 _INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so invertible modulo 2**32
 _SHORT_KEY = 64  # keys up to this long are hashed as rows of one padded matrix
 _CHUNK = 65_536  # keys per matrix (bounds its memory: 16 MiB of code points)
+_SMALL_SPANS = 20_000  # spans x longest span up to this: one padded matrix of their bytes
 
 
 def index_hashes(keys: Sequence[str]) -> np.ndarray:
@@ -97,18 +98,55 @@ def utf8_span_hashes(
     """``hashCode`` (as uint32) of the UTF-8 texts ``data[starts[i]:ends[i]]`` (uint8 data),
     each read as if ``prefixes[i]``, the hashCode of some text before it, came first.
 
-    Horner's rule a byte position at a time over the spans sorted longest first, so step k
-    works on the spans longer than k and nothing as large as the data is allocated. ASCII
-    spans are done so; the others (rare) are decoded one by one, so that their UTF-16 units
-    count as Java counts them. Spans must hold valid UTF-8.
+    Few short spans (a builder's batch) are hashed as rows of one padded matrix of their
+    bytes, a fixed handful of array operations; many (a rebuild's range) by Horner's rule a
+    byte position at a time, so that nothing as large as the data is allocated. ASCII spans
+    are done so; the others (rare) are decoded one by one, so that their UTF-16 units count
+    as Java counts them. Spans must hold valid UTF-8.
     """
     starts = np.asarray(starts, dtype=np.int64)
     lengths = np.asarray(ends, dtype=np.int64) - starts
     n = len(starts)
+    longest = int(lengths.max()) if n else 0
+    if n * longest <= _SMALL_SPANS:
+        out, high = _span_hashes_padded(data, starts + lengths, lengths, longest)
+        if prefixes is not None:
+            out += prefixes.astype(np.uint32) * _powers(longest + 1)[lengths].astype(np.uint32)
+    else:
+        out, high = _span_hashes_horner(data, starts, lengths, prefixes)
+    for i in np.flatnonzero(high >= 0x80).tolist():
+        text = bytes(data[starts[i] : starts[i] + lengths[i]]).decode("utf-8")
+        code = java_hash(text) & _MASK
+        if prefixes is not None:
+            code = (int(prefixes[i]) * pow(31, utf16_len(text), 1 << 32) + code) & _MASK
+        out[i] = code
+    return out
+
+
+def _span_hashes_padded(
+    data: np.ndarray, ends: np.ndarray, lengths: np.ndarray, width: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Hash codes of spans (no prefixes) as rows of ``width`` bytes, each span right-aligned
+    after zeros (leading zeros leave the hash unchanged): a row's hash is its dot product
+    with 31**(width-1-k), wrapping modulo 2**32. Also each row's largest byte."""
+    cols = np.arange(width)
+    inside = cols >= (width - lengths)[:, None]
+    at = np.where(inside, (ends - width)[:, None] + cols, 0)
+    units = np.where(inside, data[at], 0).astype(np.uint32)
+    weights = _powers(width)[::-1].astype(np.uint32)
+    return (units * weights).sum(axis=1, dtype=np.uint32), units.max(axis=1, initial=0)
+
+
+def _span_hashes_horner(
+    data: np.ndarray, starts: np.ndarray, lengths: np.ndarray, prefixes: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``utf8_span_hashes`` by Horner's rule a byte position at a time over the spans sorted
+    longest first (step k works on the spans longer than k); and each span's largest byte."""
+    n = len(starts)
     order = np.argsort(-lengths, kind="stable")
     at, longest_first = starts[order], lengths[order]
     h = np.zeros(n, dtype=np.uint32) if prefixes is None else prefixes[order].astype(np.uint32)
-    high = np.zeros(n, dtype=np.uint8)  # the largest byte seen: >= 0x80 is not ASCII
+    high = np.zeros(n, dtype=np.uint8)
     shorter = longest_first[::-1]  # ascending, to count the spans longer than k
     for k in range(int(longest_first[0]) if n else 0):
         m = n - int(np.searchsorted(shorter, k, side="right"))
@@ -116,15 +154,9 @@ def utf8_span_hashes(
         h[:m] *= np.uint32(31)
         h[:m] += unit
         np.maximum(high[:m], unit, out=high[:m])
-    out = np.empty(n, dtype=np.uint32)
-    out[order] = h
-    for i in order[high >= 0x80].tolist():
-        text = bytes(data[starts[i] : starts[i] + lengths[i]]).decode("utf-8")
-        code = java_hash(text) & _MASK
-        if prefixes is not None:
-            code = (int(prefixes[i]) * pow(31, utf16_len(text), 1 << 32) + code) & _MASK
-        out[i] = code
-    return out
+    out, top = np.empty(n, dtype=np.uint32), np.empty(n, dtype=np.uint8)
+    out[order], top[order] = h, high
+    return out, top
 
 
 def _hashes_padded(keys: Sequence[str]) -> np.ndarray:

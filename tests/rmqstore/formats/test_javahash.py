@@ -131,14 +131,20 @@ def test_index_hashes_of_many_short_keys_cross_chunks():
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(_text, _text), max_size=30))
 def test_utf8_span_hashes_of_texts_after_prefixes(pairs):
+    from rmqstore.formats import javahash
     from rmqstore.formats.javahash import index_hashes_of, utf8_span_hashes
 
     data = b"".join(t.encode() for _, t in pairs)
     ends = np.cumsum([len(t.encode()) for _, t in pairs], dtype=np.int64)
     starts = ends - [len(t.encode()) for _, t in pairs]
     arr = np.frombuffer(data, dtype=np.uint8)
-    plain = utf8_span_hashes(arr, starts, ends)
-    assert plain.tolist() == [java_hash(t) & 0xFFFFFFFF for _, t in pairs]
     prefixes = np.array([java_hash(pre) & 0xFFFFFFFF for pre, _ in pairs], dtype=np.uint32)
-    joined = utf8_span_hashes(arr, starts, ends, prefixes)
-    assert index_hashes_of(joined).tolist() == [index_hash(pre + t) for pre, t in pairs]
+    small = javahash._SMALL_SPANS
+    try:
+        for javahash._SMALL_SPANS in (small, 0):  # as a padded matrix, then by Horner's rule
+            plain = utf8_span_hashes(arr, starts, ends)
+            assert plain.tolist() == [java_hash(t) & 0xFFFFFFFF for _, t in pairs]
+            joined = utf8_span_hashes(arr, starts, ends, prefixes)
+            assert index_hashes_of(joined).tolist() == [index_hash(pre + t) for pre, t in pairs]
+    finally:
+        javahash._SMALL_SPANS = small
