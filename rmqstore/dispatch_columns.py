@@ -7,6 +7,7 @@ token of KEYS split at spaces; none for a rollback) as key hashes in the order
 delivery time, go through ``dispatch.tags_code`` one by one.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -95,8 +96,8 @@ def index_keys(cols: RecordColumns) -> tuple[np.ndarray, np.ndarray]:
 
 def index_keys_of_texts(
     topic: list[str],
-    uniq_key: list[str],
-    keys: list[str],
+    uniq_key: Sequence[str],
+    keys: Sequence[str],
     sys_flag: np.ndarray,
     columns_from: int = 48,
 ) -> tuple[np.ndarray, np.ndarray]:

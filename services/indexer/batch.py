@@ -2,7 +2,9 @@
 
 The writer streams ``DispatchBatch`` protos column by column; tests and the rebuild pipeline
 start from ``DispatchRecord`` tuples. Both become a ``Columns``: numpy arrays for the numbers,
-lists for the strings, and ``next_offset``, the commitlog offset to resume from after it.
+sequences for the strings, and ``next_offset``, the commitlog offset to resume from after it.
+Keys and unique keys stay the proto's own repeated fields until read: only the index builder
+reads them, so the consume-queue builder never makes their strings.
 """
 
 from collections.abc import Sequence
@@ -23,8 +25,8 @@ class Columns:
     size: np.ndarray  # int64
     tags_code: np.ndarray  # int64
     store_timestamp: np.ndarray  # int64
-    keys: list[str]
-    uniq_key: list[str]
+    keys: Sequence[str]
+    uniq_key: Sequence[str]
     sys_flag: np.ndarray  # int64
     next_offset: int
 
@@ -75,8 +77,8 @@ class Columns:
             size=col(b.size),
             tags_code=col(b.tags_code),
             store_timestamp=col(b.store_timestamp),
-            keys=list(b.keys) if len(b.keys) else [""] * n,
-            uniq_key=list(b.unique_key) if len(b.unique_key) else [""] * n,
+            keys=b.keys if len(b.keys) else [""] * n,
+            uniq_key=b.unique_key if len(b.unique_key) else [""] * n,
             sys_flag=col(b.sys_flag),
             next_offset=int(b.next_offset),
         )
