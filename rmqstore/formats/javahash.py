@@ -9,6 +9,7 @@
 """
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -68,7 +69,7 @@ def _powers(n: int, base: int = 31) -> np.ndarray:
 _INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so invertible modulo 2**32
 _SHORT_KEY = 64  # keys up to this long are hashed as rows of one padded matrix
 _CHUNK = 65_536  # keys per matrix (bounds its memory: 16 MiB of code points)
-_SMALL_SPANS = 20_000  # spans x longest span up to this: one padded matrix of their bytes
+_SMALL_SPANS = 32_768  # spans x longest span up to this: one padded matrix of their bytes
 
 
 def index_hashes(keys: Sequence[str]) -> np.ndarray:
@@ -108,13 +109,14 @@ def utf8_span_hashes(
     lengths = np.asarray(ends, dtype=np.int64) - starts
     n = len(starts)
     longest = int(lengths.max()) if n else 0
+    high: np.ndarray | None
     if n * longest <= _SMALL_SPANS:
         out, high = _span_hashes_padded(data, starts + lengths, lengths, longest)
         if prefixes is not None:
             out += prefixes.astype(np.uint32) * _powers(longest + 1)[lengths].astype(np.uint32)
     else:
         out, high = _span_hashes_horner(data, starts, lengths, prefixes)
-    for i in np.flatnonzero(high >= 0x80).tolist():
+    for i in [] if high is None else np.flatnonzero(high >= 0x80).tolist():
         text = bytes(data[starts[i] : starts[i] + lengths[i]]).decode("utf-8")
         code = java_hash(text) & _MASK
         if prefixes is not None:
@@ -125,16 +127,21 @@ def utf8_span_hashes(
 
 def _span_hashes_padded(
     data: np.ndarray, ends: np.ndarray, lengths: np.ndarray, width: int
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Hash codes of spans (no prefixes) as rows of ``width`` bytes, each span right-aligned
     after zeros (leading zeros leave the hash unchanged): a row's hash is its dot product
-    with 31**(width-1-k), wrapping modulo 2**32. Also each row's largest byte."""
-    cols = np.arange(width)
-    inside = cols >= (width - lengths)[:, None]
-    at = np.where(inside, (ends - width)[:, None] + cols, 0)
-    units = np.where(inside, data[at], 0).astype(np.uint32)
-    weights = _powers(width)[::-1].astype(np.uint32)
-    return (units * weights).sum(axis=1, dtype=np.uint32), units.max(axis=1, initial=0)
+    with 31**(width-1-k), wrapping modulo 2**32. Also each row's largest byte, or None when
+    all are ASCII."""
+    # the row of a span ending at e reads padded[e : e + width] (data behind ``width`` zeros);
+    # bytes before the span's start are masked to zero. int32 positions keep the matrices
+    # small (numpy maps fresh pages for large ones).
+    kind: Any = np.int32 if len(data) + width < 2**31 else np.int64
+    cols = np.arange(width, dtype=kind)
+    padded = np.concatenate((np.zeros(width, dtype=np.uint8), data))
+    units = padded[ends.astype(kind)[:, None] + cols]
+    units *= cols >= (width - lengths).astype(kind)[:, None]
+    codes = units @ _powers(width)[::-1].astype(np.uint32)  # uint32: wraps modulo 2**32
+    return codes, (units.max(axis=1) if units.max(initial=0) >= 0x80 else None)
 
 
 def _span_hashes_horner(
