@@ -454,4 +454,7 @@ class CommitLogEngine:
         if not self._failed:  # else the next start checks the tail as after a crash
             self.layout.abort.unlink(missing_ok=True)
         self._store_lock.release()
-        log.info("commitlog closed cleanly at offset %d", self.max_offset)
+        if self._failed:
+            log.warning("commitlog closed at offset %d after a failed write", self.max_offset)
+        else:
+            log.info("commitlog closed cleanly at offset %d", self.max_offset)

@@ -44,11 +44,13 @@ class Segment:
 
     def write(self, at: int, data: bytes | memoryview) -> None:
         """Write ``data`` at position ``at`` of the segment (OSError if the disk fails)."""
-        n = os.pwrite(self.fd, data, at)
-        if n < len(data):
+        view, done = memoryview(data), 0
+        while done < len(view):  # pwrite may write less than asked
+            n = os.pwrite(self.fd, view[done:], at + done)
             if n <= 0:
-                raise OSError(errno.EIO, f"wrote nothing of {len(data)} bytes", self.path.name)
-            self.write(at + n, memoryview(data)[n:])
+                left = len(view) - done
+                raise OSError(errno.EIO, f"wrote nothing of {left} bytes", self.path.name)
+            done += n
 
     @property
     def end(self) -> int:
