@@ -13,8 +13,8 @@ A prepared record is a plain tuple (cheap to make, cheap to unpack):
 
 where ``tail`` is ``[topic length][topic][properties length][properties]``.
 
-A producer's columns of plain messages (one topic, one born host and time) are prepared all
-at once instead, as a ``PlainRun``: their headers as rows of a numpy record array with the
+A batch of plain messages (one topic, one born host; a producer's columns, or Messages with
+no flags, properties or delay) is prepared all at once instead, as a ``PlainRun``: their headers as rows of a numpy record array with the
 same bytes as the struct (``_DTYPES``), so the lock fills three columns and joins the rows
 with the bodies and what follows them, with no per-record pack.
 """
@@ -96,15 +96,16 @@ class BatchEncoder:
         self,
         topic: bytes,
         queue_ids: Sequence[int],
-        bodies: bytes,
+        bodies: BytesLike | list[bytes],
         body_sizes: Sequence[int],
         properties: Sequence[bytes | Sequence[bytes]],
-        born_timestamp: int,
+        born_timestamp: int | Sequence[int],
         born_host: Host,
     ) -> "PlainRun":
-        """``prepare`` for many plain messages of one topic, born at one host and time (flag,
-        sys flag, reconsume times and prepared tx offset 0), at once: message i's body is the
-        next ``body_sizes[i]`` bytes of ``bodies``, its properties the concatenation of
+        """``prepare`` for many plain messages of one topic, born at one host (flag, sys flag,
+        reconsume times and prepared tx offset 0), at once: message i's body is ``bodies[i]``
+        if bodies is a list, else the next ``body_sizes[i]`` bytes of ``bodies``; its born
+        timestamp is ``born_timestamp`` or its entry; its properties the concatenation of
         ``properties``' parts, each one bytes for every message or a sequence of one each."""
         head = self._topic_heads.get(topic) or self._topic_head(topic)
         n = len(body_sizes)
@@ -112,9 +113,14 @@ class BatchEncoder:
             fixed, sys_flag = self._fixed_v4_born, self._store_bit
         else:
             fixed, sys_flag = self._fixed_v6_born, cl.BORNHOST_V6_FLAG | self._store_bit
-        view = memoryview(bodies)
-        ends = list(accumulate(body_sizes))
-        body_views = [view[e - size : e] for e, size in zip(ends, body_sizes, strict=True)]
+        body_views: Sequence[BytesLike]
+        if isinstance(bodies, list):
+            body_views = bodies
+        else:
+            view = memoryview(bodies)
+            ends = list(accumulate(body_sizes))
+            body_views = [view[e - size : e] for e, size in zip(ends, body_sizes, strict=True)]
+        each_born = not isinstance(born_timestamp, int)
         parts = list(properties)
         lead = parts.pop(0) if parts and isinstance(parts[0], bytes) else b""
         assert isinstance(lead, bytes)
@@ -136,8 +142,9 @@ class BatchEncoder:
         header = np.frombuffer(
             bytearray(
                 fixed.pack(
-                    0, cl.MAGIC_V1, 0, 0, 0, 0, 0, sys_flag, born_timestamp, born_host.ip,
-                    born_host.port, 0, self._store_ip, self._store_port, 0, 0, 0,
+                    0, cl.MAGIC_V1, 0, 0, 0, 0, 0, sys_flag,
+                    0 if each_born else born_timestamp, born_host.ip, born_host.port, 0,
+                    self._store_ip, self._store_port, 0, 0, 0,
                 ) * n  # fmt: skip
             ),
             _DTYPES[fixed],
@@ -147,6 +154,8 @@ class BatchEncoder:
         header["crc"] = np.fromiter(map(cl.crc32, body_views), np.int64, n) & 0x7FFFFFFF
         header["queue_id"] = queue_ids
         header["body_length"] = body_len
+        if each_born:
+            header["born_timestamp"] = born_timestamp
         rows = after.view(f"V{len(after_row)}").tolist()
         return PlainRun(header, body_views, [rows, *columns], header["total"].tolist(), sys_flag)
 

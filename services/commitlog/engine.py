@@ -154,7 +154,7 @@ class CommitLogEngine:
         if isinstance(messages, commitlog_pb2.MessageColumns):
             columns = self.builder.build_columns(messages, now)
         else:
-            columns = tuple(zip(*self.builder.build_many(messages, now), strict=True))
+            columns = self.builder.build_batch(messages, now)
         if not columns:
             return Stored(self.builder.store_host, [], [], [], now, [], [], []), 0
         with self._lock:

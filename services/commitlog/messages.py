@@ -8,7 +8,7 @@ queue level-1. Then serialized in Java HashMap order.
 
 import string
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from rmqstore import delay
@@ -35,6 +35,9 @@ CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 # next queue offset (not a prepared/rollback record).
 Prepared = tuple[batch_fmt.Prepared, int, str, int, int, int, str, str, int, int, bool]
 
+
+# a batch of Messages from this many takes the plain path when it can (see build_batch)
+PLAIN_BATCH_MIN = 8
 
 # prepared messages by column: one sequence per field of Prepared (``()`` for no message);
 # the records of a MessageColumns come as one PlainRun
@@ -251,6 +254,46 @@ class MessageBuilder:
             )
         return out
 
+    def build_batch(self, messages: Sequence, now_ms: int) -> Columns:
+        """A call's ``Message``s as the columns the engine appends. A batch of plain messages
+        of one topic and born host (no user properties, delay, flag, sys flag or transaction
+        offset, none without a unique key) is prepared at once, as ``build_columns`` prepares
+        the same columns; any other batch, or one with a message to refuse, message by
+        message (``build_many``, whose errors name the field)."""
+        if len(messages) >= PLAIN_BATCH_MIN:
+            try:
+                columns = self._plain_messages(messages, now_ms)
+            except MessageIllegalError:
+                columns = None
+            if columns is not None:
+                return columns
+        return tuple(zip(*self.build_many(messages, now_ms), strict=True))
+
+    def _plain_messages(self, messages: Sequence, now_ms: int) -> Columns | None:
+        first = messages[0]
+        topic, born_text = first.topic, first.born_host
+        born = self._born_cache.get(born_text) if born_text else self.store_host
+        if born is None or any(
+            m.topic != topic
+            or m.born_host != born_text
+            or m.delay_level
+            or m.sys_flag
+            or m.flag
+            or m.reconsume_times
+            or m.prepared_transaction_offset
+            or m.without_unique_key
+            or m.properties
+            for m in messages
+        ):
+            return None
+        bodies = [m.body for m in messages]
+        sizes = [len(b) for b in bodies]
+        return self._plain(
+            topic, [m.queue_id for m in messages], bodies, sizes, [m.tags for m in messages],
+            [m.keys for m in messages], [m.unique_key for m in messages],
+            [m.born_timestamp or now_ms for m in messages], born, now_ms,
+        )  # fmt: skip
+
     def build_columns(self, c, now_ms: int) -> Columns:
         """The ``MessageColumns`` of one call, checked column by column, as the columns the
         engine appends (see ``Prepared``): the records ``build`` would make of the same
@@ -261,16 +304,34 @@ class MessageBuilder:
             if c.bodies or c.queue_id or c.tags or c.keys or c.unique_key:
                 raise MessageIllegalError("columns hold values but body_size lists no message")
             return ()
-        topic = c.topic
-        topic_bytes = self._topic_bytes(topic)
+        self._topic_bytes(c.topic)
         queue_ids = _column(c.queue_id, n, "queue_id", empty=None)
-        if not (min(queue_ids) >= 0 and max(queue_ids) < self.config.queues_per_topic):
-            bad = next(q for q in queue_ids if not 0 <= q < self.config.queues_per_topic)
-            raise MessageIllegalError(
-                f"queue id {bad} is outside 0..{self.config.queues_per_topic - 1}"
-            )
         tags, keys = _column(c.tags, n, "tags"), _column(c.keys, n, "keys")
         uniqs = _column(c.unique_key, n, "unique_key", one=False)
+        bodies = c.bodies
+        if min(sizes) < 0 or sum(sizes) != len(bodies):
+            raise MessageIllegalError(
+                f"columns.bodies holds {len(bodies)} bytes but body_size adds up to "
+                f"{sum(sizes)}" + (" and has a negative size" if min(sizes) < 0 else "")
+            )
+        return self._plain(
+            c.topic, queue_ids, bodies, sizes, tags, keys, uniqs, c.born_timestamp or now_ms,
+            self._born(c.born_host), now_ms,
+        )  # fmt: skip
+
+    def _plain(
+        self, topic: str, queue_ids: list[int], bodies: bytes | list[bytes], sizes: list[int],
+        tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int | list[int],
+        born: Host, now_ms: int,
+    ) -> Columns:  # fmt: skip
+        """Plain messages of one topic as columns, every value checked (a unique key is
+        generated where one is empty)."""
+        n = len(sizes)
+        topic_bytes = self._topic_bytes(topic)
+        queues = self.config.queues_per_topic
+        if not (min(queue_ids) >= 0 and max(queue_ids) < queues):
+            bad = next(q for q in queue_ids if not 0 <= q < queues)
+            raise MessageIllegalError(f"queue id {bad} is outside 0..{queues - 1}")
         for what, values in (("tags", tags), ("keys", keys), ("unique key", uniqs)):
             text = "".join(values)
             if "\x01" in text or "\x02" in text:
@@ -280,21 +341,14 @@ class MessageBuilder:
         elif not all(uniqs):
             make = self.uniq.at(now_ms)
             uniqs = [u or make() for u in uniqs]
-        bodies = c.bodies
-        if min(sizes) < 0 or sum(sizes) != len(bodies):
-            raise MessageIllegalError(
-                f"columns.bodies holds {len(bodies)} bytes but body_size adds up to "
-                f"{sum(sizes)}" + (" and has a negative size" if min(sizes) < 0 else "")
-            )
         if max(sizes) > self.config.max_message_size:
             raise MessageIllegalError(
                 f"body of message {sizes.index(max(sizes))} is {max(sizes)} bytes, "
                 f"the limit is {self.config.max_message_size}"
             )
         run = self._prepare_columns(
-            topic_bytes, queue_ids, bodies, sizes, tags, keys, uniqs,
-            c.born_timestamp or now_ms, self._born(c.born_host),
-        )  # fmt: skip
+            topic_bytes, queue_ids, bodies, sizes, tags, keys, uniqs, born_timestamp, born
+        )
         record_sizes = run.sizes
         if max(record_sizes) > self._record_limit:
             raise MessageIllegalError(
@@ -310,8 +364,9 @@ class MessageBuilder:
         )  # fmt: skip
 
     def _prepare_columns(
-        self, topic: bytes, queue_ids: list[int], bodies: bytes, sizes: list[int],
-        tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int, born: Host,
+        self, topic: bytes, queue_ids: list[int], bodies: bytes | list[bytes], sizes: list[int],
+        tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int | list[int],
+        born: Host,
     ) -> batch_fmt.PlainRun:  # fmt: skip
         """The records of checked columns. A batch with one tag (or none) for all and keys
         for all (or none) shares its properties' fixed text: each message's properties are

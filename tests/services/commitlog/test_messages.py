@@ -1,4 +1,5 @@
-"""The short path of build_many gives exactly what build gives, and errors stay the same."""
+"""The short paths (build_many's, columns, plain batches of Messages) give exactly what build
+gives, and errors stay the same."""
 
 from itertools import accumulate
 
@@ -7,9 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rmqstore.errors import MessageIllegalError
+from rmqstore.formats.commitlog_batch import PlainRun
 from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.commitlog.config import WriterConfig
-from services.commitlog.messages import MessageBuilder
+from services.commitlog.messages import PLAIN_BATCH_MIN, MessageBuilder
 
 NOW = 1_700_000_000_000
 UK = "7F0000010B6E18B4AAC23E9C5AD5000"
@@ -240,3 +242,108 @@ def test_any_columns_are_refused_or_stored_as_their_messages(tmp_path_factory, c
     c.unique_key.extend(cols[7])
     rows = _builder(tmp).build_many(_as_messages(c), NOW)
     _assert_same_records(b, cols, rows)
+
+
+def _plain_batch(n: int, **fields) -> list:
+    return [
+        common_pb2.Message(topic="A", queue_id=i % 8, body=b"b%d" % i, tags="T", keys=f"k{i}",
+                           **fields)
+        for i in range(n)
+    ]  # fmt: skip
+
+
+def test_a_plain_batch_of_messages_is_prepared_at_once(tmp_path):
+    b = _builder(tmp_path)
+    cols = b.build_batch(_plain_batch(PLAIN_BATCH_MIN, born_timestamp=5), NOW)
+    assert isinstance(cols[0], PlainRun)
+    assert len(set(cols[7])) == PLAIN_BATCH_MIN  # unique keys generated, distinct
+    batch = _plain_batch(PLAIN_BATCH_MIN, born_timestamp=5)
+    for m, uniq in zip(batch, cols[7], strict=True):
+        m.unique_key = uniq
+    _assert_same_records(b, cols, _builder(tmp_path).build_many(batch, NOW))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        dict(topic="B"), dict(born_host="10.0.0.1:1234"), dict(flag=1), dict(sys_flag=0x8),
+        dict(delay_level=2), dict(reconsume_times=1), dict(prepared_transaction_offset=3),
+        dict(without_unique_key=True), dict(properties=[common_pb2.Property(name="a", value="b")]),
+    ],
+)  # fmt: skip
+def test_a_batch_with_one_message_not_plain_goes_message_by_message(tmp_path, change):
+    batch = _plain_batch(PLAIN_BATCH_MIN, unique_key=UK + "1")
+    batch[3].MergeFrom(common_pb2.Message(**change))
+    cols = _builder(tmp_path).build_batch(batch, NOW)
+    assert not isinstance(cols[0], PlainRun)
+    assert cols == tuple(zip(*_builder(tmp_path).build_many(batch, NOW), strict=True))
+
+
+@pytest.mark.parametrize(
+    "change, error",
+    [
+        (dict(queue_id=8), "queue id 8"),
+        (dict(body=b"x" * 2000), "body is 2000 bytes"),
+        (dict(keys="a\x01b"), "keys contains a property separator"),
+        (dict(topic="../A"), "topic"),
+    ],
+)
+def test_a_plain_batch_to_refuse_says_which_field_as_for_one_message(tmp_path, change, error):
+    batch = _plain_batch(PLAIN_BATCH_MIN)
+    for m in batch:  # every message (one topic): the plain path is tried and refuses
+        m.MergeFrom(common_pb2.Message(**change))
+    with pytest.raises(MessageIllegalError, match=error):
+        _builder(tmp_path, max_message_size=1000).build_batch(batch, NOW)
+
+
+_PLAIN_TEXT = st.text(alphabet="ab %{}", max_size=4)
+_ODD = {"topic": "B", "queue_id": 8, "flag": 1, "delay_level": 1, "keys": "a\x01", "tags": "\x02"}
+
+
+@st.composite
+def _any_messages(draw):
+    """Batches of mostly plain messages, now and then one that is not plain or not valid."""
+    n = draw(st.integers(0, 12))
+    born = draw(st.sampled_from(["", "10.0.0.1:1234", "[::1]:99"]))
+    batch = []
+    for i in range(n):
+        fields = dict(
+            topic="A", queue_id=draw(st.integers(0, 7)), body=draw(st.binary(max_size=4)),
+            tags=draw(_PLAIN_TEXT), keys=draw(_PLAIN_TEXT), born_host=born,
+            unique_key=draw(st.sampled_from(["", f"{UK}{i}"])),
+            born_timestamp=draw(st.sampled_from([0, 5, 6])),
+        )  # fmt: skip
+        odd = draw(st.sampled_from([None] * 30 + list(_ODD)))
+        if odd:
+            fields[odd] = _ODD[odd]
+        batch.append(common_pb2.Message(**fields))
+    return born, batch
+
+
+@settings(max_examples=300, deadline=None)
+@given(drawn=_any_messages())
+def test_any_batch_is_refused_or_stored_as_message_by_message(tmp_path_factory, drawn):
+    """build_batch refuses what build_many refuses, with the same error, and otherwise makes
+    the same records (the generated unique keys given to the messages)."""
+    born, batch = drawn
+    tmp = tmp_path_factory.getbasetemp()
+
+    def builder():
+        b = _builder(tmp)
+        b.build_many([common_pb2.Message(topic="A", born_host=born)], NOW)  # knows the host
+        return b
+
+    b = builder()
+    try:
+        cols = b.build_batch(batch, NOW)
+    except MessageIllegalError as e:
+        with pytest.raises(MessageIllegalError) as refused:
+            builder().build_many(batch, NOW)
+        assert str(refused.value) == str(e)
+        return
+    if not batch:
+        assert cols == ()
+        return
+    for m, uniq in zip(batch, cols[7], strict=True):
+        m.unique_key = uniq
+    _assert_same_records(b, cols, builder().build_many(batch, NOW))
