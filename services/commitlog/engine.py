@@ -90,7 +90,12 @@ class CommitLogEngine:
             (s for s in self.segments.segments if s.start <= r.end < s.end), None
         )
         self._lock = threading.Lock()
-        self._appended = threading.Condition()
+        appended = threading.RLock()
+        self._appended = threading.Condition(appended)  # notified on every append: idle subscribers
+        # lingering subscribers wait on this, notified only once one of them has LINGER_BELOW
+        # bytes waiting (each wake-up is a system call made while holding Python's lock)
+        self._grown = threading.Condition(appended)
+        self._lingering: list[int] = []  # their positions
         self._closed = False
         self._failed = ""  # why appends stopped: a write into the commitlog failed
         self.builder = MessageBuilder(cfg)
@@ -166,6 +171,8 @@ class CommitLogEngine:
             stored, end = self._append(columns, now_ms or _now_ms())  # store time
         with self._appended:
             self._appended.notify_all()
+            if self._lingering and self.max_offset - min(self._lingering) >= LINGER_BELOW:
+                self._grown.notify_all()
         return stored, end
 
     def wait_durable(self, end: int) -> None:
@@ -395,12 +402,7 @@ class CommitLogEngine:
                 if linger and self._small_batch(pos, max_records):
                     # only a little is waiting: let the puts right behind it join (a builder
                     # pays a fixed cost per batch, and each put is a chunk of its own)
-                    until = time.monotonic() + linger
-                    while self._small_batch(pos, max_records) and not self._closed:
-                        left = until - time.monotonic()
-                        if left <= 0 or not active():
-                            break
-                        self._appended.wait(left)
+                    self._linger(pos, max_records, time.monotonic() + linger, active)
             if not active() or self._closed:
                 return
             batch = self.cache.take(pos, max_records)
@@ -410,6 +412,21 @@ class CommitLogEngine:
                 )
             pos = batch.next_offset
             yield batch
+
+    def _linger(
+        self, pos: int, max_records: int, until: float, active: Callable[[], bool]
+    ) -> None:
+        """Wait (holding ``_appended``) until ``until``, or until the batch from ``pos`` is no
+        longer small in bytes, or the engine closes."""
+        self._lingering.append(pos)
+        try:
+            while self._small_batch(pos, max_records) and not self._closed:
+                left = until - time.monotonic()
+                if left <= 0 or not active():
+                    break
+                self._grown.wait(left)
+        finally:
+            self._lingering.remove(pos)
 
     def _small_batch(self, pos: int, max_records: int) -> bool:
         """Whether the batch from ``pos`` would be short of ``max_records`` and of
@@ -443,6 +460,7 @@ class CommitLogEngine:
             self._closed = True
         with self._appended:
             self._appended.notify_all()
+            self._grown.notify_all()
         self.flusher.stop()
         self._flush_all()
         try:

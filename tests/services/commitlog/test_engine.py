@@ -238,3 +238,24 @@ def test_a_subscriber_that_caught_up_lingers_for_more_puts(tmp_path):
         assert behind[0].records == 301
     finally:
         e.close()
+
+
+def test_closing_ends_a_linger(tmp_path):
+    """A subscriber lingering for more puts when the engine closes ends without a batch."""
+    e = CommitLogEngine(
+        WriterConfig(store=tmp_path / "store", segment_size=8 << 20, dispatch_linger_ms=1000)
+    )
+    got: list = []
+    taker = threading.Thread(
+        target=lambda: got.extend(e.subscribe("s", 0, 100_000, lambda: True))
+    )
+    taker.start()
+    e.put([common_pb2.Message(topic="T", body=b"x")])  # wakes it; it lingers
+    for _ in range(100):
+        if e._lingering:
+            break
+        time.sleep(0.05)
+    assert e._lingering
+    e.close()
+    taker.join(10)
+    assert not taker.is_alive() and got == []
