@@ -14,9 +14,10 @@ A prepared record is a plain tuple (cheap to make, cheap to unpack):
 where ``tail`` is ``[topic length][topic][properties length][properties]``.
 
 A batch of plain messages (one topic, one born host; a producer's columns, or Messages with
-no flags, properties or delay) is prepared all at once instead, as a ``PlainRun``: their headers as rows of a numpy record array with the
-same bytes as the struct (``_DTYPES``), so the lock fills three columns and joins the rows
-with the bodies and what follows them, with no per-record pack.
+no flags, properties or delay) is prepared all at once instead, as a ``PlainRun``: their
+headers as rows of a numpy record array with the same bytes as the struct (``_DTYPES``), so
+the lock fills three columns and joins the rows with the bodies and what follows them, with
+no per-record pack.
 """
 
 import functools
