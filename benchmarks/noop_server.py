@@ -1,27 +1,30 @@
-"""A CommitLog server that stores nothing: the gRPC transport ceiling for put benchmarks."""
+"""A CommitLog server that stores nothing: the gRPC transport ceiling for put benchmarks.
+
+It runs on the same kind of server as the writer (``AsyncService``, one event loop), so a
+ratio to it is the store's own cost."""
 
 import sys
 
 import grpc
 
-from rmqstore.server import Service, Termination
+from rmqstore.server import AsyncService, Termination
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 
 class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
-    def GetOffsets(self, request, context):
+    async def GetOffsets(self, request, context):
         return commitlog_pb2.Offsets()
 
-    def PutStream(self, request_iterator, context):
-        for request in request_iterator:
-            yield commitlog_pb2.PutStreamReply(response=self.PutBatch(request, context))
+    async def PutStream(self, request_iterator, context):
+        async for request in request_iterator:
+            yield commitlog_pb2.PutStreamReply(response=await self.PutBatch(request, context))
 
-    def PutBatch(self, request, context):
+    async def PutBatch(self, request, context):
         if request.HasField("columns"):  # read every column, as the writer does
             c = request.columns
             n, queues = len(c.body_size), list(c.queue_id)
             if len(c.bodies) != sum(c.body_size):  # the bodies are read, as by the writer
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bodies do not add up")
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "bodies do not add up")
             keys, uniqs = list(c.keys), list(c.unique_key)
             return commitlog_pb2.PutBatchResponse(
                 columns=commitlog_pb2.PutResultColumns(
@@ -67,7 +70,7 @@ class NoopCommitLog(commitlog_pb2_grpc.CommitLogServicer):
 
 
 def main() -> int:
-    service = Service(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:0")
+    service = AsyncService(sys.argv[1] if len(sys.argv) > 1 else "127.0.0.1:0")
     service.add(
         commitlog_pb2_grpc.add_CommitLogServicer_to_server,
         NoopCommitLog(),

@@ -4,13 +4,15 @@ Services call ``serve(...)`` from their ``__main__``; servicer methods are wrapp
 ``grpc_errors`` so a ``StoreError`` becomes its gRPC status with its message, in one place.
 """
 
+import asyncio
 import functools
+import inspect
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from concurrent import futures
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -19,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from rmqstore.errors import StoreError
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
@@ -32,7 +35,29 @@ def status_code(err: StoreError) -> grpc.StatusCode:
 
 
 def grpc_errors(method: Callable) -> Callable:
-    """Turn StoreError into the matching status (unary and server-streaming methods)."""
+    """Turn StoreError into the matching status: unary and server-streaming methods, plain
+    or ``async`` (for ``AsyncService``)."""
+    if inspect.isasyncgenfunction(method):
+
+        @functools.wraps(method)
+        async def async_streaming(self: Any, request: Any, context: Any) -> AsyncIterator[Any]:
+            try:
+                async for item in method(self, request, context):
+                    yield item
+            except StoreError as e:
+                await context.abort(status_code(e), str(e))
+
+        return async_streaming
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def async_unary(self: Any, request: Any, context: Any) -> Any:
+            try:
+                return await method(self, request, context)
+            except StoreError as e:
+                await context.abort(status_code(e), str(e))
+
+        return async_unary
 
     @functools.wraps(method)
     def unary(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
@@ -48,9 +73,70 @@ def grpc_errors(method: Callable) -> Callable:
         except StoreError as e:
             context.abort(status_code(e), str(e))
 
-    import inspect
-
     return streaming if inspect.isgeneratorfunction(method) else unary
+
+
+UNDECODABLE = "Exception deserializing request!"
+_BAD = object()  # a request whose bytes did not parse
+
+
+def decode_checked(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandler | None:
+    """An ``async`` method's handler that answers a request that does not parse with INTERNAL
+    and gRPC's own message, as the threaded server does (an asyncio server answers UNKNOWN with
+    the parser's exception)."""
+    if handler is None or handler.request_deserializer is None:
+        return handler
+    parse = handler.request_deserializer
+
+    def lenient(raw: bytes) -> Any:
+        try:
+            return parse(raw)
+        except Exception:
+            return _BAD
+
+    async def refuse(context: Any) -> None:
+        await context.abort(grpc.StatusCode.INTERNAL, UNDECODABLE)
+
+    async def checked(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        async for request in requests:
+            if request is _BAD:
+                await refuse(context)
+            yield request
+
+    out = handler.response_serializer
+    if handler.unary_unary:
+        inner = handler.unary_unary
+
+        async def unary_unary(request: Any, context: Any) -> Any:
+            if request is _BAD:
+                await refuse(context)
+            return await inner(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(unary_unary, lenient, out)
+    if handler.unary_stream:
+        inner = handler.unary_stream
+
+        async def unary_stream(request: Any, context: Any) -> AsyncIterator[Any]:
+            if request is _BAD:
+                await refuse(context)
+            async for item in inner(request, context):
+                yield item
+
+        return grpc.unary_stream_rpc_method_handler(unary_stream, lenient, out)
+    if handler.stream_unary:
+        inner = handler.stream_unary
+
+        async def stream_unary(requests: Any, context: Any) -> Any:
+            return await inner(checked(requests, context), context)
+
+        return grpc.stream_unary_rpc_method_handler(stream_unary, lenient, out)
+    inner = handler.stream_stream
+
+    async def stream_stream(requests: Any, context: Any) -> AsyncIterator[Any]:
+        async for item in inner(checked(requests, context), context):
+            yield item
+
+    return grpc.stream_stream_rpc_method_handler(stream_stream, lenient, out)
 
 
 def channel(address: str) -> grpc.Channel:
@@ -98,6 +184,70 @@ class Service:
     def stop(self, grace: float = 5.0) -> None:
         self.set_serving(False)
         self.server.stop(grace).wait()
+
+
+class AsyncService:
+    """``Service`` on ``grpc.aio``: one event loop, in a thread of its own, runs every call, so
+    no request or answer is handed between Python threads (the threaded server hands each to
+    a worker and back, a context switch each time). Handlers must not block: what waits goes
+    to ``run_blocking``. The methods below are called from other threads."""
+
+    def __init__(self, address: str, credentials: grpc.ServerCredentials | None = None,
+                 blocking_workers: int = 16) -> None:  # fmt: skip
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="grpc-aio", daemon=True)
+        self._thread.start()
+        self._blocking = futures.ThreadPoolExecutor(blocking_workers, "blocking")
+        self._names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
+        self.server, self.health, self.port = self.call(self._create(address, credentials))
+        if self.port == 0:
+            raise OSError(f"cannot listen on {address}")
+        self.address = address.rsplit(":", 1)[0] + f":{self.port}"
+
+    async def _create(
+        self, address: str, credentials: grpc.ServerCredentials | None
+    ) -> tuple[grpc.aio.Server, Any, int]:
+        server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        checker = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(checker, server)
+        port = (server.add_secure_port(address, credentials) if credentials
+                else server.add_insecure_port(address))  # fmt: skip
+        return server, checker, port
+
+    def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the service's loop and wait for its result."""
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result()
+
+    async def run_blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` in a worker thread, awaited (for calls that wait on something)."""
+        return await self.loop.run_in_executor(self._blocking, fn, *args)
+
+    def add(self, add_fn: Callable, servicer: Any, descriptor: Any, name: str) -> None:
+        """Register a servicer; ``descriptor`` is the generated ``*_pb2.DESCRIPTOR``."""
+        add_fn(servicer, self.server)
+        full = descriptor.services_by_name[name].full_name
+        self._names.append(full)
+        self.call(self.health.set(full, health_pb2.HealthCheckResponse.NOT_SERVING))
+
+    def start(self) -> None:
+        reflection.enable_server_reflection([*self._names, reflection.SERVICE_NAME], self.server)
+        self.call(self.server.start())
+
+    def set_serving(self, serving: bool = True) -> None:
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for n in ["", *self._names[1:]]:
+            self.call(self.health.set(n, status))
+
+    def stop(self, grace: float = 5.0) -> None:
+        self.set_serving(False)
+        self.call(self.server.stop(grace))
+        self._blocking.shutdown(wait=False, cancel_futures=True)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
 
 
 class Termination:

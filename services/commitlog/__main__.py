@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
-from rmqstore.server import Service, Termination, configure_logging
+from rmqstore.server import AsyncService, Termination, configure_logging
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import CommitLogEngine
@@ -74,12 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     registry = metrics.new_registry("commitlog")
     observer = WriterObserver(engine, registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    # unary calls, builders' dispatch streams, the query service's read streams and
-    # producers' put streams (at most 8 and 32, see servicer) each hold a worker thread
-    service = Service(args.listen, max_workers=64, credentials=credentials)
+    # calls run on one event loop; what waits runs in worker threads: each builder's wait for
+    # records to dispatch (at most MAX_SUBSCRIBERS streams) and each sync-flush put's wait
+    service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
     service.add(
         add_to_server,
-        CommitLogServicer(engine, observer),
+        CommitLogServicer(engine, observer, service.run_blocking),
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
     )

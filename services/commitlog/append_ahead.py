@@ -2,14 +2,13 @@
 
 Under sync flush a put is answered only once its bytes are durable. A stream that waited for
 that before reading its next batch would never let two of its own batches share a group
-commit. ``appended_ahead`` lets a thread read and append the batches that follow (at most
-``depth`` ahead) while the stream waits for the flush of the one before, so every batch a
-producer has in flight rides the same fdatasync. Answers still go out in order.
+commit. ``appended_ahead`` reads and appends the batches that follow (at most ``depth``
+ahead) in a task of its own while the stream waits for the flush of the one before, so every
+batch a producer has in flight rides the same fdatasync. Answers still go out in order.
 """
 
-import queue
-import threading
-from collections.abc import Callable, Iterable, Iterator
+import asyncio
+from collections.abc import AsyncGenerator, AsyncIterable, Callable
 from typing import TypeVar
 
 from rmqstore.errors import StoreError
@@ -19,55 +18,36 @@ Outcome = TypeVar("Outcome")
 _END = object()
 
 
-def appended_ahead(
-    requests: Iterable[Request],
+async def appended_ahead(
+    requests: AsyncIterable[Request],
     append: Callable[[Request], Outcome],
-    alive: Callable[[], bool],
     depth: int = 16,
-) -> Iterator[tuple[Request, Outcome | StoreError]]:
+) -> AsyncGenerator[tuple[Request, Outcome | StoreError], None]:
     """Yield ``(request, append(request))`` in order, or the StoreError that append raised
-    (a refused batch; the stream goes on). ``alive()`` turning False (the call ended) stops
-    the reading thread; an error reading ``requests`` ends the iteration with that error."""
-    ready: queue.Queue = queue.Queue(depth)
-    done = threading.Event()
+    (a refused batch; the stream goes on). An error reading ``requests`` ends the iteration
+    with that error; closing the iteration (the call ended) stops the reading."""
+    ready: asyncio.Queue = asyncio.Queue(depth)
 
-    def offer(item: object) -> bool:
-        while not done.is_set() and alive():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def read() -> None:
+    async def read() -> None:
         try:
-            for request in requests:
+            async for request in requests:
                 try:
                     outcome: object = append(request)
                 except StoreError as e:
                     outcome = e
-                if not offer((request, outcome)):
-                    return
-        except BaseException as e:  # the call broke or was cancelled while reading
-            offer(e)
+                await ready.put((request, outcome))
+        except asyncio.CancelledError:
+            raise
+        except BaseException as e:  # the call broke while reading
+            await ready.put(e)
             return
-        offer(_END)
+        await ready.put(_END)
 
-    reader = threading.Thread(target=read, name="put-stream-ahead", daemon=True)
-    reader.start()
+    reader = asyncio.ensure_future(read())
     try:
-        while True:
-            try:
-                item = ready.get(timeout=0.1)
-            except queue.Empty:
-                if not alive() or not reader.is_alive() and ready.empty():
-                    return
-                continue
-            if item is _END:
-                return
+        while (item := await ready.get()) is not _END:
             if isinstance(item, BaseException):
                 raise item
-            yield item  # type: ignore[misc]
+            yield item
     finally:
-        done.set()
+        reader.cancel()

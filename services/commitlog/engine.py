@@ -49,6 +49,15 @@ MAX_BATCH_RECORDS = 100_000
 LINGER_BELOW = 256 * 1024  # dispatch: bytes waiting below which a subscriber lingers
 
 
+DURABLE_TIMEOUT_S = 5.0  # a sync-flush put not durable by then fails (FLUSH_DISK_TIMEOUT)
+
+
+def flush_timeout(end: int) -> StoreError:
+    return StoreError(
+        f"flush did not reach offset {end} within {DURABLE_TIMEOUT_S:g} s (FLUSH_DISK_TIMEOUT)"
+    )
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -177,8 +186,17 @@ class CommitLogEngine:
 
     def wait_durable(self, end: int) -> None:
         """Under sync flush, block until the commitlog is durable up to ``end``."""
-        if self.config.flush == "sync" and not self.flusher.wait_durable(end):
-            raise StoreError(f"flush did not reach offset {end} within 5 s (FLUSH_DISK_TIMEOUT)")
+        if self.config.flush == "sync" and not self.flusher.wait_durable(end, DURABLE_TIMEOUT_S):
+            raise flush_timeout(end)
+
+    def on_durable(self, end: int, done: Callable[[bool], None]) -> None:
+        """``wait_durable`` without waiting: ``done(True)`` once the commitlog is durable up to
+        ``end`` (sync flush), ``done(False)`` if the writer stops first; called from the flush
+        thread, or at once under async flush."""
+        if self.config.flush == "sync":
+            self.flusher.on_durable(end, done)
+        else:
+            done(True)
 
     def _append(self, columns: tuple, ts: int) -> tuple[Stored, int]:
         """Write prepared messages, given as columns (see messages.Prepared)."""

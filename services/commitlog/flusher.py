@@ -29,6 +29,7 @@ class Flusher:
         self._requested = 0
         self._cond = threading.Condition()
         self._stop = False
+        self._waiters: list[tuple[int, Callable[[bool], None]]] = []  # see on_durable
         self.last_flush_seconds = 0.0
         self.flushes = 0
         self.housekeepings = 0
@@ -51,6 +52,19 @@ class Flusher:
                     return self.flushed >= offset
                 self._cond.wait(left)
         return True
+
+    def on_durable(self, offset: int, done: Callable[[bool], None]) -> None:
+        """Call ``done(True)`` once ``offset`` is flushed (now, if it is), or ``done(False)``
+        if the flusher stops first (sync mode). Called in the flush thread: keep it short."""
+        with self._cond:
+            if self.flushed < offset and not self._stop:
+                self._waiters.append((offset, done))
+                if offset > self._requested:
+                    self._requested = offset
+                    self._cond.notify_all()
+                return
+            ok = self.flushed >= offset
+        done(ok)
 
     def _run(self) -> None:
         next_housekeeping = time.monotonic() + self.snapshot_interval
@@ -75,6 +89,12 @@ class Flusher:
             with self._cond:
                 self.flushed = max(self.flushed, done)
                 self._cond.notify_all()
+                waiters, self._waiters = self._waiters, []
+                if not stopping:
+                    self._waiters = [w for w in waiters if w[0] > self.flushed]
+            for offset, call in waiters:
+                if stopping or offset <= self.flushed:
+                    call(offset <= self.flushed)
             if stopping:
                 return
             if time.monotonic() >= next_housekeeping:

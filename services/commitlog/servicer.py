@@ -1,23 +1,37 @@
-"""gRPC face of the writer: translates protos to engine calls and back, nothing else."""
+"""gRPC face of the writer: translates protos to engine calls and back, nothing else.
 
+It runs on ``AsyncService``'s event loop. Appends, reads and offsets are quick and run there,
+one at a time. Nothing on the loop waits: a sync-flush put awaits a future the flush thread
+settles, and a dispatch stream waits for new records in a worker thread (``run_blocking``).
+"""
+
+import asyncio
+import contextlib
 import threading
 import time
+from collections.abc import AsyncIterable, Awaitable, Callable
+from typing import Any
 
 import grpc
 
 from rmqstore.errors import MessageIllegalError, ResourceExhaustedError, StoreError
-from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
+from rmqstore.server import MAX_MESSAGE_BYTES, decode_checked, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
-from services.commitlog.engine import CommitLogEngine
+from services.commitlog.engine import DURABLE_TIMEOUT_S, CommitLogEngine, flush_timeout
 from services.commitlog.observe import WriterObserver
 from services.commitlog.stored import PutResult, Stored
 
-# each open stream holds one of the server's worker threads (see __main__'s pool size)
 MAX_READ_STREAMS = 8
 MAX_PUT_STREAMS = 32
 _STREAM_LIMITS = {"read": (MAX_READ_STREAMS, "ReadRecords"), "put": (MAX_PUT_STREAMS, "PutBatch")}
 READ_MAX_BYTES = MAX_MESSAGE_BYTES - 1024 * 1024  # room for the reply's own framing
+
+RunBlocking = Callable[..., Awaitable[Any]]
+
+
+async def _in_default_executor(fn: Callable[..., Any], *args: Any) -> Any:
+    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
 
 
 def _result(r: PutResult) -> commitlog_pb2.PutResult:
@@ -56,14 +70,19 @@ def _batch(request: commitlog_pb2.PutBatchRequest):
 
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
-    def __init__(self, engine: CommitLogEngine, observer: WriterObserver | None = None) -> None:
+    def __init__(
+        self, engine: CommitLogEngine, observer: WriterObserver | None = None,
+        run_blocking: RunBlocking = _in_default_executor,
+    ) -> None:  # fmt: skip
         self.engine = engine
         self.observer = observer or WriterObserver(engine, None)
+        self._run_blocking = run_blocking
         self._read_streams = threading.BoundedSemaphore(MAX_READ_STREAMS)
         self._put_streams = threading.BoundedSemaphore(MAX_PUT_STREAMS)
+        self._sync = engine.config.flush == "sync"
 
-    def _put(self, messages) -> Stored:
-        return self._acknowledge(self._append(messages))
+    async def _put(self, messages) -> Stored:
+        return await self._acknowledge(self._append(messages))
 
     def _append(self, messages) -> tuple[Stored, int, float]:
         """Append Messages, or a batch request's messages or columns."""
@@ -77,68 +96,97 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             raise
         return stored, end, t0
 
-    def _acknowledge(self, appended: tuple[Stored, int, float]) -> Stored:
+    async def _acknowledge(self, appended: tuple[Stored, int, float]) -> Stored:
         """Wait until an appended batch is durable (sync flush), then count it."""
         stored, end, t0 = appended
-        try:
-            self.engine.wait_durable(end)
-        except StoreError as e:
-            self.observer.put_failed(e.grpc_status.lower())
-            raise
+        if self._sync:
+            try:
+                await self._durable(end)
+            except StoreError as e:
+                self.observer.put_failed(e.grpc_status.lower())
+                raise
         self.observer.puts(stored, time.perf_counter() - t0)
         return stored
 
-    @grpc_errors
-    def Put(self, request, context):
-        return _result(self._put([request.message])[0])
+    async def _durable(self, end: int) -> None:
+        """Until the group commit that covers ``end``; the flush thread wakes the loop once
+        per flush for every put it made durable, and no thread waits for any one put."""
+        loop = asyncio.get_running_loop()
+        durable = loop.create_future()
+
+        def settle(ok: bool) -> None:
+            if not durable.done():
+                durable.set_result(ok)
+
+        def done(ok: bool) -> None:  # in the flush thread
+            with contextlib.suppress(RuntimeError):  # a closed loop: the call is gone anyway
+                loop.call_soon_threadsafe(settle, ok)
+
+        self.engine.on_durable(end, done)
+        try:
+            ok = await asyncio.wait_for(durable, DURABLE_TIMEOUT_S)
+        except TimeoutError:
+            ok = False
+        if not ok:
+            raise flush_timeout(end)
 
     @grpc_errors
-    def PutBatch(self, request, context):
-        return self._batch_response(request)
+    async def Put(self, request, context):
+        return _result((await self._put([request.message]))[0])
 
     @grpc_errors
-    def PutStream(self, request_iterator, context):
-        if self.engine.config.flush != "sync":  # answered as soon as appended, in this thread
-            yield from self._stream(
-                "put", self._put_streams, request_iterator,
-                lambda request: commitlog_pb2.PutStreamReply(
-                    response=self._batch_response(request)
-                ),
-                commitlog_pb2.PutStreamReply,
-            )  # fmt: skip
+    async def PutBatch(self, request, context):
+        return self._response(request, await self._put(request))
+
+    @grpc_errors
+    async def PutStream(self, request_iterator, context):
+        if not self._sync:  # answered as soon as appended
+
+            async def answer(request) -> commitlog_pb2.PutStreamReply:
+                stored = await self._acknowledge(self._append(request))
+                return commitlog_pb2.PutStreamReply(response=self._response(request, stored))
+
+            async for reply in self._stream(
+                "put", self._put_streams, request_iterator, answer, commitlog_pb2.PutStreamReply
+            ):
+                yield reply
             return
 
-        def answer(item: tuple) -> commitlog_pb2.PutStreamReply:
+        async def durable(item: tuple) -> commitlog_pb2.PutStreamReply:
             request, appended = item
             if isinstance(appended, StoreError):
                 raise appended
-            stored = self._acknowledge(appended)
+            stored = await self._acknowledge(appended)
             return commitlog_pb2.PutStreamReply(response=self._response(request, stored))
 
-        ahead = appended_ahead(request_iterator, self._append, context.is_active)
-        yield from self._stream(
-            "put", self._put_streams, ahead, answer, commitlog_pb2.PutStreamReply
-        )
+        ahead = appended_ahead(request_iterator, self._append)
+        try:
+            async for reply in self._stream(
+                "put", self._put_streams, ahead, durable, commitlog_pb2.PutStreamReply
+            ):
+                yield reply
+        finally:
+            await ahead.aclose()
 
-    def _stream(self, kind: str, slots: threading.BoundedSemaphore, requests, answer, reply):
-        """One ``answer(request)`` per request; a StoreError becomes ``reply(status_code,
+    async def _stream(
+        self, kind: str, slots: threading.BoundedSemaphore, requests: AsyncIterable,
+        answer: Callable[[Any], Awaitable[Any]], reply: Callable[..., Any],
+    ):  # fmt: skip
+        """One ``await answer(request)`` per request; a StoreError becomes ``reply(status_code,
         error)`` and the stream goes on. At most the semaphore's count of streams at once."""
         if not slots.acquire(blocking=False):
             limit, unary = _STREAM_LIMITS[kind]
             raise ResourceExhaustedError(f"{limit} {kind} streams are open already: use {unary}")
         self.observer.stream(kind, 1)
         try:
-            for request in requests:
+            async for request in requests:
                 try:
-                    yield answer(request)
+                    yield await answer(request)
                 except StoreError as e:
                     yield reply(status_code=status_code(e).value[0], error=str(e))
         finally:
             self.observer.stream(kind, -1)
             slots.release()
-
-    def _batch_response(self, request) -> commitlog_pb2.PutBatchResponse:
-        return self._response(request, self._put(request))
 
     def _response(self, request, s: Stored) -> commitlog_pb2.PutBatchResponse:
         if request.columnar_results:
@@ -155,7 +203,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         return response
 
     @grpc_errors
-    def ReadRecords(self, request, context):
+    async def ReadRecords(self, request, context):
         return commitlog_pb2.ReadRecordsResponse(records=self._read(request.offsets))
 
     def _read(self, offsets) -> list[bytes]:
@@ -168,15 +216,17 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         return records
 
     @grpc_errors
-    def ReadRecordsStream(self, request_iterator, context):
-        yield from self._stream(
-            "read", self._read_streams, request_iterator,
-            lambda request: commitlog_pb2.ReadRecordsReply(records=self._read(request.offsets)),
-            commitlog_pb2.ReadRecordsReply,
-        )  # fmt: skip
+    async def ReadRecordsStream(self, request_iterator, context):
+        async def answer(request) -> commitlog_pb2.ReadRecordsReply:
+            return commitlog_pb2.ReadRecordsReply(records=self._read(request.offsets))
+
+        async for reply in self._stream(
+            "read", self._read_streams, request_iterator, answer, commitlog_pb2.ReadRecordsReply
+        ):
+            yield reply
 
     @grpc_errors
-    def GetOffsets(self, request, context):
+    async def GetOffsets(self, request, context):
         e = self.engine
         return commitlog_pb2.Offsets(
             min_offset=e.min_offset,
@@ -189,18 +239,26 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         )
 
     @grpc_errors
-    def Subscribe(self, request, context: grpc.ServicerContext):
-        for batch in self.engine.subscribe(
+    async def Subscribe(self, request, context):
+        """Dispatch batches, each waited for in a worker thread (the engine blocks until
+        records arrive); the call's end stops the wait within its next check."""
+        ended = threading.Event()
+        context.add_done_callback(lambda _call: ended.set())
+        batches = self.engine.subscribe(
             request.subscriber,
             request.from_offset,
             request.max_batch_records,
-            context.is_active,
-        ):
-            self.observer.dispatched(request.subscriber, batch.records)
-            yield batch.data  # serialized already: see add_to_server
+            lambda: not ended.is_set(),
+        )
+        try:
+            while (batch := await self._run_blocking(next, batches, None)) is not None:
+                self.observer.dispatched(request.subscriber, batch.records)
+                yield batch.data  # serialized already: see add_to_server
+        finally:
+            ended.set()
 
     @grpc_errors
-    def Ack(self, request, context):
+    async def Ack(self, request, context):
         self.engine.ack(request.subscriber, request.durable_offset)
         return commitlog_pb2.AckResponse()
 
@@ -218,8 +276,8 @@ class _SubscribeAsIs(grpc.GenericRpcHandler):
 
     def service(self, handler_call_details):
         if handler_call_details.method == SUBSCRIBE_METHOD:
-            return self.subscribe
-        return self.inner.service(handler_call_details)
+            return decode_checked(self.subscribe)
+        return decode_checked(self.inner.service(handler_call_details))
 
 
 class _Registrar:
@@ -227,7 +285,7 @@ class _Registrar:
     Subscribe's handler for one that sends its already serialized batches as they are
     (generated code registers generic handlers, and newer code registered methods too)."""
 
-    def __init__(self, server: grpc.Server, servicer: CommitLogServicer) -> None:
+    def __init__(self, server: grpc.Server | grpc.aio.Server, servicer: CommitLogServicer) -> None:
         self.server = server
         self.subscribe = grpc.unary_stream_rpc_method_handler(
             servicer.Subscribe,
@@ -246,12 +304,14 @@ class _Registrar:
         if "Subscribe" not in handlers:
             raise RuntimeError(f"{service_name} has no Subscribe method to register")
         handlers = {**handlers, "Subscribe": self.subscribe}
+        handlers = {name: decode_checked(h) for name, h in handlers.items()}
         self.server.add_registered_method_handlers(service_name, handlers)
 
 
-def add_to_server(servicer: CommitLogServicer, server: grpc.Server) -> None:
+def add_to_server(servicer: CommitLogServicer, server: grpc.Server | grpc.aio.Server) -> None:
     """The generated registration, but Subscribe sends ``WireBatch`` bytes without parsing and
-    serializing them again (the client reads them as the DispatchBatch they are)."""
+    serializing them again (the client reads them as the DispatchBatch they are); every
+    method answers an undecodable request as the threaded server does (``decode_checked``)."""
     registrar = _Registrar(server, servicer)
     commitlog_pb2_grpc.add_CommitLogServicer_to_server(servicer, registrar)
     if not registrar.swapped:

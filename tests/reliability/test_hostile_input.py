@@ -305,13 +305,19 @@ def test_undecodable_requests_on_every_method(node):
     end = cluster.offsets().max_offset
     garbage = b"\xff\xff\xff\xff\x0f" + bytes(range(256))
     wrong = []
-    for service, path in [*METHODS, ("writer", "/rmqstore.v1.CommitLog/Subscribe")]:
+    streams = [("writer", f"/rmqstore.v1.CommitLog/{m}Stream") for m in ("Put", "ReadRecords")]
+    for service, path in [*METHODS, ("writer", "/rmqstore.v1.CommitLog/Subscribe"), *streams]:
         with fresh_channel(cluster.procs[service].address) as ch:
             if path.endswith("Subscribe"):
                 stream = ch.unary_stream(path)  # bytes in, bytes out
 
                 def invoke(c=stream):
                     return list(c(garbage, timeout=5))
+            elif path.endswith("Stream"):
+                both = ch.stream_stream(path)
+
+                def invoke(c=both):
+                    return list(c(iter([garbage]), timeout=5))
             else:
                 unary = ch.unary_unary(path)
 

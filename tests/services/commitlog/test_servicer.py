@@ -1,12 +1,9 @@
 """Subscribe sends the writer's serialized batches as they are, however the generated code
 registers the service."""
 
-from concurrent.futures import ThreadPoolExecutor
-
-import grpc
 import pytest
 
-from rmqstore.server import channel
+from rmqstore.server import AsyncService, channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
@@ -30,18 +27,17 @@ class _GenericOnly:
 @pytest.mark.parametrize("generic_only", [False, True])
 def test_subscribers_get_every_put_as_dispatch_batches(tmp_path, generic_only):
     engine = CommitLogEngine(WriterConfig(store=tmp_path / "store", segment_size=1 << 20))
-    servicer = CommitLogServicer(engine)
-    server = grpc.server(ThreadPoolExecutor(4))
+    service = AsyncService("127.0.0.1:0")
+    servicer = CommitLogServicer(engine, run_blocking=service.run_blocking)
     if generic_only:
-        registrar = _Registrar(server, servicer)
+        registrar = _Registrar(service.server, servicer)
         commitlog_pb2_grpc.add_CommitLogServicer_to_server(servicer, _GenericOnly(registrar))
         assert registrar.swapped
     else:
-        add_to_server(servicer, server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
+        add_to_server(servicer, service.server)
+    service.start()
     try:
-        stub = commitlog_pb2_grpc.CommitLogStub(channel(f"127.0.0.1:{port}"))
+        stub = commitlog_pb2_grpc.CommitLogStub(channel(service.address))
         sent = []
         for k in range(4):  # chunks of 10; batches of up to 25 join three of them
             batch = [common_pb2.Message(topic="T", body=b"x", keys=f"k{k}-{i}") for i in range(10)]
@@ -56,7 +52,7 @@ def test_subscribers_get_every_put_as_dispatch_batches(tmp_path, generic_only):
                 stream.cancel()
                 break
     finally:
-        server.stop(None)
+        service.stop(0)
         engine.close()
     assert [len(b.phy_offset) for b in batches] == [30, 10]
     assert [p for b in batches for p in b.phy_offset] == [r.phy_offset for r in sent]
