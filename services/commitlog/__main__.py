@@ -74,8 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     registry = metrics.new_registry("commitlog")
     observer = WriterObserver(engine, registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    # calls run on one event loop; what waits runs in worker threads: each builder's wait for
-    # records to dispatch (at most MAX_SUBSCRIBERS streams) and each sync-flush put's wait
+    # calls run on one event loop; each builder's dispatch stream waits for records in a
+    # worker thread (64 subscribers at most, see the engine), nothing else does
     service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
     service.add(
         add_to_server,

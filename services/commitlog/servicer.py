@@ -27,11 +27,7 @@ MAX_PUT_STREAMS = 32
 _STREAM_LIMITS = {"read": (MAX_READ_STREAMS, "ReadRecords"), "put": (MAX_PUT_STREAMS, "PutBatch")}
 READ_MAX_BYTES = MAX_MESSAGE_BYTES - 1024 * 1024  # room for the reply's own framing
 
-RunBlocking = Callable[..., Awaitable[Any]]
-
-
-async def _in_default_executor(fn: Callable[..., Any], *args: Any) -> Any:
-    return await asyncio.get_running_loop().run_in_executor(None, fn, *args)
+RunBlocking = Callable[..., Awaitable[Any]]  # AsyncService.run_blocking
 
 
 def _result(r: PutResult) -> commitlog_pb2.PutResult:
@@ -71,8 +67,8 @@ def _batch(request: commitlog_pb2.PutBatchRequest):
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(
-        self, engine: CommitLogEngine, observer: WriterObserver | None = None,
-        run_blocking: RunBlocking = _in_default_executor,
+        self, engine: CommitLogEngine, observer: WriterObserver | None,
+        run_blocking: RunBlocking,
     ) -> None:  # fmt: skip
         self.engine = engine
         self.observer = observer or WriterObserver(engine, None)

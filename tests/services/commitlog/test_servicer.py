@@ -28,7 +28,7 @@ class _GenericOnly:
 def test_subscribers_get_every_put_as_dispatch_batches(tmp_path, generic_only):
     engine = CommitLogEngine(WriterConfig(store=tmp_path / "store", segment_size=1 << 20))
     service = AsyncService("127.0.0.1:0")
-    servicer = CommitLogServicer(engine, run_blocking=service.run_blocking)
+    servicer = CommitLogServicer(engine, None, service.run_blocking)
     if generic_only:
         registrar = _Registrar(service.server, servicer)
         commitlog_pb2_grpc.add_CommitLogServicer_to_server(servicer, _GenericOnly(registrar))
