@@ -124,8 +124,8 @@ def index_keys_of_texts(
     at = np.cumsum(sizes + 1) - sizes - 1
     end = at + sizes
     at[sizes == 0] = end[sizes == 0] = -1  # an empty value is none
-    ids: dict[str, int] = {}
-    topic_id = np.fromiter((ids.setdefault(t, len(ids)) for t in topic), np.int64, n)
+    ids = {t: i for i, t in enumerate(dict.fromkeys(topic))}  # in order of first appearance
+    topic_id = np.fromiter(map(ids.__getitem__, topic), np.int64, n)
     return _key_hashes(np.frombuffer(raw, dtype=np.uint8), at[0::2], end[0::2], at[1::2],
                        end[1::2], topic_id, list(ids), sys_flag)  # fmt: skip
 

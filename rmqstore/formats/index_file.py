@@ -187,8 +187,7 @@ class IndexFile:
         if begin_ts <= 0:
             diffs = np.zeros(n, dtype=np.int64)
         else:
-            delta = times - begin_ts
-            diffs = np.clip(np.where(delta < 0, 0, delta // 1000), 0, INT_MAX)
+            diffs = np.minimum(np.maximum(times - begin_ts, 0) // 1000, INT_MAX)
         slot_ids = hashes % self.slots
         if chains is None or n < len(key_hashes):  # a cut batch chains anew
             chains = batch_chains(slot_ids)
@@ -198,13 +197,12 @@ class IndexFile:
         old[(old <= 0) | (old > count)] = 0  # RocketMQ treats such a slot as empty
         prev = count + chains.prev.astype(np.int64)
         prev[first] = old
-        arr = np.empty(n, dtype=ENTRY_DTYPE)
-        arr["hash"] = hashes
-        arr["phy"] = phys
-        arr["diff"] = diffs
-        arr["prev"] = prev
         start = self._entry_base + ENTRY_SIZE * count
-        self.buf[start : start + n * ENTRY_SIZE] = arr.tobytes()
+        written = np.frombuffer(self.buf, dtype=ENTRY_DTYPE, count=n, offset=start)
+        written["hash"] = hashes
+        written["phy"] = phys
+        written["diff"] = diffs
+        written["prev"] = prev
         last = np.flatnonzero(chains.last)
         slot_view[slot_ids[last]] = count + last
         self._write_header(

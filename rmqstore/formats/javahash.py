@@ -8,10 +8,11 @@
   in one byte array, each optionally after a prefix whose hash is given, with numpy.
 """
 
+import functools
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 _MASK = 0xFFFFFFFF
 _MIN_INT = -(1 << 31)
@@ -70,6 +71,7 @@ _INV31 = pow(31, -1, 1 << 32)  # 31 is odd, so invertible modulo 2**32
 _SHORT_KEY = 64  # keys up to this long are hashed as rows of one padded matrix
 _CHUNK = 65_536  # keys per matrix (bounds its memory: 16 MiB of code points)
 _SMALL_SPANS = 32_768  # spans x longest span up to this: one padded matrix of their bytes
+_MASKS_UP_TO = 128  # spans up to this long are masked with a cached table
 
 
 def index_hashes(keys: Sequence[str]) -> np.ndarray:
@@ -132,16 +134,23 @@ def _span_hashes_padded(
     after zeros (leading zeros leave the hash unchanged): a row's hash is its dot product
     with 31**(width-1-k), wrapping modulo 2**32. Also each row's largest byte, or None when
     all are ASCII."""
-    # the row of a span ending at e reads padded[e : e + width] (data behind ``width`` zeros);
-    # bytes before the span's start are masked to zero. int32 positions keep the matrices
-    # small (numpy maps fresh pages for large ones).
-    kind: Any = np.int32 if len(data) + width < 2**31 else np.int64
-    cols = np.arange(width, dtype=kind)
+    # the row of a span ending at e is padded[e : e + width] (data behind ``width`` zeros),
+    # copied whole; bytes before the span's start are masked to zero
     padded = np.concatenate((np.zeros(width, dtype=np.uint8), data))
-    units = padded[ends.astype(kind)[:, None] + cols]
-    units *= cols >= (width - lengths).astype(kind)[:, None]
+    units = sliding_window_view(padded, width)[ends]
+    if width <= _MASKS_UP_TO:
+        units *= _keep_last(width)[lengths]
+    else:
+        units *= np.arange(width) >= (width - lengths)[:, None]
     codes = units @ _powers(width)[::-1].astype(np.uint32)  # uint32: wraps modulo 2**32
     return codes, (units.max(axis=1) if units.max(initial=0) >= 0x80 else None)
+
+
+@functools.lru_cache(maxsize=256)
+def _keep_last(width: int) -> np.ndarray:
+    """Row k: ``width`` bytes, the last k of them 1, the others 0 (uint8)."""
+    cols = np.arange(width)
+    return (cols >= width - np.arange(width + 1)[:, None]).astype(np.uint8)
 
 
 def _span_hashes_horner(

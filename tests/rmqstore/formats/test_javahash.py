@@ -139,12 +139,14 @@ def test_utf8_span_hashes_of_texts_after_prefixes(pairs):
     starts = ends - [len(t.encode()) for _, t in pairs]
     arr = np.frombuffer(data, dtype=np.uint8)
     prefixes = np.array([java_hash(pre) & 0xFFFFFFFF for pre, _ in pairs], dtype=np.uint32)
-    small = javahash._SMALL_SPANS
+    small, masks = javahash._SMALL_SPANS, javahash._MASKS_UP_TO
     try:
-        for javahash._SMALL_SPANS in (small, 0):  # as a padded matrix, then by Horner's rule
+        # as a padded matrix masked from the cached table, then masked by comparison, then
+        # by Horner's rule
+        for javahash._SMALL_SPANS, javahash._MASKS_UP_TO in ((small, masks), (small, 0), (0, 0)):
             plain = utf8_span_hashes(arr, starts, ends)
             assert plain.tolist() == [java_hash(t) & 0xFFFFFFFF for _, t in pairs]
             joined = utf8_span_hashes(arr, starts, ends, prefixes)
             assert index_hashes_of(joined).tolist() == [index_hash(pre + t) for pre, t in pairs]
     finally:
-        javahash._SMALL_SPANS = small
+        javahash._SMALL_SPANS, javahash._MASKS_UP_TO = small, masks
