@@ -8,6 +8,7 @@ in process, to show what the query service's own gRPC hop costs). Each message h
 key ``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY.
 """
 
+import asyncio
 import random
 import statistics
 import tempfile
@@ -207,11 +208,17 @@ def run(quick: bool = False) -> list[dict]:
                 )
                 assert len(r.messages) == 32
 
-            app = QueryApp.build(store, GrpcRecordSource(writer.address), slots, entries)
+            loop = asyncio.new_event_loop()  # the lookups await the writer's reads
+
+            async def open_source() -> GrpcRecordSource:  # its channel belongs to this loop
+                return GrpcRecordSource(writer.address)
+
+            source = loop.run_until_complete(open_source())
+            app = QueryApp.build(store, source, slots, entries)
 
             def by_key_in_process() -> None:
                 i = rng.randrange(n)
-                r = app.keys.by_key(TOPIC, f"k{i}")
+                r = loop.run_until_complete(app.keys.by_key(TOPIC, f"k{i}"))
                 assert r.records[0].physical_offset == put["phys"][i]
 
             for name, fn in (
@@ -225,6 +232,8 @@ def run(quick: bool = False) -> list[dict]:
                 for _ in range(min(calls, 300)):  # warm-up: connections, page cache
                     fn()
                 rows.append({"scenario": f"{name}, {n:,} msgs", **_measure(fn, calls)})
+            loop.run_until_complete(source.close())
+            loop.close()
         finally:
             if query is not None:
                 query.stop()

@@ -139,6 +139,30 @@ def decode_checked(handler: grpc.RpcMethodHandler | None) -> grpc.RpcMethodHandl
     return grpc.stream_stream_rpc_method_handler(stream_stream, lenient, out)
 
 
+class _CheckedHandler(grpc.GenericRpcHandler):
+    def __init__(self, inner: grpc.GenericRpcHandler) -> None:
+        self.inner = inner
+
+    def service(self, handler_call_details: Any) -> grpc.RpcMethodHandler | None:
+        return decode_checked(self.inner.service(handler_call_details))
+
+
+class _CheckedRegistrar:
+    """Stands in for an aio server while a service registers: every handler it adds goes
+    through ``decode_checked`` (generated code adds generic handlers, newer code registered
+    methods too)."""
+
+    def __init__(self, server: Any) -> None:
+        self.server = server
+
+    def add_generic_rpc_handlers(self, generic_handlers: Iterable[Any]) -> None:
+        self.server.add_generic_rpc_handlers(tuple(_CheckedHandler(h) for h in generic_handlers))
+
+    def add_registered_method_handlers(self, service_name: str, handlers: dict) -> None:
+        checked = {name: decode_checked(h) for name, h in handlers.items()}
+        self.server.add_registered_method_handlers(service_name, checked)
+
+
 def channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
 
@@ -223,8 +247,9 @@ class AsyncService:
         return await self.loop.run_in_executor(self._blocking, fn, *args)
 
     def add(self, add_fn: Callable, servicer: Any, descriptor: Any, name: str) -> None:
-        """Register a servicer; ``descriptor`` is the generated ``*_pb2.DESCRIPTOR``."""
-        add_fn(servicer, self.server)
+        """Register a servicer (its requests decoded as by ``decode_checked``);
+        ``descriptor`` is the generated ``*_pb2.DESCRIPTOR``."""
+        add_fn(servicer, _CheckedRegistrar(self.server))
         full = descriptor.services_by_name[name].full_name
         self._names.append(full)
         self.call(self.health.set(full, health_pb2.HealthCheckResponse.NOT_SERVING))
@@ -242,9 +267,14 @@ class AsyncService:
         for n in ["", *self._names[1:]]:
             self.call(self.health.set(n, status))
 
-    def stop(self, grace: float = 5.0) -> None:
+    def stop(self, grace: float = 5.0,
+             then: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:
+        """Stop serving (calls in flight get ``grace`` seconds), run ``then()`` on the loop
+        (to close what lives on it, such as client channels), then end the loop."""
         self.set_serving(False)
         self.call(self.server.stop(grace))
+        if then is not None:
+            self.call(then())
         self._blocking.shutdown(wait=False, cancel_futures=True)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)

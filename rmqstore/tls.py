@@ -124,13 +124,28 @@ def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | N
 def client_channel(address: str, args: argparse.Namespace,
                    options: list[tuple[str, object]] | None = None) -> grpc.Channel:
     """A channel to ``address``: TLS when the flags configure it, plaintext otherwise."""
+    creds, opts = _client_settings(args, options)
+    if creds is None:
+        return grpc.insecure_channel(address, options=opts)
+    return grpc.secure_channel(address, creds, options=opts)
+
+
+def aio_client_channel(address: str, args: argparse.Namespace) -> grpc.aio.Channel:
+    """``client_channel`` for ``grpc.aio``: create it on the event loop that will use it."""
+    creds, opts = _client_settings(args, None)
+    if creds is None:
+        return grpc.aio.insecure_channel(address, options=opts)
+    return grpc.aio.secure_channel(address, creds, options=opts)
+
+
+def _client_settings(
+    args: argparse.Namespace, options: list[tuple[str, object]] | None
+) -> tuple[grpc.ChannelCredentials | None, list[tuple[str, object]]]:
     from rmqstore.server import CHANNEL_OPTIONS
 
     opts = list(CHANNEL_OPTIONS if options is None else options)
     creds = channel_credentials(args)
-    if creds is None:
-        return grpc.insecure_channel(address, options=opts)
-    name = load(args).server_name
+    name = load(args).server_name if creds is not None else ""
     if name:
         opts.append(("grpc.ssl_target_name_override", name))
-    return grpc.secure_channel(address, creds, options=opts)
+    return creds, opts

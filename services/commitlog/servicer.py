@@ -15,7 +15,7 @@ from typing import Any
 import grpc
 
 from rmqstore.errors import MessageIllegalError, ResourceExhaustedError, StoreError
-from rmqstore.server import MAX_MESSAGE_BYTES, decode_checked, grpc_errors, status_code
+from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
 from services.commitlog.engine import DURABLE_TIMEOUT_S, CommitLogEngine, flush_timeout
@@ -272,8 +272,8 @@ class _SubscribeAsIs(grpc.GenericRpcHandler):
 
     def service(self, handler_call_details):
         if handler_call_details.method == SUBSCRIBE_METHOD:
-            return decode_checked(self.subscribe)
-        return decode_checked(self.inner.service(handler_call_details))
+            return self.subscribe
+        return self.inner.service(handler_call_details)
 
 
 class _Registrar:
@@ -300,14 +300,12 @@ class _Registrar:
         if "Subscribe" not in handlers:
             raise RuntimeError(f"{service_name} has no Subscribe method to register")
         handlers = {**handlers, "Subscribe": self.subscribe}
-        handlers = {name: decode_checked(h) for name, h in handlers.items()}
         self.server.add_registered_method_handlers(service_name, handlers)
 
 
 def add_to_server(servicer: CommitLogServicer, server: grpc.Server | grpc.aio.Server) -> None:
     """The generated registration, but Subscribe sends ``WireBatch`` bytes without parsing and
-    serializing them again (the client reads them as the DispatchBatch they are); every
-    method answers an undecodable request as the threaded server does (``decode_checked``)."""
+    serializing them again (the client reads them as the DispatchBatch they are)."""
     registrar = _Registrar(server, servicer)
     commitlog_pb2_grpc.add_CommitLogServicer_to_server(servicer, registrar)
     if not registrar.swapped:

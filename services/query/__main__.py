@@ -7,7 +7,7 @@ import sys
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
-from rmqstore.server import Service, Termination, configure_logging
+from rmqstore.server import AsyncService, Termination, configure_logging
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
@@ -57,14 +57,22 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"rmqstore query: {e}", file=sys.stderr)
         return 2
-    source = GrpcRecordSource(args.commitlog, grpc_channel=tls.client_channel(args.commitlog, args))
     limits = BudgetLimits(args.budget_hops, args.budget_bytes, args.budget_ms)
+    # every query runs on the service's event loop, and so do its reads from the writer
+    service = AsyncService(args.listen, credentials=credentials)
+
+    async def open_source() -> GrpcRecordSource:  # the channel belongs to the loop it is made on
+        return GrpcRecordSource(
+            args.commitlog, grpc_channel=tls.aio_client_channel(args.commitlog, args)
+        )
+
+    source = service.call(open_source())
     try:
         app = QueryApp.build(args.store, source, args.index_slots, args.index_entries, limits)
     except StoreError as e:
         print(f"rmqstore query: {e}", file=sys.stderr)
+        service.stop(then=source.close)
         return 2
-    service = Service(args.listen, credentials=credentials)
     registry = metrics.new_registry("query")
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
     service.add(
@@ -79,11 +87,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"rmqstore query listening on {service.address}", flush=True)
 
     def stop() -> None:
-        service.stop()
+        service.stop(then=source.close)
         if metrics_server is not None:
             metrics_server.stop()
         app.close()
-        source.close()
 
     termination.wait(stop)
     return 0

@@ -26,6 +26,7 @@ from services.query.mapped_files import FilePath, MappedFiles
 SLACK_MS = 999  # an entry's time is its store time truncated to the second
 NEG_INF = -(2**63)
 POS_INF = 2**63 - 1
+PAUSE_EVERY = 4096  # hops between pauses of a walk
 
 
 @dataclass(frozen=True)
@@ -38,11 +39,15 @@ class IndexEntry:
     latest: int
 
 
+PAUSE = IndexEntry("", 0, 0, 0, NEG_INF, POS_INF)  # not an entry: a point to let others run
+
+
 class ChainWalk:
     """Entries of one slot chain of one file, newest first, from ``start`` (or the slot head).
 
     ``hops`` counts entries read; ``next_number`` is where a walk stopped early would resume
-    (0 when the chain is done).
+    (0 when the chain is done). Every ``PAUSE_EVERY`` hops it yields ``PAUSE`` (by identity)
+    instead of an entry, so that a long walk on an event loop can let other queries run.
     """
 
     def __init__(self, index: IndexFile, name: str, key_hash: int, begin: int,
@@ -60,6 +65,7 @@ class ChainWalk:
             start = index.slot(key_hash % index.slots) if self.count > 1 else 0
         self.next_number = start if 0 < start < index.entries else 0
         self.hops = 0
+        self._paused_at = 0
 
     def __iter__(self) -> Iterator[IndexEntry]:
         return self
@@ -69,6 +75,9 @@ class ChainWalk:
         buf, base = idx.buf, HEADER_SIZE + SLOT.size * idx.slots
         budget = self.budget
         while self.next_number > 0:
+            if self.hops % PAUSE_EVERY == 0 and self.hops != self._paused_at:
+                self._paused_at = self.hops
+                return PAUSE
             if budget is not None:
                 if budget.hops >= budget.limits.hops or (
                     budget.hops % 256 == 255 and budget.exhausted

@@ -7,6 +7,7 @@ a cursor continues a truncated answer. Walks assume store times do not go backwa
 commitlog order (the writer assigns them under its append lock), as RocketMQ does.
 """
 
+import asyncio
 import os
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from rmqstore.formats.properties import MAX_PROPERTIES_LENGTH
 from rmqstore.layout import StoreLayout, validate_topic
 from services.query import cursor as cursor_fmt
 from services.query.budget import Budget, BudgetLimits
-from services.query.index_reader import POS_INF, ChainWalk, IndexCatalog, IndexEntry
+from services.query.index_reader import PAUSE, POS_INF, ChainWalk, IndexCatalog, IndexEntry
 from services.query.record_source import RecordSource, read_some, record_at
 
 DEFAULT_LIMIT = 64
@@ -78,7 +79,7 @@ class _Walk:
                 start = self.start.entry
             walk = ChainWalk(index, name, self.key_hash, self.begin, start, self.budget)
             for e in walk:
-                if e.latest >= self.begin and e.earliest <= self.end:
+                if e.latest >= self.begin and e.earliest <= self.end:  # PAUSE passes
                     yield e
             if walk.cut:
                 if walk.next_number > 0:
@@ -111,8 +112,8 @@ class KeyLookup:
                 f"topic {topic!r} is not in this store (no consume queue is built for it)"
             )
 
-    def by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
-               limit: int = 0, cursor: str = "") -> KeyResult:
+    async def by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
+                     limit: int = 0, cursor: str = "") -> KeyResult:
         if begin < 0:
             raise InvalidArgumentError(f"begin timestamp {begin} is negative")
         if end is None or end == 0:
@@ -130,11 +131,11 @@ class KeyLookup:
         self.check_topic(topic)
         qhash = cursor_fmt.query_hash(topic, key, begin, end)
         start = cursor_fmt.decode(cursor, qhash) if cursor else None
-        return self._search(topic, key, begin, end, limit, start, qhash)
+        return await self._search(topic, key, begin, end, limit, start, qhash)
 
-    def _search(self, topic: str, key: str, begin: int, end: int, limit: int,
-                start: cursor_fmt.Position | None, qhash: bytes,
-                budget: Budget | None = None) -> KeyResult:
+    async def _search(self, topic: str, key: str, begin: int, end: int, limit: int,
+                      start: cursor_fmt.Position | None, qhash: bytes,
+                      budget: Budget | None = None) -> KeyResult:
         result = KeyResult()
         budget = budget or Budget(self.limits)
         names = self.catalog.names()
@@ -157,6 +158,9 @@ class KeyLookup:
                 avg = max(budget.bytes // records_seen, 1)
                 size = max(1, min(size, (self.limits.bytes - budget.bytes) // avg + 1))
             for e in entries:
+                if e is PAUSE:
+                    await asyncio.sleep(0)  # a long walk lets other queries run
+                    continue
                 if e.phy_offset >= seen:
                     continue  # the same record indexed twice (several keys, re-dispatch)
                 seen = e.phy_offset
@@ -171,7 +175,7 @@ class KeyLookup:
                 walk.cut_at = (batch[0].file, batch[0].number)  # every page fetches one batch
                 break
             fetched_any = True
-            raws = read_some(self.source, [e.phy_offset for e in batch])
+            raws = await read_some(self.source, [e.phy_offset for e in batch])
             for e, raw in zip(batch, raws, strict=True):
                 if raw is None:
                     continue
@@ -199,8 +203,8 @@ class KeyLookup:
         return result
 
     # -- by id -------------------------------------------------------------------------------
-    def by_id(self, msg_id: str, topic: str = "", now_ms: int | None = None
-              ) -> list[commitlog.Record]:
+    async def by_id(self, msg_id: str, topic: str = "", now_ms: int | None = None
+                    ) -> list[commitlog.Record]:
         """An offset message id read directly, else a UNIQ_KEY looked up in the index."""
         if len(msg_id) not in OFFSET_ID_LENGTHS or not set(msg_id) <= _HEX:
             raise InvalidArgumentError(
@@ -208,14 +212,15 @@ class KeyLookup:
             )
         if topic:
             self.check_topic(topic)
-        rec = self._by_offset_id(msg_id, topic)
+        rec = await self._by_offset_id(msg_id, topic)
         if rec is not None:
             return [rec]
-        return self._by_uniq_key(msg_id.upper(), topic, now_ms)
+        return await self._by_uniq_key(msg_id.upper(), topic, now_ms)
 
-    def _by_offset_id(self, msg_id: str, topic: str) -> commitlog.Record | None:
+    async def _by_offset_id(self, msg_id: str, topic: str) -> commitlog.Record | None:
         ip, port, offset = decode_offset_msg_id(msg_id)
-        rec = record_at(read_some(self.source, [offset])[0], offset)  # None outside the log
+        raw = (await read_some(self.source, [offset]))[0]
+        rec = record_at(raw, offset)  # None outside the log
         if rec is None or rec.store_host != Host(ip, port):
             return None
         if topic and rec.topic != topic:
@@ -228,8 +233,8 @@ class KeyLookup:
             return []
         return sorted(p.name for p in d.iterdir() if p.is_dir())
 
-    def _by_uniq_key(self, uniq_key: str, topic: str, now_ms: int | None
-                     ) -> list[commitlog.Record]:
+    async def _by_uniq_key(self, uniq_key: str, topic: str, now_ms: int | None
+                           ) -> list[commitlog.Record]:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         topics = [topic] if topic else self.topics()
         oldest = self._oldest_index_time()
@@ -239,8 +244,8 @@ class KeyLookup:
         for begin, end in uniq_key_windows(uniq_key, now, oldest):
             found: list[commitlog.Record] = []
             for t in topics:
-                res = self._search(t, uniq_key, begin, end, ID_LOOKUP_LIMIT, None,
-                                   cursor_fmt.query_hash(t, uniq_key, begin, end), budget)
+                res = await self._search(t, uniq_key, begin, end, ID_LOOKUP_LIMIT, None,
+                                         cursor_fmt.query_hash(t, uniq_key, begin, end), budget)
                 found.extend(r for r in res.records if r.uniq_key == uniq_key)
                 if res.budget_exhausted and not found:
                     raise BudgetExhaustedError(

@@ -36,11 +36,11 @@ class TimeSearch:
         self.queues = queues
         self.source = source
 
-    def view(self, topic: str, queue_id: int) -> QueueView:
+    async def view(self, topic: str, queue_id: int) -> QueueView:
         validate_topic(topic)
         if queue_id < 0:
             raise InvalidArgumentError(f"queue id {queue_id} is negative")
-        cl_min, _ = self.source.bounds()
+        cl_min, _ = await self.source.bounds()
         view = self.queues.view(topic, queue_id, cl_min)
         if view is None:
             if not self.queues.topic_exists(topic):
@@ -50,26 +50,26 @@ class TimeSearch:
             raise NotFoundError(f"topic {topic!r} has no queue {queue_id}")
         return view
 
-    def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
-        v = self.view(topic, queue_id)
+    async def offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
+        v = await self.view(topic, queue_id)
         return v.min_offset, v.max_offset
 
-    def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
-                       boundary: Boundary = Boundary.LOWER) -> int:
-        view = self.view(topic, queue_id)
+    async def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
+                             boundary: Boundary = Boundary.LOWER) -> int:
+        view = await self.view(topic, queue_id)
         lo, hi = view.min_offset, view.max_offset
         if boundary is Boundary.LOWER:
-            return self._first(view, lo, hi, lambda t: t >= timestamp)
-        return self._first(view, lo, hi, lambda t: t > timestamp) - 1
+            return await self._first(view, lo, hi, lambda t: t >= timestamp)
+        return await self._first(view, lo, hi, lambda t: t > timestamp) - 1
 
-    def _first(self, view: QueueView, lo: int, hi: int, pred: Callable[[int], bool]) -> int:
+    async def _first(self, view: QueueView, lo: int, hi: int, pred: Callable[[int], bool]) -> int:
         """First offset in [lo, hi) whose store time satisfies ``pred`` (hi if none)."""
         while lo < hi:
             if hi - lo <= PROBES:
                 probes = list(range(lo, hi))
             else:
                 probes = sorted({lo + (hi - lo) * j // PROBES for j in range(PROBES)})
-            times = self._times(view, probes)
+            times = await self._times(view, probes)
             new_lo, new_hi = lo, hi
             for p, t in zip(probes, times, strict=True):
                 if pred(t):
@@ -79,7 +79,7 @@ class TimeSearch:
             lo, hi = new_lo, new_hi
         return lo
 
-    def _times(self, view: QueueView, offsets: list[int]) -> list[int]:
+    async def _times(self, view: QueueView, offsets: list[int]) -> list[int]:
         phys = []
         for off in offsets:
             unit = view.unit(off)
@@ -87,7 +87,8 @@ class TimeSearch:
                 raise StoreError(f"consume queue unit {off} vanished while searching")
             phys.append(unit[0])
         out = []
-        for off, phy, raw in zip(offsets, phys, read_some(self.source, phys), strict=True):
+        raws = await read_some(self.source, phys)
+        for off, phy, raw in zip(offsets, phys, raws, strict=True):
             try:
                 if raw is None:
                     raise CorruptRecordError("not readable", phy)

@@ -92,8 +92,8 @@ class Puller:
         mem = physical_memory() if memory_bytes is None else memory_bytes
         self.in_memory_span = int(mem * MEMORY_RATIO)
 
-    def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 0,
-             tag_expression: str = "") -> PullResult:
+    async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 0,
+                   tag_expression: str = "") -> PullResult:
         validate_topic(topic)
         if queue_id < 0:
             raise InvalidArgumentError(f"queue id {queue_id} is negative")
@@ -108,7 +108,7 @@ class Puller:
                 f"at most {MAX_TAG_EXPRESSION}"
             )
         tag_filter = TagFilter.parse(tag_expression)
-        cl_min, cl_max = self.source.bounds()
+        cl_min, cl_max = await self.source.bounds()
         view = self.queues.view(topic, queue_id, cl_min)
         if view is None:
             return PullResult(PullStatus.NO_MATCHED_LOGIC_QUEUE, 0)
@@ -157,7 +157,7 @@ class Puller:
             if phy not in fetched:
                 want = self._prefetch(phys, sizes, codes, i, cl_min, tag_filter,
                                       max(1, max_messages - count))
-                for p, raw in zip(want, read_some(self.source, want), strict=True):
+                for p, raw in zip(want, await read_some(self.source, want), strict=True):
                     fetched[p] = record_at(raw, p)
             rec = fetched[phy]
             if rec is None:

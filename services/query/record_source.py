@@ -1,14 +1,14 @@
 """Where the query service gets record bytes: the commitlog writer's reads.
 
-``RecordSource`` is the interface the lookups use; ``GrpcRecordSource`` talks to the writer.
-Offsets that do not start a record (or lie outside the commitlog) raise
-``OffsetOutOfRangeError``; a batch with one bad offset is retried one offset at a time so the
-good records of the batch are still returned (``read_some``).
+``RecordSource`` is the interface the lookups use, awaited (the service runs on one event
+loop); ``GrpcRecordSource`` talks to the writer over ``grpc.aio``. Offsets that do not start a
+record (or lie outside the commitlog) raise ``OffsetOutOfRangeError``; a batch with one bad
+offset is retried one offset at a time so the good records of the batch are still returned
+(``read_some``).
 """
 
+import asyncio
 import logging
-import queue
-import threading
 import time
 from collections.abc import Sequence
 from typing import Protocol
@@ -22,7 +22,7 @@ from rmqstore.errors import (
     UnavailableError,
 )
 from rmqstore.formats import commitlog
-from rmqstore.server import channel
+from rmqstore.server import CHANNEL_OPTIONS
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 log = logging.getLogger(__name__)
@@ -30,28 +30,28 @@ STREAM_RETRY_S = 30  # after the writer refuses a read stream, read over unary c
 
 
 class RecordSource(Protocol):
-    def read(self, offsets: Sequence[int]) -> list[bytes]:
+    async def read(self, offsets: Sequence[int]) -> list[bytes]:
         """Raw records starting at ``offsets``, in order; any bad offset fails the call."""
         ...
 
-    def bounds(self) -> tuple[int, int]:
+    async def bounds(self) -> tuple[int, int]:
         """(min offset, max offset) of the commitlog: the readable range [min, max)."""
         ...
 
 
-def read_some(source: RecordSource, offsets: Sequence[int]) -> list[bytes | None]:
+async def read_some(source: RecordSource, offsets: Sequence[int]) -> list[bytes | None]:
     """Like ``source.read`` but a bad offset yields None instead of failing the batch."""
     if not offsets:
         return []
     try:
-        return list(source.read(offsets))
+        return list(await source.read(offsets))
     except OffsetOutOfRangeError:
         if len(offsets) == 1:
             return [None]
     out: list[bytes | None] = []
     for off in offsets:
         try:
-            out.append(source.read([off])[0])
+            out.append((await source.read([off]))[0])
         except OffsetOutOfRangeError:
             out.append(None)
     return out
@@ -94,75 +94,70 @@ class _Refused(Exception):
         self.code, self.details = code, details
 
 
+class _Ended(Exception):
+    """The writer closed a read stream (it is stopping)."""
+
+
 class _ReadStream:
     """One open ``ReadRecordsStream`` call carrying one read at a time."""
 
     def __init__(self, stub: commitlog_pb2_grpc.CommitLogStub) -> None:
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._call = stub.ReadRecordsStream(iter(self._requests.get, None))
-        self.deadline = 0.0  # monotonic time the read in flight must end by; 0 when idle
-        self.timed_out = False  # cancelled by the watchdog
+        self._call = stub.ReadRecordsStream()
 
-    def read(self, offsets: list[int], timeout: float) -> list[bytes]:
+    async def read(self, offsets: list[int]) -> list[bytes]:
         """Records, or _Refused; grpc.RpcError when the stream itself ended."""
-        self.deadline = time.monotonic() + timeout
-        self._requests.put(commitlog_pb2.ReadRecordsRequest(offsets=offsets))
         try:
-            reply = next(self._call)
-        except StopIteration:
-            raise self._call from None  # type: ignore[misc]  # the call is its own RpcError
-        finally:
-            self.deadline = 0.0
+            await self._call.write(commitlog_pb2.ReadRecordsRequest(offsets=offsets))
+        except asyncio.InvalidStateError:  # the call has ended (the writer stopped or refused)
+            await self._call.read()  # raises its error if it ended with one
+            raise _Ended() from None
+        reply = await self._call.read()
+        if reply is grpc.aio.EOF:  # the writer ended the stream without an error
+            raise _Ended()
         if reply.status_code:
             raise _Refused(_CODES.get(reply.status_code, grpc.StatusCode.UNKNOWN), reply.error)
         return list(reply.records)
 
-    def overdue(self, now: float) -> bool:
-        return 0 < self.deadline < now
-
     def close(self) -> None:
-        self._requests.put(None)
         self._call.cancel()
 
 
 class GrpcRecordSource:
-    """Reads records from the commitlog writer over gRPC; bounds are cached briefly.
+    """Reads records from the commitlog writer over ``grpc.aio``; bounds are cached briefly.
 
-    Reads go over up to ``streams`` long-lived ``ReadRecordsStream`` calls (about half the
-    latency of a unary call here); past that, or for 30 s after the writer refuses a stream,
-    over ``ReadRecords``. A read that outlives ``timeout`` cancels its stream and fails with
-    UNAVAILABLE.
+    Create it on the event loop that uses it. Reads go over up to ``streams`` long-lived
+    ``ReadRecordsStream`` calls (about half the latency of a unary call here); past that, or
+    for 30 s after the writer refuses a stream, over ``ReadRecords``. A read that outlives
+    ``timeout`` cancels its stream and fails with UNAVAILABLE.
     """
 
     def __init__(self, address: str, timeout: float = 10.0, bounds_ttl: float = 0.2,
-                 grpc_channel: grpc.Channel | None = None, streams: int = 4) -> None:
+                 grpc_channel: grpc.aio.Channel | None = None, streams: int = 4) -> None:
         self.address = address
-        self._channel = grpc_channel or channel(address)
+        self._channel = grpc_channel or grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = commitlog_pb2_grpc.CommitLogStub(self._channel)
         self._timeout = timeout
         self._ttl = bounds_ttl
-        self._lock = threading.Lock()
         self._bounds: tuple[int, int] = (0, 0)
         self._bounds_at = -1e9
         self._max_streams = streams
         self._idle: list[_ReadStream] = []
         self._open: set[_ReadStream] = set()
-        self._closed = threading.Event()
-        self._watchdog: threading.Thread | None = None
+        self._closed = False
         self._streams_off_until = 0.0  # the writer refused streams: unary reads until then
 
-    def read(self, offsets: Sequence[int]) -> list[bytes]:
+    async def read(self, offsets: Sequence[int]) -> list[bytes]:
         for off in offsets:
             if off < 0:
                 raise OffsetOutOfRangeError(f"commitlog offset {off} is negative")
         offsets = list(offsets)
         what = f"ReadRecords of {len(offsets)} offsets"
         try:
-            records = self._read_once(offsets)
+            records = await self._read_once(offsets)
         except _Refused as e:
             if e.code == grpc.StatusCode.RESOURCE_EXHAUSTED and len(offsets) > 1:
                 half = len(offsets) // 2  # the answer was too large for one message
-                return self.read(offsets[:half]) + self.read(offsets[half:])
+                return await self.read(offsets[:half]) + await self.read(offsets[half:])
             raise _translate(e.code, e.details, what) from None
         if len(records) != len(offsets):
             raise StoreError(
@@ -170,104 +165,80 @@ class GrpcRecordSource:
             )
         return records
 
-    def _read_once(self, offsets: list[int]) -> list[bytes]:
+    async def _read_once(self, offsets: list[int]) -> list[bytes]:
         stream = self._checkout()
         if stream is not None:
             try:
-                records = stream.read(offsets, self._timeout)
-            except grpc.RpcError as e:  # the stream ended: writer restarted, refused, timed out
+                records = await asyncio.wait_for(stream.read(offsets), self._timeout)
+            except TimeoutError as e:
                 self._discard(stream)
-                if stream.timed_out:
-                    raise _Refused(
-                        grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {self._timeout} s"
-                    ) from e
+                log.warning("a read from the commitlog writer took over %.1f s", self._timeout)
+                raise _Refused(
+                    grpc.StatusCode.DEADLINE_EXCEEDED, f"no answer within {self._timeout} s"
+                ) from e
+            except _Ended:
+                self._discard(stream)
+            except grpc.RpcError as e:  # the stream ended: writer restarted or refused it
+                self._discard(stream)
                 if e.code() in (grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.UNIMPLEMENTED):
                     self._streams_off_until = time.monotonic() + STREAM_RETRY_S
                     log.info("reading over unary calls for %d s: %s", STREAM_RETRY_S, e.details())
-            except BaseException:
+            except _Refused:
                 self._checkin(stream)
+                raise
+            except BaseException:  # cancelled mid-read: the stream's next answer is this one's
+                self._discard(stream)
                 raise
             else:
                 self._checkin(stream)
                 return records
         try:
-            return list(
-                self._stub.ReadRecords(
-                    commitlog_pb2.ReadRecordsRequest(offsets=offsets), timeout=self._timeout
-                ).records
+            reply = await self._stub.ReadRecords(
+                commitlog_pb2.ReadRecordsRequest(offsets=offsets), timeout=self._timeout
             )
         except grpc.RpcError as e:
             raise _Refused(e.code(), e.details() or "") from e
+        return list(reply.records)
 
     def _checkout(self) -> "_ReadStream | None":
-        with self._lock:
-            if self._idle:
-                return self._idle.pop()
-            if (
-                len(self._open) >= self._max_streams
-                or self._closed.is_set()
-                or time.monotonic() < self._streams_off_until
-            ):
-                return None
-            stream = _ReadStream(self._stub)
-            self._open.add(stream)
-            if self._watchdog is None:
-                self._watchdog = threading.Thread(
-                    target=self._watch, name="read-stream-watchdog", daemon=True
-                )
-                self._watchdog.start()
-            return stream
+        if self._idle:
+            return self._idle.pop()
+        if (
+            len(self._open) >= self._max_streams
+            or self._closed
+            or time.monotonic() < self._streams_off_until
+        ):
+            return None
+        stream = _ReadStream(self._stub)
+        self._open.add(stream)
+        return stream
 
     def _checkin(self, stream: _ReadStream) -> None:
-        with self._lock:
-            if stream in self._open:
-                self._idle.append(stream)
+        if stream in self._open:
+            self._idle.append(stream)
 
     def _discard(self, stream: _ReadStream) -> None:
-        with self._lock:
-            self._open.discard(stream)
+        self._open.discard(stream)
         stream.close()
 
-    def _watch(self) -> None:
-        """Cancel a stream whose read is overdue: its caller then gets UNAVAILABLE."""
-        while not self._closed.wait(0.1):
-            now = time.monotonic()
-            with self._lock:
-                overdue = [s for s in self._open if s.overdue(now)]
-            for s in overdue:
-                log.warning("a read from the commitlog writer took over %.1f s", self._timeout)
-                s.timed_out = True
-                self._discard(s)
-
-    def bounds(self) -> tuple[int, int]:
+    async def bounds(self) -> tuple[int, int]:
         now = time.monotonic()
-        with self._lock:
-            if now - self._bounds_at <= self._ttl:
-                return self._bounds
+        if now - self._bounds_at <= self._ttl:
+            return self._bounds
         try:
-            resp = self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=self._timeout)
+            resp = await self._stub.GetOffsets(
+                commitlog_pb2.GetOffsetsRequest(), timeout=self._timeout
+            )
         except grpc.RpcError as e:
             raise _translate(e.code(), e.details(), "GetOffsets") from e
-        with self._lock:
-            self._bounds = (resp.min_offset, resp.max_offset)
-            self._bounds_at = now
-            return self._bounds
+        self._bounds = (resp.min_offset, resp.max_offset)
+        self._bounds_at = now
+        return self._bounds
 
-    def wait_ready(self, timeout: float) -> None:
-        """Block until the writer answers (its channel connects), or raise UnavailableError."""
-        try:
-            grpc.channel_ready_future(self._channel).result(timeout=timeout)
-        except grpc.FutureTimeoutError as e:
-            raise UnavailableError(
-                f"commitlog writer at {self.address} not reachable in {timeout} s"
-            ) from e
-
-    def close(self) -> None:
-        self._closed.set()
-        with self._lock:
-            streams, self._idle = list(self._open), []
-            self._open.clear()
+    async def close(self) -> None:
+        self._closed = True
+        streams, self._idle = list(self._open), []
+        self._open.clear()
         for s in streams:
             s.close()
-        self._channel.close()
-
+        await self._channel.close()

@@ -1,11 +1,11 @@
-"""gRPC Query servicer: proto in, domain call, proto out. No lookup logic lives here."""
+"""gRPC Query servicer: proto in, domain call, proto out. No lookup logic lives here.
+
+Methods are ``async``: the service runs them on one ``grpc.aio`` event loop."""
 
 import functools
 import time
 from collections.abc import Callable
 from typing import Any
-
-import grpc
 
 from rmqstore.errors import InvalidArgumentError, StoreError
 from rmqstore.formats import commitlog
@@ -50,11 +50,11 @@ def _observed(kind: str) -> Callable[[Callable], Callable]:
 
     def wrap(method: Callable) -> Callable:
         @functools.wraps(method)
-        def inner(self: "QueryServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        async def inner(self: "QueryServicer", request: Any, context: Any) -> Any:
             t0 = time.perf_counter()
             outcome = "error"
             try:
-                response = method(self, request, context)
+                response = await method(self, request, context)
                 outcome = _outcome(response)
                 return response
             except StoreError as e:
@@ -90,8 +90,8 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
 
     @grpc_errors
     @_observed("key")
-    def QueryByKey(self, request, context):  # noqa: N802
-        res = self.keys.by_key(
+    async def QueryByKey(self, request, context):  # noqa: N802
+        res = await self.keys.by_key(
             request.topic, request.key, request.begin_timestamp, request.end_timestamp,
             request.max_results, request.cursor,
         )
@@ -107,14 +107,14 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
 
     @grpc_errors
     @_observed("id")
-    def QueryById(self, request, context):  # noqa: N802
-        recs = self.keys.by_id(request.id, request.topic)
+    async def QueryById(self, request, context):  # noqa: N802
+        recs = await self.keys.by_id(request.id, request.topic)
         return query_pb2.QueryByIdResponse(messages=[stored_message(r) for r in recs])
 
     @grpc_errors
     @_observed("queue")
-    def Pull(self, request, context):  # noqa: N802
-        res = self.puller.pull(
+    async def Pull(self, request, context):  # noqa: N802
+        res = await self.puller.pull(
             request.topic, request.queue_id, request.offset, request.max_messages,
             request.tag_expression,
         )
@@ -128,18 +128,18 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
 
     @grpc_errors
     @_observed("time")
-    def OffsetByTime(self, request, context):  # noqa: N802
+    async def OffsetByTime(self, request, context):  # noqa: N802
         if request.boundary not in (query_pb2.LOWER, query_pb2.UPPER):
             raise InvalidArgumentError(
                 f"boundary {request.boundary} is neither LOWER (0) nor UPPER (1)"
             )
-        offset = self.times.offset_by_time(
+        offset = await self.times.offset_by_time(
             request.topic, request.queue_id, request.timestamp, Boundary(request.boundary)
         )
         return query_pb2.OffsetByTimeResponse(offset=offset)
 
     @grpc_errors
     @_observed("offsets")
-    def QueueOffsets(self, request, context):  # noqa: N802
-        mn, mx = self.times.offsets(request.topic, request.queue_id)
+    async def QueueOffsets(self, request, context):  # noqa: N802
+        mn, mx = await self.times.offsets(request.topic, request.queue_id)
         return query_pb2.QueueOffsetsResponse(min_offset=mn, max_offset=mx)

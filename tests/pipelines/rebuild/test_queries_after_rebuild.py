@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.rebuild.job import RebuildSettings, rebuild
+from tests.aio import run
 
 pytestmark = [pytest.mark.spark, pytest.mark.golden]
 
@@ -36,13 +37,13 @@ def test_rebuilt_store_answers_every_query_as_before(spark, golden_store, golden
         for q in golden_expected["queries"]:
             want, truncated = model.expected_page(golden_expected["messages"], q)
             args = (q["topic"], q["key"], q["begin"], q["end"], q["maxNum"])
-            old, new = before.keys.by_key(*args), after.keys.by_key(*args)
+            old, new = run(before.keys.by_key(*args)), run(after.keys.by_key(*args))
             assert [r.physical_offset for r in new.records] == want, q["note"]
             assert [r.physical_offset for r in old.records] == want, q["note"]
             assert new.truncated == old.truncated == truncated
             if truncated:  # cursors name index files, so they differ; the next pages do not
-                nxt_old = before.keys.by_key(*args, cursor=old.cursor)
-                nxt_new = after.keys.by_key(*args, cursor=new.cursor)
+                nxt_old = run(before.keys.by_key(*args, cursor=old.cursor))
+                nxt_new = run(after.keys.by_key(*args, cursor=new.cursor))
                 assert [r.physical_offset for r in nxt_new.records] == \
                     [r.physical_offset for r in nxt_old.records] != []
         queues = {(q.split("/")[0], int(q.split("/")[1]))
@@ -53,7 +54,7 @@ def test_rebuilt_store_answers_every_query_as_before(spark, golden_store, golden
             for label, app in (("before", before), ("after", after)):
                 offset = 0
                 for _ in range(100):
-                    res = app.puller.pull(topic, qid, offset, 1000)
+                    res = run(app.puller.pull(topic, qid, offset, 1000))
                     pages[label].append((res.status, res.next_offset, res.min_offset,
                                          res.max_offset,
                                          [r.physical_offset for r in res.records]))

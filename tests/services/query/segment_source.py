@@ -31,10 +31,10 @@ class SegmentRecordSource:
             end, _, _ = commitlog_segment.scan_end(memoryview(self.maps[s]), 0, False, s)
             self.max = s + end
 
-    def bounds(self) -> tuple[int, int]:
+    async def bounds(self) -> tuple[int, int]:
         return self.min, self.max
 
-    def read(self, offsets: Sequence[int]) -> list[bytes]:
+    async def read(self, offsets: Sequence[int]) -> list[bytes]:
         self.reads += 1
         out = []
         for off in offsets:

@@ -3,6 +3,7 @@
 import pytest
 
 from services.query.app import QueryApp
+from tests.aio import run
 from tests.services.query.golden_model import DIFFERS_FROM_ROCKETMQ, expected_page, matching
 
 pytestmark = pytest.mark.golden
@@ -18,7 +19,7 @@ def test_golden_query_returns_exactly_the_matching_messages(golden_app: QueryApp
                                                             golden_expected: dict, qid: int):
     q = _query(golden_expected, qid)
     want, truncated = expected_page(golden_expected["messages"], q)
-    res = golden_app.keys.by_key(q["topic"], q["key"], q["begin"], q["end"], q["maxNum"])
+    res = run(golden_app.keys.by_key(q["topic"], q["key"], q["begin"], q["end"], q["maxNum"]))
     assert [r.physical_offset for r in res.records] == want, q["note"]
     assert res.truncated == truncated
     assert bool(res.cursor) == truncated
@@ -40,7 +41,7 @@ def test_differences_from_rocketmq_are_the_named_ones(golden_expected: dict):
 
 def test_colliding_keys_aa_and_bb_never_leak(golden_app: QueryApp, golden_expected: dict):
     for key, other in (("Aa", "BB"), ("BB", "Aa")):
-        res = golden_app.keys.by_key("TopicA", key)
+        res = run(golden_app.keys.by_key("TopicA", key))
         assert res.records, key
         for r in res.records:
             assert key in r.keys.split(" ")
@@ -57,7 +58,7 @@ def test_cursor_pages_through_the_hot_key(golden_app: QueryApp, golden_expected:
     got: list[int] = []
     cursor = ""
     for _ in range(len(want) + 2):
-        res = golden_app.keys.by_key("TopicB", "hot", 0, 0, page, cursor)
+        res = run(golden_app.keys.by_key("TopicB", "hot", 0, 0, page, cursor))
         assert len(res.records) <= page
         got.extend(r.physical_offset for r in res.records)
         if not res.truncated:
@@ -74,5 +75,5 @@ def test_exact_begin_hit_kept_across_index_rollover(golden_app: QueryApp,
         if s["sysFlag"] & 0xC == 0xC or not s.get("uniqKey"):
             continue
         t = s["storeTimestamp"]
-        res = golden_app.keys.by_key(s["topic"], s["uniqKey"], t, t, 0)
+        res = run(golden_app.keys.by_key(s["topic"], s["uniqKey"], t, t, 0))
         assert s["phyOffset"] in [r.physical_offset for r in res.records], m["i"]

@@ -8,6 +8,7 @@ import pytest
 from rmqstore.errors import InvalidArgumentError, NotFoundError
 from services.query.offset_by_time import Boundary, TimeSearch
 from services.query.queue_reader import QueueCatalog
+from tests.aio import run
 from tests.services.query.segment_source import SegmentRecordSource
 from tests.services.query.store_builder import build_store, random_messages
 
@@ -29,13 +30,14 @@ def test_golden_queues(golden_store, golden_source, golden_expected):
         topic, qid = name.split("/")
         times = [time_of[u["phyOffset"]] for u in units]
         bounds = golden_expected["consumeQueueMaxOffsets"][name]
-        assert search.offsets(topic, int(qid)) == (bounds["min"], bounds["max"])
+        assert run(search.offsets(topic, int(qid))) == (bounds["min"], bounds["max"])
         probes = {times[0] - 10**6, times[-1] + 10**6}
         for t in times:
             probes |= {t - 1, t, t + 1}
         for t in sorted(probes):
-            assert search.offset_by_time(topic, int(qid), t) == _lower(times, t)
-            assert search.offset_by_time(topic, int(qid), t, Boundary.UPPER) == _upper(times, t)
+            assert run(search.offset_by_time(topic, int(qid), t)) == _lower(times, t)
+            upper = run(search.offset_by_time(topic, int(qid), t, Boundary.UPPER))
+            assert upper == _upper(times, t)
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -49,20 +51,20 @@ def test_equal_time_runs(tmp_path, seed):
     source = SegmentRecordSource(store.root / "commitlog", store.segment_size)
     search = TimeSearch(QueueCatalog(store.root / "consumequeue"), source)
     times = [m.store_timestamp for m in store.messages]
-    assert search.offsets("T1", 0) == (0, len(times))
+    assert run(search.offsets("T1", 0)) == (0, len(times))
     for t in sorted({times[0] - 5, times[-1] + 5, *times, *(x + 1 for x in times)}):
-        assert search.offset_by_time("T1", 0, t, Boundary.LOWER) == _lower(times, t)
-        assert search.offset_by_time("T1", 0, t, Boundary.UPPER) == _upper(times, t)
+        assert run(search.offset_by_time("T1", 0, t, Boundary.LOWER)) == _lower(times, t)
+        assert run(search.offset_by_time("T1", 0, t, Boundary.UPPER)) == _upper(times, t)
 
 
 @pytest.mark.golden
 def test_unknown_and_invalid(golden_store, golden_source):
     search = TimeSearch(QueueCatalog(golden_store / "consumequeue"), golden_source)
     with pytest.raises(NotFoundError, match="NoSuch"):
-        search.offset_by_time("NoSuch", 0, 0)
+        run(search.offset_by_time("NoSuch", 0, 0))
     with pytest.raises(NotFoundError, match="queue 9"):
-        search.offsets("TopicA", 9)
+        run(search.offsets("TopicA", 9))
     with pytest.raises(InvalidArgumentError):
-        search.offsets("TopicA", -1)
+        run(search.offsets("TopicA", -1))
     with pytest.raises(InvalidArgumentError):
-        search.offset_by_time("bad/topic", 0, 0)
+        run(search.offset_by_time("bad/topic", 0, 0))

@@ -5,6 +5,7 @@ entry counts force roll-overs to new index files; answers must equal the model's
 page after page.
 """
 
+import asyncio
 import random
 
 import pytest
@@ -13,7 +14,9 @@ from rmqstore.formats.index_file import ENTRY, HEADER, IndexFile
 from rmqstore.formats.javahash import index_hash
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
+from services.query.index_reader import PAUSE_EVERY
 from services.query.lookup import KeyLookup
+from tests.aio import run
 from tests.services.query.segment_source import SegmentRecordSource
 from tests.services.query.store_builder import (
     BuiltStore,
@@ -38,7 +41,7 @@ def _page_all(keys: KeyLookup, topic: str, key: str, begin: int, end: int, limit
     cursor, pages = "", 0
     while pages < max_pages:
         pages += 1
-        res = keys.by_key(topic, key, begin, end, limit, cursor)
+        res = run(keys.by_key(topic, key, begin, end, limit, cursor))
         assert len(res.records) <= limit
         got.extend(r.physical_offset for r in res.records)
         if not res.truncated:
@@ -67,7 +70,7 @@ def test_random_queries_match_the_model(tmp_path, seed: int):
             begin, end = end, begin
         limit = rng.choice((1, 2, 5, 64, 1000))
         want = store.expected(topic, key, max(begin, 0), end or 2**62)
-        res = app.keys.by_key(topic, key, max(begin, 0), end, limit)
+        res = run(app.keys.by_key(topic, key, max(begin, 0), end, limit))
         assert [r.physical_offset for r in res.records] == want[:limit]
         assert res.truncated == (len(want) > limit)
         got, _ = _page_all(app.keys, topic, key, max(begin, 0), end, limit)
@@ -79,7 +82,7 @@ def test_tiny_budgets_still_page_to_the_exact_answer(tmp_path):
     store = build_store(tmp_path / "store", random_messages(rng, 200, TOPICS, VOCAB),
                         slots=1, entries=40)
     app, _ = _app(store, BudgetLimits(hops=5, bytes=10**9, millis=60_000))
-    res = app.keys.by_key("T1", "k1", 0, 0, 1000)
+    res = run(app.keys.by_key("T1", "k1", 0, 0, 1000))
     assert res.budget_exhausted and res.truncated and res.cursor
     assert res.hops <= 5
     got, pages = _page_all(app.keys, "T1", "k1", 0, 0, 1000)
@@ -101,7 +104,7 @@ def test_entries_at_or_past_the_header_count_are_not_returned(tmp_path):
     store = build_store(tmp_path / "store", msgs, slots=3, entries=1000)
     (path,) = sorted((tmp_path / "store" / "index").iterdir())
     app, _ = _app(store)
-    before = [r.physical_offset for r in app.keys.by_key("T1", "k1").records]
+    before = [r.physical_offset for r in run(app.keys.by_key("T1", "k1")).records]
     assert before == store.expected("T1", "k1", 0, 2**62)
     mm = open_mmap(path)
     index = IndexFile(mm, store.slots, store.entries)
@@ -111,7 +114,7 @@ def test_entries_at_or_past_the_header_count_are_not_returned(tmp_path):
     HEADER.pack_into(mm, 0, *old)  # header not yet updated
     mm.flush()
     assert index.slot(index_hash("T1#k1") % store.slots) == old.index_count  # slot points at it
-    after = app.keys.by_key("T1", "k1")
+    after = run(app.keys.by_key("T1", "k1"))
     assert [r.physical_offset for r in after.records] == before
     mm.close()
 
@@ -123,15 +126,15 @@ def test_cursor_of_another_query_is_refused(tmp_path):
     store = build_store(tmp_path / "store", random_messages(rng, 100, TOPICS, VOCAB),
                         slots=2, entries=500)
     app, _ = _app(store)
-    res = app.keys.by_key("T1", "k1", 0, 0, 1)
+    res = run(app.keys.by_key("T1", "k1", 0, 0, 1))
     assert res.truncated
     for other in (("T1", "k2", 0, 0), ("T2", "k1", 0, 0), ("T1", "k1", 1, 0),
                   ("T1", "k1", 0, 2**40)):
         with pytest.raises(InvalidArgumentError, match="another query"):
-            app.keys.by_key(*other, 1, res.cursor)
+            run(app.keys.by_key(*other, 1, res.cursor))
     for garbage in ("x", "!!!", res.cursor[:-3], "A" * 200):
         with pytest.raises(InvalidArgumentError):
-            app.keys.by_key("T1", "k1", 0, 0, 1, garbage)
+            run(app.keys.by_key("T1", "k1", 0, 0, 1, garbage))
 
 
 def test_first_entry_time_shifted_like_rocketmq_is_still_found(tmp_path):
@@ -151,7 +154,7 @@ def test_first_entry_time_shifted_like_rocketmq_is_still_found(tmp_path):
     mm.close()
     app, _ = _app(store)
     first = store.messages[0]
-    res = app.keys.by_key("T1", first.uniq_key, 0, first.store_timestamp)
+    res = run(app.keys.by_key("T1", first.uniq_key, 0, first.store_timestamp))
     assert [r.physical_offset for r in res.records] == [first.phy]
 
 
@@ -164,7 +167,7 @@ def test_index_file_replaced_under_its_name_is_read_again(tmp_path):
     store = build_store(tmp_path / "store", msgs, slots=3, entries=1000)
     (path,) = sorted((tmp_path / "store" / "index").iterdir())
     app, _ = _app(store)
-    assert len(app.keys.by_key("T1", "k1", 0, 0, 1000).records) == 40
+    assert len(run(app.keys.by_key("T1", "k1", 0, 0, 1000)).records) == 40
     index = IndexFile(bytearray(path.read_bytes()), store.slots, store.entries)
     hdr = index.header
     # keep entries 1..20 only (every message's keys are k1 and maybe a UNIQ_KEY)
@@ -175,6 +178,30 @@ def test_index_file_replaced_under_its_name_is_read_again(tmp_path):
     tmp = path.with_name("rebuilt.tmp")
     tmp.write_bytes(bytes(fresh))
     tmp.replace(path)
-    got = [r.physical_offset for r in app.keys.by_key("T1", "k1", 0, 0, 1000).records]
+    got = [r.physical_offset for r in run(app.keys.by_key("T1", "k1", 0, 0, 1000)).records]
     kept = sorted({index.entry(n)[1] for n in range(1, 21)}, reverse=True)
     assert 0 < len(kept) < 40 and got == kept
+
+
+def test_a_long_walk_lets_other_queries_run(tmp_path):
+    """One slot holds every key, so finding the oldest message walks all (about 13,000)
+    entries; on the event loop the walk pauses every 4,096 hops and another task runs."""
+    rng = random.Random(3)
+    msgs = random_messages(rng, 7000, ["T1"], ["x"])
+    for i, m in enumerate(msgs):
+        m["keys"] = "needle" if i == 0 else f"x{i}"
+    store = build_store(tmp_path / "store", msgs, slots=1, entries=20_000)
+    app, _ = _app(store)
+    ran_meanwhile = 0
+
+    async def both() -> list[int]:
+        nonlocal ran_meanwhile
+        walk = asyncio.ensure_future(app.keys.by_key("T1", "needle"))
+        while not walk.done():
+            ran_meanwhile += 1
+            await asyncio.sleep(0)
+        return [r.physical_offset for r in walk.result().records]
+
+    assert run(both()) == store.expected("T1", "needle", 0, 2**62)
+    assert PAUSE_EVERY == 4096  # the message count above is chosen for it
+    assert ran_meanwhile >= 1 + 3  # before the walk began, then at each pause

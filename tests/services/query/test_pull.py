@@ -10,6 +10,7 @@ from rmqstore.formats import consume_queue as cq
 from rmqstore.formats.javahash import java_hash
 from services.query.pull import Puller, PullStatus
 from services.query.queue_reader import QueueCatalog
+from tests.aio import run
 from tests.services.query.segment_source import SegmentRecordSource
 from tests.services.query.store_builder import build_store, copy_store, random_messages
 
@@ -46,7 +47,7 @@ def test_pull_every_golden_queue_to_the_end(golden_store, golden_source, golden_
         bounds = golden_expected["consumeQueueMaxOffsets"][name]
         offset, got = 0, []
         while True:
-            res = puller.pull(topic, int(qid), offset, 1000, tags)
+            res = run(puller.pull(topic, int(qid), offset, 1000, tags))
             assert (res.min_offset, res.max_offset) == (bounds["min"], bounds["max"])
             if offset == bounds["max"]:
                 assert res.status is PullStatus.OFFSET_OVERFLOW_ONE
@@ -73,15 +74,15 @@ def test_pull_every_golden_queue_to_the_end(golden_store, golden_source, golden_
 def test_pull_status_table(golden_store, golden_source, golden_expected, tmp_path):
     puller = _golden_puller(golden_store, golden_source)
     mx = golden_expected["consumeQueueMaxOffsets"]["TopicA/0"]["max"]
-    res = puller.pull("TopicA", 0, 3, 2)
+    res = run(puller.pull("TopicA", 0, 3, 2))
     assert (res.status, res.next_offset, len(res.records)) == (PullStatus.FOUND, 5, 2)
-    res = puller.pull("TopicA", 0, mx)
+    res = run(puller.pull("TopicA", 0, mx))
     assert (res.status, res.next_offset) == (PullStatus.OFFSET_OVERFLOW_ONE, mx)
-    res = puller.pull("TopicA", 0, mx + 5)
+    res = run(puller.pull("TopicA", 0, mx + 5))
     assert (res.status, res.next_offset) == (PullStatus.OFFSET_OVERFLOW_BADLY, 0)  # min == 0
-    res = puller.pull("TopicA", 7, 0)
+    res = run(puller.pull("TopicA", 7, 0))
     assert (res.status, res.next_offset) == (PullStatus.NO_MATCHED_LOGIC_QUEUE, 0)
-    res = puller.pull("NoSuchTopic", 0, 0)
+    res = run(puller.pull("NoSuchTopic", 0, 0))
     assert res.status is PullStatus.NO_MATCHED_LOGIC_QUEUE
 
     store = copy_store(golden_store, tmp_path / "store")
@@ -92,13 +93,13 @@ def test_pull_status_table(golden_store, golden_source, golden_expected, tmp_pat
     blank = cq.encode(cq.CqUnit(0, 0x7FFFFFFF, 0))
     (qdir / "00000000000000000000").write_bytes(blank * 3 + units[3 * cq.UNIT_SIZE :])
     puller = _golden_puller(store, golden_source)
-    res = puller.pull("TopicA", 9, 0)
+    res = run(puller.pull("TopicA", 9, 0))
     assert (res.status, res.next_offset) == (PullStatus.NO_MESSAGE_IN_QUEUE, 0)
-    res = puller.pull("TopicA", 1, 1)
+    res = run(puller.pull("TopicA", 1, 1))
     assert (res.status, res.next_offset, res.min_offset) == (PullStatus.OFFSET_TOO_SMALL, 3, 3)
-    res = puller.pull("TopicA", 1, 12)
+    res = run(puller.pull("TopicA", 1, 12))
     assert (res.status, res.next_offset) == (PullStatus.OFFSET_FOUND_NULL, 20)
-    res = puller.pull("TopicA", 1, 3, 100)
+    res = run(puller.pull("TopicA", 1, 3, 100))
     assert res.status is PullStatus.FOUND and res.next_offset == 10
 
 
@@ -126,11 +127,11 @@ def test_batch_limits_in_memory_and_on_disk(tmp_path):
         puller = Puller(QueueCatalog(store.root / "consumequeue"), source, memory)
         offset = 0
         while offset < len(msgs):
-            res = puller.pull("T1", 0, offset, 100)
+            res = run(puller.pull("T1", 0, offset, 100))
             n = expected_count(offset, 100, max_b, max_c)
             assert len(res.records) == n and res.next_offset == offset + n
             offset = res.next_offset
-    res = Puller(QueueCatalog(store.root / "consumequeue"), source).pull("T1", 0, 0, 0)
+    res = run(Puller(QueueCatalog(store.root / "consumequeue"), source).pull("T1", 0, 0, 0))
     assert len(res.records) == expected_count(0, 32, 256 * 1024, 32)
 
 
@@ -141,11 +142,11 @@ def test_batch_limits_in_memory_and_on_disk(tmp_path):
 ])
 def test_pull_bad_input(golden_store, golden_source, args):
     with pytest.raises(InvalidArgumentError):
-        _golden_puller(golden_store, golden_source).pull(*args)
+        run(_golden_puller(golden_store, golden_source).pull(*args))
 
 
 @pytest.mark.golden
 def test_huge_max_messages_is_bounded(golden_store, golden_source, golden_expected):
-    res = _golden_puller(golden_store, golden_source).pull("TopicA", 0, 0, 2**31 - 1)
+    res = run(_golden_puller(golden_store, golden_source).pull("TopicA", 0, 0, 2**31 - 1))
     assert res.status is PullStatus.FOUND
     assert len(res.records) == GOLDEN_CQ_UNITS_PER_FILE  # one consume-queue file at most

@@ -7,6 +7,7 @@ from rmqstore.formats.msgid import month_start_ms
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
 from services.query.lookup import uniq_key_windows
+from tests.aio import run
 from tests.services.query.conftest import GOLDEN_INDEX_ENTRIES, GOLDEN_INDEX_SLOTS
 
 pytestmark = pytest.mark.golden
@@ -17,7 +18,7 @@ def test_every_offset_id_reads_its_record(golden_app: QueryApp, golden_expected:
     for m in golden_expected["messages"]:
         s = m["stored"]
         for msg_id in (s["msgId"], s["msgId"].lower()):
-            (rec,) = golden_app.keys.by_id(msg_id)
+            (rec,) = run(golden_app.keys.by_id(msg_id))
             assert rec.physical_offset == s["phyOffset"]
             assert rec.topic == s["topic"]
 
@@ -28,22 +29,22 @@ def test_every_uniq_key_finds_its_copies(golden_app: QueryApp, golden_expected: 
         want = sorted((s["phyOffset"] for s in msgs
                        if s.get("uniqKey") == uk and s["sysFlag"] & ROLLBACK != ROLLBACK),
                       reverse=True)
-        got = [r.physical_offset for r in golden_app.keys.by_id(uk)]
+        got = [r.physical_offset for r in run(golden_app.keys.by_id(uk))]
         assert got == want, uk
         for topic in {s["topic"] for s in msgs if s["phyOffset"] in want}:
-            got_t = [r.physical_offset for r in golden_app.keys.by_id(uk, topic)]
+            got_t = [r.physical_offset for r in run(golden_app.keys.by_id(uk, topic))]
             assert got_t == [p for p in want if any(
                 s["phyOffset"] == p and s["topic"] == topic for s in msgs)]
 
 
 def test_unknown_and_malformed_ids(golden_app: QueryApp):
-    assert golden_app.keys.by_id("0" * 32) == []  # offset 0 of host 0.0.0.0:0, no such uniq
-    assert golden_app.keys.by_id("C633640700002A9F00000000FFFFFFFF") == []  # past the end
+    assert run(golden_app.keys.by_id("0" * 32)) == []  # offset 0 of host 0.0.0.0:0, no such uniq
+    assert run(golden_app.keys.by_id("C633640700002A9F00000000FFFFFFFF")) == []  # past the end
     for bad in ("", "xyz", "0" * 31, "G" * 32, "0" * 33, "0" * 57, "é" * 32):
         with pytest.raises(InvalidArgumentError):
-            golden_app.keys.by_id(bad)
+            run(golden_app.keys.by_id(bad))
     with pytest.raises(NotFoundError):
-        golden_app.keys.by_id("0" * 32, "NoSuchTopic")
+        run(golden_app.keys.by_id("0" * 32, "NoSuchTopic"))
 
 
 def test_uniq_key_windows_go_back_month_by_month():
@@ -64,4 +65,4 @@ def test_uniq_key_lookup_that_runs_out_of_budget_says_so(golden_store, golden_so
                          BudgetLimits(hops=1, bytes=10**9, millis=60_000))
     oldest = golden_expected["messages"][0]["stored"]
     with pytest.raises(BudgetExhaustedError, match="budget"):
-        app.keys.by_id(oldest["uniqKey"], "TopicA")
+        run(app.keys.by_id(oldest["uniqKey"], "TopicA"))
