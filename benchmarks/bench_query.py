@@ -4,14 +4,16 @@ A store of N messages (1,000,000; 50,000 with ``quick``) is written straight to 
 shared format library (commitlog segments, consume queues, index files, the same bytes the
 services write), then served by the real writer and the real query service; the client
 calls the query service over gRPC on loopback, one call at a time (one row calls the lookup
-in process, to show what the query service's own gRPC hop costs). Each message has a unique
-key ``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY.
+in process, to show what the query service's own gRPC hop costs; the last row has 4 clients
+calling at once, each on its own channel and thread). Each message has a unique key
+``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY.
 """
 
 import asyncio
 import random
 import statistics
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -37,6 +39,7 @@ SEGMENT_SIZE = 64 * 1024 * 1024
 QUEUES = 8
 TOPIC = "BenchQuery"
 STORE_HOST = "127.0.0.1:10911"
+CLIENTS = 4  # the concurrent row's
 
 
 def build(root: Path, n: int, slots: int, entries: int) -> dict:
@@ -131,6 +134,31 @@ def _measure(fn, calls: int) -> dict:
     }
 
 
+def _measure_concurrent(fns: list, calls: int) -> dict:
+    """``calls`` calls shared by one thread per function (each with its own channel)."""
+    lats: list[list[float]] = [[] for _ in fns]
+
+    def client(k: int) -> None:
+        for _ in range(calls // len(fns)):
+            t0 = time.perf_counter()
+            fns[k]()
+            lats[k].append(time.perf_counter() - t0)
+
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(len(fns))]
+    t_start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t_start
+    lat = sorted(x for per in lats for x in per)
+    return {
+        "queries/s": len(lat) / wall,
+        "p50 ms": statistics.median(lat) * 1000,
+        "p99 ms": lat[int(len(lat) * 0.99) - 1] * 1000,
+    }
+
+
 def run(quick: bool = False) -> list[dict]:
     n = 50_000 if quick else 1_000_000
     slots, entries = (max(n // 2, 100), 4 * n)
@@ -208,6 +236,18 @@ def run(quick: bool = False) -> list[dict]:
                 )
                 assert len(r.messages) == 32
 
+            def by_key_from(client_stub: query_pb2_grpc.QueryStub, seed: int):
+                own = random.Random(seed)
+
+                def call() -> None:
+                    i = own.randrange(n)
+                    r = client_stub.QueryByKey(
+                        query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"k{i}")
+                    )
+                    assert len(r.messages) == 1 and r.messages[0].phy_offset == put["phys"][i]
+
+                return call
+
             loop = asyncio.new_event_loop()  # the lookups await the writer's reads
 
             async def open_source() -> GrpcRecordSource:  # its channel belongs to this loop
@@ -232,6 +272,17 @@ def run(quick: bool = False) -> list[dict]:
                 for _ in range(min(calls, 300)):  # warm-up: connections, page cache
                     fn()
                 rows.append({"scenario": f"{name}, {n:,} msgs", **_measure(fn, calls)})
+            clients = [
+                by_key_from(query_pb2_grpc.QueryStub(channel(query.address)), k)
+                for k in range(CLIENTS)
+            ]
+            for fn in clients:
+                for _ in range(min(calls, 300) // CLIENTS):
+                    fn()
+            rows.append({
+                "scenario": f"by key, unique key, {CLIENTS} clients at once, {n:,} msgs",
+                **_measure_concurrent(clients, calls),
+            })
             loop.run_until_complete(source.close())
             loop.close()
         finally:

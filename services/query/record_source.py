@@ -242,3 +242,4 @@ class GrpcRecordSource:
         for s in streams:
             s.close()
         await self._channel.close()
+        await asyncio.sleep(0.01)  # the cancelled calls' last callbacks, before the loop ends
