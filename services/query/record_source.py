@@ -169,7 +169,8 @@ class GrpcRecordSource:
         stream = self._checkout()
         if stream is not None:
             try:
-                records = await asyncio.wait_for(stream.read(offsets), self._timeout)
+                async with asyncio.timeout(self._timeout):  # no task made, unlike wait_for
+                    records = await stream.read(offsets)
             except TimeoutError as e:
                 self._discard(stream)
                 log.warning("a read from the commitlog writer took over %.1f s", self._timeout)
