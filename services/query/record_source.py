@@ -105,7 +105,7 @@ class _ReadStream:
         self._call = stub.ReadRecordsStream()
 
     async def read(self, offsets: list[int]) -> list[bytes]:
-        """Records, or _Refused; grpc.RpcError when the stream itself ended."""
+        """Records, or _Refused; grpc.RpcError or _Ended when the stream itself ended."""
         try:
             await self._call.write(commitlog_pb2.ReadRecordsRequest(offsets=offsets))
         except asyncio.InvalidStateError:  # the call has ended (the writer stopped or refused)
