@@ -121,6 +121,10 @@ class _ReadStream:
     def close(self) -> None:
         self._call.cancel()
 
+    async def closed(self) -> None:
+        """Once the call has ended (after ``close``: once its cancellation is processed)."""
+        await self._call.code()
+
 
 class GrpcRecordSource:
     """Reads records from the commitlog writer over ``grpc.aio``; bounds are cached briefly.
@@ -242,5 +246,6 @@ class GrpcRecordSource:
         self._open.clear()
         for s in streams:
             s.close()
+        for s in streams:  # their last callbacks run before the loop may end
+            await s.closed()
         await self._channel.close()
-        await asyncio.sleep(0.01)  # the cancelled calls' last callbacks, before the loop ends

@@ -56,6 +56,12 @@ def _bodies(raws):
     return [commitlog.decode(r).body for r in raws]
 
 
+async def _ended(src: GrpcRecordSource) -> None:
+    """Until the source's open streams have ended."""
+    for stream in src._open:
+        await stream.closed()
+
+
 def _source(address: str, **kwargs) -> GrpcRecordSource:
     async def make() -> GrpcRecordSource:  # on the loop that will use its channel
         return GrpcRecordSource(address, **kwargs)
@@ -107,8 +113,7 @@ def test_reads_resume_after_the_writer_restarts(tmp_path, noticed):
         assert _bodies(run(src.read(offsets[:1]))) == [b"b0"]
         w.kill()
         if noticed:  # the idle stream has ended before the next read is written to it
-            run(asyncio.sleep(0.5))
-            assert all(s._call.done() for s in src._open)
+            run(asyncio.wait_for(_ended(src), 10))
         with pytest.raises(UnavailableError):
             run(src.read(offsets[:1]))
         w = _writer(store, address)  # same port
