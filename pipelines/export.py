@@ -16,7 +16,7 @@ from pathlib import Path
 from pipelines.progress import Progress
 from pipelines.records import row
 from pipelines.scan import DictParam, ScanOutcome, ScanPlan, outcome, scan_range
-from pipelines.source import DEFAULT_SPLIT_BYTES, Corruption
+from pipelines.source import DEFAULT_SPLIT_BYTES, Corruption, replanned_note
 from rmqstore.errors import InvalidArgumentError
 
 PARTITION_COLUMNS = ("topic", "date")
@@ -97,6 +97,12 @@ def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT
                       interval=progress_interval, enabled=progress) as prog:
             ends = _write(spark, plan, target, _row, check_crc, prog.tracker())
             result: ScanOutcome = outcome(plan, ends)
+            replanned = []
+            if result.misaligned:  # cut inside a record: cut again by walking, write again
+                replanned.append(replanned_note(result.misaligned))
+                shutil.rmtree(target, ignore_errors=True)
+                plan = ScanPlan.of(store, split_bytes, walk=True)
+                result = outcome(plan, _write(spark, plan, target, _row, check_crc, None))
             if not result.complete:  # data after a corrupt record: write again without it
                 shutil.rmtree(target, ignore_errors=True)
                 _write(spark, plan, target,
@@ -105,5 +111,5 @@ def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
-    return ExportReport(result.records, result.bytes, result.corruptions, result.notes,
+    return ExportReport(result.records, result.bytes, result.corruptions, replanned + result.notes,
                         time.monotonic() - started)

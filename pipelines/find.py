@@ -16,7 +16,13 @@ import numpy as np
 
 from pipelines.records import key_tokens
 from pipelines.scan import DictParam, ScanPlan, outcome
-from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, read_range_columns
+from pipelines.source import (
+    DEFAULT_SPLIT_BYTES,
+    ByteRange,
+    Corruption,
+    read_range_columns,
+    replanned_note,
+)
 from rmqstore.dispatch_columns import property_texts
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
@@ -117,9 +123,8 @@ def _find_in_range(r: ByteRange, criteria: Criteria, check_crc: bool, ends_acc):
                 yield r.number, describe(rec)
 
 
-def find(spark, store: str | Path, criteria: Criteria, split_bytes: int = DEFAULT_SPLIT_BYTES,
-         check_crc: bool = True) -> FindResult:
-    plan = ScanPlan.of(store, split_bytes)
+def _find_all(spark, plan: ScanPlan, criteria: Criteria, check_crc: bool) -> tuple:
+    """(matches as (range number, description), what the scan found)."""
     sc = spark.sparkContext
     ends = sc.accumulator({}, DictParam())
     found = []
@@ -128,6 +133,16 @@ def find(spark, store: str | Path, criteria: Criteria, split_bytes: int = DEFAUL
                  .flatMap(partial(_find_in_range, criteria=criteria, check_crc=check_crc,
                                   ends_acc=ends))
                  .collect())
-    result = outcome(plan, ends.value)
+    return found, outcome(plan, ends.value)
+
+
+def find(spark, store: str | Path, criteria: Criteria, split_bytes: int = DEFAULT_SPLIT_BYTES,
+         check_crc: bool = True) -> FindResult:
+    found, result = _find_all(spark, ScanPlan.of(store, split_bytes), criteria, check_crc)
+    replanned = []
+    if result.misaligned:  # cut inside a record: cut again by walking, scan again
+        replanned.append(replanned_note(result.misaligned))
+        plan = ScanPlan.of(store, split_bytes, walk=True)
+        found, result = _find_all(spark, plan, criteria, check_crc)
     matches = sorted((m for n, m in found if n in result.included), key=lambda m: m["phyOffset"])
-    return FindResult(matches, result.records, result.corruptions, result.notes)
+    return FindResult(matches, result.records, result.corruptions, replanned + result.notes)

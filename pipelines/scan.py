@@ -16,6 +16,7 @@ from pipelines.source import (
     RangeEnd,
     commitlog_dir,
     list_segments,
+    misaligned,
     plan_ranges,
     valid_prefix,
 )
@@ -39,9 +40,11 @@ class ScanPlan:
     total_bytes: int
 
     @classmethod
-    def of(cls, store: str | Path, split_bytes: int = DEFAULT_SPLIT_BYTES) -> "ScanPlan":
+    def of(cls, store: str | Path, split_bytes: int = DEFAULT_SPLIT_BYTES,
+           walk: bool = False) -> "ScanPlan":
+        """Ranges cut near every ``split_bytes`` (``walk``: cut by walking record sizes)."""
         segments = list_segments(commitlog_dir(store))
-        return cls(plan_ranges(segments, split_bytes), sum(s.size for s in segments))
+        return cls(plan_ranges(segments, split_bytes, walk), sum(s.size for s in segments))
 
 
 @dataclass
@@ -52,9 +55,14 @@ class ScanOutcome:
     records: int = 0
     bytes: int = 0
     complete: bool = True  # False: ranges holding records were left out after the fact
+    misaligned: list[ByteRange] = field(default_factory=list)  # non-empty: scan again, walked
 
 
 def outcome(plan: ScanPlan, ends: dict[int, tuple[RangeEnd, int]]) -> ScanOutcome:
+    """What a scan found, once every range has reported its end."""
+    bad = misaligned(plan.ranges, {n: e for n, (e, _) in ends.items()})
+    if bad:
+        return ScanOutcome(set(), misaligned=bad, complete=False)
     included, notes = valid_prefix(plan.ranges, {n: e for n, (e, _) in ends.items()},
                                    {n: c > 0 for n, (_, c) in ends.items()})
     out = ScanOutcome(included, notes=notes)

@@ -1,8 +1,13 @@
 """Commitlog segments as independent units of work.
 
 A record never crosses a segment, so every segment decodes on its own. A large segment is cut
-into byte ranges at record boundaries (found by walking the record sizes on the driver), so a
-1 GiB segment still spreads over several tasks. Decoding goes through ``rmqstore.formats``
+into byte ranges so that a 1 GiB segment still spreads over several tasks. The driver cuts
+near every ``split_bytes`` at a record that vouches for its own position
+(``commitlog_segment.find_record``), reading a few pages per cut instead of walking every
+record; each task then walks its range by record sizes, up to the first record at or past its
+end, which must be exactly where the next range begins (``misaligned`` checks that once the
+tasks are done; a job that finds a misaligned range plans again by walking every record
+size, ``plan_ranges(walk=True)``, and runs again). Decoding goes through ``rmqstore.formats``
 only (``commitlog_columns`` for a whole range at once); a range stops at the first corrupt or
 torn record and says where and why.
 """
@@ -22,6 +27,9 @@ from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
 
 DEFAULT_SPLIT_BYTES = 64 * 1024 * 1024
+# a cut looks this far past each split point for a record; none there (the segment's unused
+# tail, or a record longer than this): the segment's last range runs from the cut before
+CUT_WINDOW = 8 * 1024 * 1024
 
 # how a range's data ended
 ENDED_AT_LIMIT = "limit"  # the planned cut, the next range goes on
@@ -96,9 +104,10 @@ def list_segments(directory: str | Path) -> list[Segment]:
     return out
 
 
-def _record_starts(buf, split_bytes: int) -> list[int]:
-    """Positions to cut a segment at: a record start at least ``split_bytes`` after the last.
-    The walk stops at a blank, zeros or damage: the decoding task finds out which."""
+def _walked_cuts(buf, split_bytes: int) -> list[int]:
+    """Positions to cut a segment at: a record start at least ``split_bytes`` after the last,
+    every record size walked. The walk stops at a blank, zeros or damage: the decoding task
+    finds out which."""
     starts = np.array(commitlog_columns.walk(buf)[0], dtype=np.int64)
     cuts: list[int] = []
     next_cut = split_bytes
@@ -110,8 +119,26 @@ def _record_starts(buf, split_bytes: int) -> list[int]:
         next_cut = cuts[-1] + split_bytes
 
 
-def plan_ranges(segments: list[Segment], split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[ByteRange]:
-    """Cut each segment larger than ``split_bytes`` at record boundaries."""
+def _found_cuts(buf, split_bytes: int, base_offset: int) -> list[int]:
+    """Positions to cut a segment at: the first record that vouches for its position at or
+    after each split point (``find_record``), until a split point has none within
+    ``CUT_WINDOW``."""
+    cuts: list[int] = []
+    at = split_bytes
+    while at < len(buf):
+        found = commitlog_segment.find_record(buf, at, at + CUT_WINDOW, base_offset)
+        if found is None:
+            return cuts
+        cuts.append(found)
+        at = found + split_bytes
+    return cuts
+
+
+def plan_ranges(segments: list[Segment], split_bytes: int = DEFAULT_SPLIT_BYTES,
+                walk: bool = False) -> list[ByteRange]:
+    """Cut each segment larger than ``split_bytes`` at records found near the split points,
+    or with ``walk`` at record starts found by walking every record size (slower: the driver
+    reads every record header; never misaligned)."""
     if split_bytes <= 0:
         raise InvalidArgumentError(f"split size {split_bytes} must be positive")
     ranges: list[ByteRange] = []
@@ -119,12 +146,29 @@ def plan_ranges(segments: list[Segment], split_bytes: int = DEFAULT_SPLIT_BYTES)
         cuts: list[int] = []
         if seg.size > split_bytes:
             with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                cuts = _record_starts(m, split_bytes)
+                cuts = (_walked_cuts(m, split_bytes) if walk
+                        else _found_cuts(m, split_bytes, seg.start_offset))
         bounds = [0, *cuts]
         for i, begin in enumerate(bounds):
             end = bounds[i + 1] if i + 1 < len(bounds) else None
             ranges.append(ByteRange(len(ranges), seg, begin, end))
     return ranges
+
+
+def misaligned(ranges: list[ByteRange], ends: dict[int, RangeEnd]) -> list[ByteRange]:
+    """Ranges that do not begin where the walk of the range before them stopped: cut at bytes
+    that only looked like a record (see ``find_record``). Their records, and those of every
+    later range of the segment, are not the commitlog's: plan again with ``walk=True``."""
+    return [r for prev, r in zip(ranges, ranges[1:], strict=False)
+            if r.begin and ends[prev.number].ended_by == ENDED_AT_LIMIT
+            and ends[prev.number].position != r.begin]
+
+
+def replanned_note(bad: list[ByteRange]) -> str:
+    """What a job that had to plan again by walking tells its user."""
+    r = bad[0]
+    return (f"{r.segment.path}: the range cut at position {r.begin} did not begin at a record "
+            f"({len(bad)} such cut(s) in all); every record size was walked to cut again")
 
 
 def iter_range(r: ByteRange, check_crc: bool = True, decoder: Callable[..., Any] | None = None,
@@ -184,12 +228,14 @@ def valid_prefix(ranges: list[ByteRange], ends: dict[int, RangeEnd],
     """Which ranges hold the commitlog's data, read in order as recovery reads it.
 
     Data ends at the first corrupt record, or in the first segment that ends without a blank
-    marker. Ranges after that are left out; the notes say what was left out and why.
+    marker. Ranges after that are left out, as are ranges of a segment after its blank
+    marker; the notes say what was left out and why.
     """
     included: set[int] = set()
     notes: list[str] = []
     stop: str | None = None
     expected_start: int | None = None
+    marked: str | None = None  # the segment whose blank marker was met
     for r in ranges:
         if stop is not None:
             if has_records.get(r.number):
@@ -201,13 +247,20 @@ def valid_prefix(ranges: list[ByteRange], ends: dict[int, RangeEnd],
             if has_records.get(r.number):
                 notes.append(f"{stop}; it and later segments were left out")
             continue
-        included.add(r.number)
         end = ends[r.number]
-        if end.ended_by == ENDED_AT_CORRUPT:
-            assert end.corruption is not None
-            stop = str(end.corruption)
-        elif end.ended_by == ENDED_AT_ZEROS and r.last_of_segment:
-            stop = f"data of {r.segment.path} ends at position {end.position} without a blank"
+        if marked == r.segment.path:
+            if has_records.get(r.number):
+                notes.append(f"{r.segment.path} from position {r.begin}: records after the "
+                             "segment's end marker were left out")
+        else:
+            included.add(r.number)
+            if end.ended_by == ENDED_AT_CORRUPT:
+                assert end.corruption is not None
+                stop = str(end.corruption)
+            elif end.ended_by == ENDED_AT_ZEROS:
+                stop = f"data of {r.segment.path} ends at position {end.position} without a blank"
+            elif end.ended_by == ENDED_AT_BLANK:
+                marked = r.segment.path
         if r.last_of_segment:
             expected_start = r.segment.start_offset + r.segment.size
     return included, notes

@@ -1,10 +1,12 @@
 """The rebuild job: commitlog segments in, consume-queue and index files out.
 
-1. Plan byte ranges (one per segment, large segments cut at record boundaries); one task each
-   decodes its range into consume-queue units per queue and index keys (kept, not recomputed).
-2. The driver reads the small summaries: where the commitlog's good data ends, the key count of
-   every range (a running sum numbers the keys, so each index file's keys are known), and which
-   consume-queue files every queue needs.
+1. Plan byte ranges (one per segment, large segments cut at records found near the split
+   points: ``pipelines.source``); one task each decodes its range into consume-queue units per
+   queue and index keys (kept, not recomputed).
+2. The driver reads the small summaries: that every range began where the one before it
+   ended (else it cuts again by walking every record size and decodes again), where the
+   commitlog's good data ends, the key count of every range (a running sum numbers the keys,
+   so each index file's keys are known), and which consume-queue files every queue needs.
 3. Every consume-queue file and every index file is one shuffle key: the pieces of it from all
    ranges meet in one task, which writes the file into the staging root.
 4. The driver names the index files from their first entries' store times, then swaps the
@@ -29,7 +31,9 @@ from pipelines.source import (
     Corruption,
     commitlog_dir,
     list_segments,
+    misaligned,
     plan_ranges,
+    replanned_note,
     valid_prefix,
 )
 from pipelines.staging import Staging
@@ -154,6 +158,16 @@ def _write_files(items, staging_dir: str, settings: RebuildSettings,
 
 # -- driver ---------------------------------------------------------------------------------
 
+def _decode_all(sc, ranges: list[ByteRange], check_crc: bool, tracker: tuple | None) -> tuple:
+    """The ranges decoded (kept for the file-writing stage) and their summaries."""
+    from pyspark import StorageLevel
+
+    decoded = (sc.parallelize(ranges, len(ranges))
+               .map(partial(_decode, check_crc=check_crc, tracker=tracker))
+               .persist(StorageLevel.MEMORY_AND_DISK))
+    return decoded, decoded.map(_summary).collect()
+
+
 @dataclass
 class _FilePlan:
     key_base: dict[int, int]  # range number -> number of its first index key
@@ -204,8 +218,6 @@ def rebuild(spark, store: str | Path, out: str | Path,
             settings: RebuildSettings | None = None, replace: bool = False,
             progress: bool = False, progress_interval: float = 2.0) -> RebuildReport:
     """Rebuild ``consumequeue/`` and ``index/`` of ``store``'s commitlog into ``out``."""
-    from pyspark import StorageLevel
-
     settings = settings or RebuildSettings()
     started = time.monotonic()
     segments = list_segments(commitlog_dir(store))
@@ -219,17 +231,19 @@ def rebuild(spark, store: str | Path, out: str | Path,
                         sum(s.size for s in segments), interval=progress_interval,
                         enabled=progress)
         with prog:
-            tracker = prog.tracker()
+            summaries: list[tuple] = []
             if ranges:
-                decoded = (sc.parallelize(ranges, len(ranges))
-                           .map(partial(_decode, check_crc=settings.check_crc, tracker=tracker))
-                           .persist(StorageLevel.MEMORY_AND_DISK))
-                summaries = decoded.map(_summary).collect()
-            else:
-                summaries = []
+                decoded, summaries = _decode_all(sc, ranges, settings.check_crc, prog.tracker())
+                bad = misaligned(ranges, {s[0]: s[1] for s in summaries})
+                if bad:  # cut inside a record: cut again by walking, decode again
+                    report.notes.append(replanned_note(bad))
+                    decoded.unpersist()
+                    ranges = plan_ranges(segments, settings.split_bytes, walk=True)
+                    report.ranges = len(ranges)
+                    decoded, summaries = _decode_all(sc, ranges, settings.check_crc, None)
             ends = {s[0]: s[1] for s in summaries}
             included, notes = valid_prefix(ranges, ends, {s[0]: s[2] > 0 for s in summaries})
-            report.notes = notes
+            report.notes += notes
             report.corruptions = [ends[n].corruption for n in sorted(included)
                                   if ends[n].corruption is not None]
             plan = _plan_files(sorted(summaries), included, settings, report)

@@ -5,6 +5,7 @@ record (the rest of the segment is unused), at zeros (never written), or at the 
 that fails the checks (torn or corrupt: recovery cuts there).
 """
 
+import mmap
 import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
@@ -13,6 +14,7 @@ from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import BytesLike
 from rmqstore.formats.commitlog import (
     _INT,
+    _LONG,
     _SHORT,
     _TAIL,
     BLANK,
@@ -20,10 +22,12 @@ from rmqstore.formats.commitlog import (
     BODY_LENGTH_AT,
     HEAD,
     HEAD_SIZE,
+    MAGIC_AT,
     MAGIC_V1,
     MAGIC_V2,
     MAX_TOPIC_BYTES,
     NO_QUEUE_OFFSET_BIT,
+    PHYSICAL_OFFSET_AT,
     TAIL_AT,
     V6_BITS,
     crc32,
@@ -214,3 +218,29 @@ def scan_end(
                 add(pos, topic, qid, qo, sys_flag)
             pos += total
     return pos, None, None
+
+
+_PREFIX_V1_V2 = _INT.pack(MAGIC_V1)[:3]  # the two record magics differ in their last byte only
+_MAGICS = frozenset((MAGIC_V1, MAGIC_V2))
+
+
+def find_record(buf: bytes | mmap.mmap, start: int, stop: int, base_offset: int) -> int | None:
+    """The first position in [start, stop) of ``buf`` (a whole segment) where a record
+    vouches for its own place: a v1 or v2 magic, a positive size that fits, and a physical
+    offset field equal to ``base_offset`` + the position (every record stores its own
+    offset). None if nothing in the window does. Bytes inside a body pass only if they copy a
+    header naming exactly where they lie, so a find is a strong guess, not proof: only a walk
+    from the segment's start proves where records start."""
+    size = len(buf)
+    last = min(stop - 1, size - PHYSICAL_OFFSET_AT - 8)  # the last position to try
+    at = start + MAGIC_AT
+    while True:
+        hit = buf.find(_PREFIX_V1_V2, at, last + MAGIC_AT + len(_PREFIX_V1_V2))
+        if hit < 0:
+            return None
+        pos = hit - MAGIC_AT
+        total, magic = BLANK.unpack_from(buf, pos)
+        if magic in _MAGICS and 0 < total <= size - pos and \
+                _LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_AT)[0] == base_offset + pos:
+            return pos
+        at = hit + 1

@@ -9,6 +9,7 @@ from pipelines.records import utc_date
 from pipelines.synthetic import mixed_messages, write_commitlog
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
+from tests.pipelines.forged import forged_store
 
 pytestmark = pytest.mark.spark
 
@@ -64,3 +65,14 @@ def test_export_stops_at_a_corrupt_record_and_refuses_a_used_output(spark, tmp_p
                                          if w.phy_offset < first_of_second.phy_offset]
     with pytest.raises(InvalidArgumentError, match="not empty"):
         export(spark, store, out)
+
+
+def test_export_cuts_again_by_walking_after_a_cut_inside_a_record(spark, tmp_path: Path):
+    store, written, fake = forged_store(tmp_path)
+    out = tmp_path / "parquet"
+    report = export(spark, store, out, split_bytes=fake)
+    assert report.records == len(written) and report.corruptions == []
+    [note] = report.notes
+    assert f"cut at position {fake} did not begin at a record" in note
+    rows = spark.read.parquet(str(out)).select("phy_offset").collect()
+    assert sorted(r["phy_offset"] for r in rows) == [w.phy_offset for w in written]

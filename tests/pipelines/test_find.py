@@ -7,6 +7,7 @@ import pytest
 from pipelines.find import Criteria, find
 from pipelines.synthetic import mixed_messages, write_commitlog
 from rmqstore.errors import InvalidArgumentError
+from tests.pipelines.forged import forged_store
 
 pytestmark = pytest.mark.spark
 
@@ -71,3 +72,12 @@ def test_find_stops_at_a_corrupt_record_and_says_where(spark, tmp_path: Path):
     assert result.records_scanned == 120
     [c] = result.corruptions
     assert (c.offset, "CRC" in c.reason) == (bad.phy_offset, True)
+
+
+def test_find_cuts_again_by_walking_after_a_cut_inside_a_record(spark, tmp_path: Path):
+    root, written, fake = forged_store(tmp_path)
+    result = find(spark, root, Criteria(topic="Topic1"), split_bytes=fake)
+    assert [m["phyOffset"] for m in result.matches] == _expect(written, topic="Topic1")
+    assert result.records_scanned == len(written) and result.corruptions == []
+    [note] = result.notes
+    assert f"cut at position {fake} did not begin at a record" in note

@@ -10,10 +10,12 @@ from pipelines.source import (
     RangeEnd,
     iter_range,
     list_segments,
+    misaligned,
     plan_ranges,
     valid_prefix,
 )
 from pipelines.synthetic import mixed_messages, write_commitlog
+from tests.pipelines.forged import forged_store
 
 
 def test_ranges_cut_at_record_boundaries_and_cover_every_record(tmp_path: Path):
@@ -54,3 +56,41 @@ def test_data_ends_at_the_first_corruption(tmp_path: Path):
     included, notes = valid_prefix(ranges, ends, every)
     assert included == set(range(bad.number + 1))
     assert len(notes) == len(ranges) - bad.number - 1
+
+
+def test_cuts_found_near_split_points_are_the_walked_cuts(tmp_path: Path):
+    write_commitlog(tmp_path, mixed_messages(2000), segment_size=64 * 1024)
+    segments = list_segments(tmp_path / "commitlog")
+    for split in (3_000, 10_000, 40_000):
+        found = plan_ranges(segments, split)
+        assert found == plan_ranges(segments, split, walk=True)
+        ends = {r.number: list(iter_range(r))[-1] for r in found}
+        assert misaligned(found, ends) == []
+
+
+def test_a_cut_inside_a_record_is_caught_and_walking_cuts_right(tmp_path: Path):
+    store, written, fake = forged_store(tmp_path)
+    segments = list_segments(store / "commitlog")
+    found = plan_ranges(segments, fake)
+    assert found[1].begin == fake  # inside the carrier's body
+    ends = {r.number: list(iter_range(r))[-1] for r in found}
+    assert ends[0].ended_by == ENDED_AT_LIMIT and ends[0].position > fake
+    assert misaligned(found, ends) == [found[1]]
+    walked = plan_ranges(segments, fake, walk=True)
+    ends = {r.number: list(iter_range(r))[-1] for r in walked}
+    assert misaligned(walked, ends) == []
+    seen = [rec.physical_offset for r in walked for _, rec in list(iter_range(r))[:-1]]
+    assert seen == [w.phy_offset for w in written]
+
+
+def test_ranges_after_a_blank_marker_in_their_segment_are_left_out(tmp_path: Path):
+    write_commitlog(tmp_path, mixed_messages(300), segment_size=16 * 1024)
+    ranges = plan_ranges(list_segments(tmp_path / "commitlog"), split_bytes=4_000)
+    ends = {r.number: list(iter_range(r))[-1] for r in ranges}
+    every = {r.number: True for r in ranges}
+    early = next(r for r in ranges if r.begin == 0 and r.end is not None)
+    later = [r.number for r in ranges if r.segment == early.segment and r.begin > early.begin]
+    ends[early.number] = RangeEnd(ends[early.number].position, ENDED_AT_BLANK)
+    included, notes = valid_prefix(ranges, ends, every)
+    assert included == set(every) - set(later)  # the next segments still count
+    assert len(notes) == len(later) and all("end marker" in n for n in notes)

@@ -7,6 +7,7 @@ import pytest
 from pipelines.rebuild.job import RebuildSettings, rebuild
 from pipelines.synthetic import mixed_messages, write_commitlog
 from rmqstore.formats.index_file import IndexFile
+from tests.pipelines.forged import forged_store
 from tests.pipelines.oracle import read_tree, sequential_build
 
 pytestmark = pytest.mark.spark
@@ -55,3 +56,18 @@ def test_colliding_keys_share_a_chain(spark, tmp_path: Path):
                 and w.message.sys_flag & 0xC != 0xC]
     got = index.select_phy_offsets("Topic0#Aa", 1000, 0, 2**62)
     assert sorted(got) == expected and got == sorted(got, reverse=True)
+
+
+def test_a_cut_inside_a_record_is_cut_again_by_walking(spark, tmp_path: Path):
+    """A body copying a record header that names its own place fools the planner's search;
+    the rebuild sees that the range before it ran past the cut, and plans again."""
+    store, written, fake = forged_store(tmp_path)
+    settings = RebuildSettings(index_slots=64, index_entries=2000, cq_entries_per_file=16,
+                               split_bytes=fake)
+    report = rebuild(spark, store, tmp_path / "out", settings)
+    assert report.records == len(written) and report.corruptions == []
+    [note] = report.notes
+    assert f"cut at position {fake} did not begin at a record" in note
+    expected = sequential_build(store / "commitlog", settings.cq_entries_per_file,
+                                settings.index_slots, settings.index_entries)
+    assert read_tree(tmp_path / "out") == expected

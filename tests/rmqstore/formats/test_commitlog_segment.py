@@ -86,3 +86,42 @@ def test_a_header_walk_stops_at_a_record_too_short_for_its_own_fields():
     with pytest.raises(CorruptRecordError, match="do not add up") as err:
         list(commitlog_segment.iter_heads(data))
     assert err.value.offset == 0
+
+
+def _two_records(base: int) -> tuple[bytearray, int]:
+    """A 1 KiB segment starting at commitlog offset ``base``: two records, then zeros."""
+    r = tv4_record()
+    r.physical_offset = base
+    rec0 = cl.encode(r)
+    r.physical_offset = base + len(rec0)
+    seg = bytearray(1024)
+    seg[: len(rec0)] = rec0
+    seg[len(rec0) : 2 * len(rec0)] = cl.encode(r)
+    return seg, len(rec0)
+
+
+def test_find_record_finds_the_first_record_at_or_after_a_position():
+    seg, second = _two_records(4096)
+    find = commitlog_segment.find_record
+    assert find(bytes(seg), 0, len(seg), 4096) == 0
+    assert find(bytes(seg), 1, len(seg), 4096) == second
+    assert find(bytes(seg), second, len(seg), 4096) == second
+    assert find(bytes(seg), 1, second, 4096) is None  # the window ends before it
+    assert find(bytes(seg), 1, second + 1, 4096) == second
+    assert find(bytes(seg), second + 1, len(seg), 4096) is None  # zeros after it
+    assert find(bytes(seg), 0, len(seg), 0) is None  # no record names these positions
+
+
+def test_find_record_passes_over_bytes_that_only_look_like_a_header():
+    seg, second = _two_records(0)
+    fake = 150  # inside the first record's body: a magic, and offsets that do not match
+    seg[fake : fake + 8] = cl.BLANK.pack(40, cl.MAGIC_V1)
+    seg[fake + cl.PHYSICAL_OFFSET_AT : fake + cl.PHYSICAL_OFFSET_AT + 8] = (7).to_bytes(8, "big")
+    assert commitlog_segment.find_record(bytes(seg), 1, len(seg), 0) == second
+    # a header naming its own position is taken: only a walk from the start tells them apart
+    seg[fake + cl.PHYSICAL_OFFSET_AT : fake + cl.PHYSICAL_OFFSET_AT + 8] = fake.to_bytes(8, "big")
+    assert commitlog_segment.find_record(bytes(seg), 1, len(seg), 0) == fake
+    seg[fake : fake + 4] = (2000).to_bytes(4, "big")  # a size running past the segment
+    assert commitlog_segment.find_record(bytes(seg), 1, len(seg), 0) == second
+    seg[len(seg) - 20 : len(seg) - 12] = cl.BLANK.pack(8, cl.MAGIC_V1)  # no room for offsets
+    assert commitlog_segment.find_record(bytes(seg), second + 1, len(seg), 0) is None
