@@ -2,18 +2,19 @@
 
 1. Plan byte ranges (one per segment, large segments cut at records found near the split
    points: ``pipelines.source``); one task each decodes its range into consume-queue units per
-   queue and index keys (kept, not recomputed).
+   queue and index keys, left as files in the staging root for step 3 (``handoff``).
 2. The driver reads the small summaries: that every range began where the one before it
    ended (else it cuts again by walking every record size and decodes again), where the
    commitlog's good data ends, the key count of every range (a running sum numbers the keys,
    so each index file's keys are known), and which consume-queue files every queue needs.
-3. Every consume-queue file and every index file is one shuffle key: the pieces of it from all
-   ranges meet in one task, which writes the file into the staging root.
+3. Every consume-queue file and every index file is written by one task, which reads its
+   pieces from the ranges' files (the driver spreads the files over the tasks by size).
 4. The driver names the index files from their first entries' store times, then swaps the
    staging root into place.
 """
 
 import os
+import shutil
 import time
 from dataclasses import asdict, dataclass, field
 from functools import partial
@@ -23,8 +24,8 @@ import numpy as np
 
 from pipelines.progress import Progress, report_range
 from pipelines.rebuild import consume_queue_sink as cq_sink
-from pipelines.rebuild import index_sink
-from pipelines.rebuild.range_data import RangeData, decode_range
+from pipelines.rebuild import handoff, index_sink
+from pipelines.rebuild.range_data import decode_range
 from pipelines.source import (
     DEFAULT_SPLIT_BYTES,
     ByteRange,
@@ -43,6 +44,7 @@ from rmqstore.formats import index_file as index_fmt
 
 CQ_DIR = "consumequeue"
 INDEX_DIR = "index"
+WORK_DIR = ".ranges"  # in the staging root: what decoding tasks leave for writing tasks
 _PART_PREFIX = ".part-"
 MIB = 1024 * 1024
 
@@ -96,88 +98,66 @@ class RebuildReport:
 
 # -- task functions (module level so Spark pickles them by reference) ---------------------------
 
-def _decode(r: ByteRange, check_crc: bool, tracker: tuple | None) -> RangeData:
+def _decode(r: ByteRange, check_crc: bool, tracker: tuple | None, work: str,
+            index_slots: int) -> tuple:
+    """Decode a range, leave its data for the writers (``handoff``), return its summary."""
     data = decode_range(r, check_crc)
+    handoff.save(Path(work), data, index_slots)
     if tracker is not None:
         report_range(tracker, r.number, data.bytes)
-    return data
+    return data.number, data.end, data.records, data.bytes, data.queue_spans(), data.key_count
 
 
-def _summary(d: RangeData) -> tuple:
-    return d.number, d.end, d.records, d.bytes, d.queue_spans(), d.key_count
-
-
-def _pieces(d: RangeData, key_base: dict[int, int], per_index_file: int,
-            entries_per_file: int, index_slots: int):
-    """Shuffle records: (file key, (range number, piece of that file))."""
-    for (topic, qid), units in d.queues.items():
-        for f, part in cq_sink.split_by_file(units, entries_per_file).items():
-            yield ("cq", topic, qid, f), (d.number, part)
-    if d.key_count:
-        for f, start, stop in index_sink.file_slices(key_base[d.number], d.key_count,
-                                                     per_index_file):
-            yield ("ix", f), (d.number, index_sink.piece(
-                d.key_hashes[start:stop], d.key_phys[start:stop], d.key_times[start:stop],
-                index_slots))
-
-
-class _FilePartitioner:
-    """Spreads file keys over partitions as the driver planned."""
-
-    def __init__(self, assignment: dict[tuple, int]) -> None:
-        self.assignment = assignment
-
-    def __call__(self, key: tuple) -> int:
-        return self.assignment[key]
-
-
-def _write_files(items, staging_dir: str, settings: RebuildSettings,
-                 queue_first: dict[tuple[str, int], int]):
-    """Build every file whose pieces landed in this partition; yield what was written."""
-    groups: dict[tuple, list] = {}
-    for key, piece in items:
-        groups.setdefault(key, []).append(piece)
-    root = Path(staging_dir)
+def _write_files(files: list[tuple[tuple, list[tuple]]], work: str, staging_dir: str,
+                 settings: RebuildSettings, queue_first: dict[tuple[str, int], int]):
+    """Build these files from their ranges' pieces (``_FilePlan.sources``); yield what was
+    written."""
+    root, work_dir = Path(staging_dir), Path(work)
     epf = settings.cq_entries_per_file
-    for key, pieces in groups.items():
-        pieces.sort(key=lambda p: p[0])
+    for key, sources in files:
         if key[0] == "cq":
             _, topic, qid, f = key
-            units = np.concatenate([p[1] for p in pieces])
+            parts = [cq_sink.split_by_file(handoff.units(work_dir, n, i), epf).get(f)
+                     for n, i in sorted(sources)]
+            units = np.concatenate([p for p in parts if p is not None])
             data = cq_sink.file_bytes(units, f, epf, queue_first[(topic, qid)])
             path = cq_sink.file_path(root, topic, qid, f, epf)
             cq_sink.write_file(path, data, consume_queue.file_size(epf))
             yield key, len(units), None
         else:
             _, f = key
-            parts = [p[1] for p in pieces]
+            pieces = [handoff.keys(work_dir, n, start, stop, settings.index_slots)
+                      for n, start, stop in sorted(sources)]
             path = root / INDEX_DIR / f"{_PART_PREFIX}{f:010d}"
-            index_sink.build_file(path, parts, settings.index_slots, settings.index_entries)
-            yield key, sum(len(p.hashes) for p in parts), int(parts[0].times[0])
+            index_sink.build_file(path, pieces, settings.index_slots, settings.index_entries)
+            yield key, sum(len(p.hashes) for p in pieces), int(pieces[0].times[0])
 
 
 # -- driver ---------------------------------------------------------------------------------
 
-def _decode_all(sc, ranges: list[ByteRange], check_crc: bool, tracker: tuple | None) -> tuple:
-    """The ranges decoded (kept for the file-writing stage) and their summaries."""
-    from pyspark import StorageLevel
-
-    decoded = (sc.parallelize(ranges, len(ranges))
-               .map(partial(_decode, check_crc=check_crc, tracker=tracker))
-               .persist(StorageLevel.MEMORY_AND_DISK))
-    return decoded, decoded.map(_summary).collect()
+def _decode_all(sc, ranges: list[ByteRange], settings: RebuildSettings, tracker: tuple | None,
+                work: Path) -> list[tuple]:
+    """Decode every range into ``work`` (emptied first); their summaries."""
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    return (sc.parallelize(ranges, len(ranges))
+            .map(partial(_decode, check_crc=settings.check_crc, tracker=tracker, work=str(work),
+                         index_slots=settings.index_slots))
+            .collect())
 
 
 @dataclass
 class _FilePlan:
-    key_base: dict[int, int]  # range number -> number of its first index key
     queue_first: dict[tuple[str, int], int]  # queue -> its first queue offset
     weights: dict[tuple, int]  # every file to write -> rough work
+    sources: dict[tuple, list[tuple]]  # every file to write -> its pieces: (range, queue
+    # index) for a consume-queue file, (range, first key, end key) for an index file
 
 
 def _plan_files(summaries: list[tuple], included: set[int], settings: RebuildSettings,
                 report: RebuildReport) -> _FilePlan:
-    """Number the index keys over the commitlog and list every file to write."""
+    """Number the index keys over the commitlog and list every file to write, with the
+    pieces of the ranges that make it up."""
     plan = _FilePlan({}, {}, {})
     total_keys = 0
     epf = settings.cq_entries_per_file
@@ -187,14 +167,16 @@ def _plan_files(summaries: list[tuple], included: set[int], settings: RebuildSet
             continue
         report.records += records
         report.bytes += nbytes
-        plan.key_base[number] = total_keys
+        for f, start, stop in index_sink.file_slices(total_keys, key_count, per_index_file):
+            plan.sources.setdefault(("ix", f), []).append((number, start, stop))
         total_keys += key_count
-        for q, (first, last, units) in spans.items():
+        for i, (q, (first, last, units)) in enumerate(spans.items()):
             plan.queue_first[q] = min(first, plan.queue_first.get(q, first))
             files = cq_sink.file_numbers(first, last, epf)
             for f in files:
                 k = ("cq", q[0], q[1], f)
                 plan.weights[k] = plan.weights.get(k, 0) + units // len(files) + 1
+                plan.sources.setdefault(k, []).append((number, i))
     for f in range((total_keys + per_index_file - 1) // per_index_file):
         plan.weights[("ix", f)] = 2 * min(per_index_file, total_keys - f * per_index_file)
     report.index_keys = total_keys
@@ -225,7 +207,7 @@ def rebuild(spark, store: str | Path, out: str | Path,
     report = RebuildReport(segments=len(segments), ranges=len(ranges))
     staging = Staging(out, (CQ_DIR, INDEX_DIR), replace=replace)
     sc = spark.sparkContext
-    decoded = None
+    work = staging.path(WORK_DIR)
     try:
         prog = Progress(sc, "rebuild", {r.number: r.segment.path for r in ranges},
                         sum(s.size for s in segments), interval=progress_interval,
@@ -233,14 +215,13 @@ def rebuild(spark, store: str | Path, out: str | Path,
         with prog:
             summaries: list[tuple] = []
             if ranges:
-                decoded, summaries = _decode_all(sc, ranges, settings.check_crc, prog.tracker())
+                summaries = _decode_all(sc, ranges, settings, prog.tracker(), work)
                 bad = misaligned(ranges, {s[0]: s[1] for s in summaries})
                 if bad:  # cut inside a record: cut again by walking, decode again
                     report.notes.append(replanned_note(bad))
-                    decoded.unpersist()
                     ranges = plan_ranges(segments, settings.split_bytes, walk=True)
                     report.ranges = len(ranges)
-                    decoded, summaries = _decode_all(sc, ranges, settings.check_crc, None)
+                    summaries = _decode_all(sc, ranges, settings, None, work)
             ends = {s[0]: s[1] for s in summaries}
             included, notes = valid_prefix(ranges, ends, {s[0]: s[2] > 0 for s in summaries})
             report.notes += notes
@@ -248,20 +229,19 @@ def rebuild(spark, store: str | Path, out: str | Path,
                                   if ends[n].corruption is not None]
             plan = _plan_files(sorted(summaries), included, settings, report)
             written = []
-            if plan.weights and decoded is not None:
+            if plan.weights:
                 parts = max(1, min(len(plan.weights), 2 * sc.defaultParallelism))
                 assignment = _assign_partitions(list(plan.weights), plan.weights, parts)
+                tasks: list[list] = [[] for _ in range(parts)]
+                for key, p in assignment.items():
+                    tasks[p].append((key, plan.sources[key]))
                 written = (
-                    decoded.filter(lambda d, inc=frozenset(included): d.number in inc)
-                    .flatMap(partial(_pieces, key_base=plan.key_base,
-                                     per_index_file=index_sink.capacity(settings.index_entries),
-                                     entries_per_file=settings.cq_entries_per_file,
-                                     index_slots=settings.index_slots))
-                    .partitionBy(parts, _FilePartitioner(assignment))
-                    .mapPartitions(partial(_write_files, staging_dir=str(staging.dir),
-                                           settings=settings, queue_first=plan.queue_first))
+                    sc.parallelize(tasks, parts)
+                    .flatMap(partial(_write_files, work=str(work), staging_dir=str(staging.dir),
+                                     settings=settings, queue_first=plan.queue_first))
                     .collect()
                 )
+        shutil.rmtree(work, ignore_errors=True)
         first_times = {key[1]: t for key, _, t in written if key[0] == "ix"}
         names = index_sink.names_in_order([first_times[f] for f in sorted(first_times)])
         for f, name in zip(sorted(first_times), names, strict=True):
@@ -274,8 +254,5 @@ def rebuild(spark, store: str | Path, out: str | Path,
     except BaseException:
         staging.abort()
         raise
-    finally:
-        if decoded is not None:
-            decoded.unpersist()
     report.seconds = time.monotonic() - started
     return report
