@@ -51,7 +51,7 @@ for _bits, _at in TAIL_AT.items():
     _TAIL_AT[_bits] = _at
     _STORE_AT[_bits] = store_timestamp_at(_bits)
 _WIDE_TOPICS = 256  # topics up to this long are told apart as rows of one padded matrix
-_GATHER_BYTES = 1 << 20  # bytes gathered at a time (their index: 8 MiB)
+_PADDING_LIMIT = 4  # properties are read as padded rows while those hold at most 4x their bytes
 
 
 @dataclass(frozen=True)
@@ -83,20 +83,26 @@ class RecordColumns:
 
 
 def _gather(data: np.ndarray, at: np.ndarray, dtype: np.dtype | str) -> np.ndarray:
-    """The values of ``dtype`` at byte positions ``at``. Reads past the end come back as the
-    last byte repeated: they belong to records whose lengths do not add up, refused anyway.
-    Done in chunks, so the byte index stays small however many records a range holds."""
+    """The values of ``dtype`` at byte positions ``at``, read through a view of the buffer
+    with a stride of one byte (one copy per value, no index per byte). Bytes past the end
+    read as zeros: a record's own fields never lie there."""
     dt = np.dtype(dtype)
-    at = np.asarray(at, dtype=np.int64)
-    out = np.empty(len(at), dtype=dt)
-    step = max(1, _GATHER_BYTES // dt.itemsize)
-    for first in range(0, len(at), step):
-        part = at[first : first + step]
-        idx = part[:, None] + np.arange(dt.itemsize)
-        if part.min() < 0 or part.max() + dt.itemsize > len(data):
-            np.clip(idx, 0, len(data) - 1, out=idx)
-        out[first : first + step] = data[idx].view(dt).reshape(-1)
-    return out
+    at = np.maximum(np.asarray(at, dtype=np.int64), 0)
+    size = dt.itemsize
+    last = len(data) - size
+    if last >= 0:
+        values = np.ndarray((last + 1,), dtype=f"V{size}", buffer=data, strides=(1,))
+        out = values[np.minimum(at, last)]
+    else:
+        out = np.zeros(len(at), dtype=f"V{size}")
+    over = np.flatnonzero(at > last)
+    if len(over):  # values running past the end: from a copy of the end, zero-padded
+        start = min(int(at[over].min()), len(data))
+        tail = np.zeros(len(data) - start + size, dtype=np.uint8)
+        tail[: len(data) - start] = data[start:]
+        padded = np.ndarray((len(tail) - size + 1,), dtype=f"V{size}", buffer=tail, strides=(1,))
+        out[over] = padded[np.minimum(at[over] - start, len(tail) - size)]
+    return out.view(dt)
 
 
 def walk(
@@ -148,6 +154,22 @@ def _topics(data: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> tuple[np.n
     rank[order] = np.arange(len(order))
     distinct = [bytes(rows[i, 2 : 2 + int(lengths[i])]) for i in first[order].tolist()]
     return rank[inverse.reshape(-1)], distinct
+
+
+def _properties(data: np.ndarray, view: memoryview, at: np.ndarray, lengths: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """Every record's properties back to back, each after a 0x02 (``properties.joined``):
+    read as the rows of one matrix as wide as the longest, unless that is mostly padding."""
+    n = len(at)
+    width = int(lengths.max()) + 1 if n else 0
+    if not n or n * width > _PADDING_LIMIT * (int(lengths.sum()) + n):  # some long: one by one
+        begin, size = at.tolist(), lengths.tolist()
+        parts = map(view.__getitem__, map(slice, begin, map(int.__add__, begin, size)))
+        return props_fmt.joined(parts, lengths)
+    rows = _gather(data, at - 1, f"V{width}").view(np.uint8).reshape(n, width)
+    rows[:, 0] = ord(props_fmt.PROPERTY_SEPARATOR)  # over the length's low byte
+    blob = rows[np.arange(width) <= lengths[:, None]]  # row by row: each 0x02 and its bytes
+    return blob, np.cumsum(lengths + 1) - lengths - 1
 
 
 def _first_bad_utf8(blob: np.ndarray, marks: np.ndarray) -> int:
@@ -219,9 +241,7 @@ def decode_columns(
             except UnicodeDecodeError:
                 good = min(good, int(np.argmax(topic_number == number)))
                 topics.append("")
-        at, size = (pos + props_at)[:good].tolist(), props_len[:good].tolist()
-        parts = map(view.__getitem__, map(slice, at, map(int.__add__, at, size)))
-        blob, marks = props_fmt.joined(parts, props_len[:good])
+        blob, marks = _properties(data, view, (pos + props_at)[:good], props_len[:good])
         bad_utf8 = _first_bad_utf8(blob, marks)
         if bad_utf8 < good:
             good = bad_utf8

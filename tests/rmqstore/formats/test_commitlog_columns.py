@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import commitlog as cl
 from rmqstore.formats import commitlog_segment
+from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.commitlog_columns import decode_columns
 from tests.rmqstore.formats.test_commitlog import _records, tv4_record
 
@@ -75,6 +76,22 @@ def test_many_topics_are_numbered_by_first_appearance():
     cols, _ = _assert_same(b"".join(records) + bytes(8))
     assert cols.topics == ["b", "a", "ab", "a\x00", "中文"]
     assert cols.topic_id.tolist() == [0, 1, 0, 2, 3, 1, 4]
+
+
+def test_properties_alike_or_not_and_records_ending_the_buffer():
+    """Properties of like lengths are read as rows of one matrix, a very long one among
+    short ones record by record; both read the last record, which ends the buffer."""
+    for long_value in ("y", "v" * 3000):
+        records = []
+        for i in range(6):
+            r = tv4_record()
+            r.properties = props_fmt.encode({"KEYS": f"k{i}", "X": long_value if i == 3 else "x"})
+            r.topic = "T" * (1 + 40 * (i % 2 == 0))  # the last, short, read as wide as the rest
+            records.append(cl.encode(r))
+        buf = b"".join(records)
+        cols, err = _assert_same(buf)
+        assert err is None and len(cols) == 6
+        assert cols.properties_of(5) == props_fmt.encode({"KEYS": "k5", "X": "x"})
 
 
 def test_at_most_max_records():
