@@ -59,19 +59,20 @@ def _tokens(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray, owner: np.nd
 
 def dispatch_columns(cols: RecordColumns) -> DispatchColumns:
     """The dispatch fields of every record of ``cols`` that builders need."""
-    key_record, key_hash = index_keys(cols)
+    segs = props_fmt.segments(cols.properties)  # shared by the three names looked up
+    key_record, key_hash = index_keys(cols, segs)
     return DispatchColumns(
-        tags_code=tags_codes(cols),
+        tags_code=tags_codes(cols, segs),
         goes_to_consume_queue=(cols.sys_flag & commitlog.NO_QUEUE_OFFSET_BIT) == 0,
         key_record=key_record,
         key_hash=key_hash,
     )
 
 
-def tags_codes(cols: RecordColumns) -> np.ndarray:
-    """Every record's consume-queue tags code (int64)."""
+def tags_codes(cols: RecordColumns, segs: props_fmt.Segments | None = None) -> np.ndarray:
+    """Every record's consume-queue tags code (int64); ``segs``: its properties' segments."""
     blob, marks = cols.properties, cols.properties_mark
-    tags_at, tags_end = props_fmt.values_in(blob, marks, props_fmt.TAGS)
+    tags_at, tags_end = props_fmt.values_in(blob, marks, props_fmt.TAGS, segs)
     tagged = np.flatnonzero(tags_at >= 0)
     codes = np.zeros(len(cols), dtype=np.int64)
     codes[tagged] = (
@@ -84,12 +85,14 @@ def tags_codes(cols: RecordColumns) -> np.ndarray:
     return codes
 
 
-def index_keys(cols: RecordColumns) -> tuple[np.ndarray, np.ndarray]:
+def index_keys(cols: RecordColumns, segs: props_fmt.Segments | None = None,
+               ) -> tuple[np.ndarray, np.ndarray]:
     """The index keys of all records in index order: (the record of each key as int64, its
-    index hash as int32)."""
+    index hash as int32); ``segs``: its properties' segments."""
     blob, marks = cols.properties, cols.properties_mark
-    uniq_at, uniq_end = props_fmt.values_in(blob, marks, props_fmt.UNIQ_KEY)
-    keys_at, keys_end = props_fmt.values_in(blob, marks, props_fmt.KEYS)
+    segs = segs if segs is not None else props_fmt.segments(blob)
+    uniq_at, uniq_end = props_fmt.values_in(blob, marks, props_fmt.UNIQ_KEY, segs)
+    keys_at, keys_end = props_fmt.values_in(blob, marks, props_fmt.KEYS, segs)
     return _key_hashes(blob, uniq_at, uniq_end, keys_at, keys_end, cols.topic_id, cols.topics,
                        cols.sys_flag)  # fmt: skip
 

@@ -11,6 +11,7 @@ depends on the largest size the map ever reached.
 import functools
 import itertools
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import numpy as np
 
@@ -98,23 +99,38 @@ def joined(parts: Iterable[bytes | memoryview],
     return np.frombuffer(blob, dtype=np.uint8), marks
 
 
-def values_in(blob: np.ndarray, marks: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray]:
+class Segments(NamedTuple):
+    """The segments of a ``joined`` blob: the 0x02 before each, where each begins and ends."""
+
+    seps: np.ndarray
+    starts: np.ndarray
+    ends: np.ndarray
+
+
+def segments(blob: np.ndarray) -> Segments:
+    """A blob's segments, for ``values_in`` to share among the names it looks up."""
+    seps = np.flatnonzero(blob == _SEPARATOR_BYTE)
+    return Segments(seps, seps + 1, np.append(seps[1:], len(blob)))
+
+
+def values_in(blob: np.ndarray, marks: np.ndarray, name: str,
+              segs: Segments | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Where ``parse`` finds ``name``'s value in every record of a ``joined`` blob: (start,
-    end) in the blob per record, both -1 where it has none.
+    end) in the blob per record, both -1 where it has none. ``segs``: ``segments(blob)``.
 
     A segment counts if it is ``name 0x01 value`` with a non-empty value (the first 0x01 ends
     the name); a later one overwrites an earlier one. UTF-8 never puts 0x01 or 0x02 inside a
     character, so this reads the bytes as ``parse`` reads the decoded string.
     """
-    want = np.frombuffer((name + NAME_VALUE_SEPARATOR).encode(), dtype=np.uint8)
-    seps = np.flatnonzero(blob == _SEPARATOR_BYTE)
-    seg_starts = seps + 1
-    seg_ends = np.append(seps[1:], len(blob))
-    hit = seg_ends - seg_starts > len(want)  # name, 0x01 and at least one value byte
-    for k, byte in enumerate(want.tolist()):
-        at = seg_starts[hit] + k
-        hit[hit] = blob[at] == byte
-    found = np.flatnonzero(hit)[::-1]  # newest first, so np.unique keeps the last
+    want = (name + NAME_VALUE_SEPARATOR).encode()
+    seps, seg_starts, seg_ends = segs if segs is not None else segments(blob)
+    found = np.flatnonzero(seg_ends - seg_starts > len(want))  # name, 0x01, a value byte
+    if len(found):  # compare each candidate's first bytes at once, through a view of the
+        # blob with a stride of one byte whose items are as long as the name and its 0x01
+        heads = np.ndarray((len(blob) - len(want) + 1,), dtype=f"V{len(want)}", buffer=blob,
+                           strides=(1,))
+        found = found[heads[seg_starts[found]] == np.void(want)]
+    found = found[::-1]  # newest first, so np.unique keeps the last
     record = np.searchsorted(marks, seps[found], side="right") - 1
     records, first = np.unique(record, return_index=True)
     start = np.full(len(marks), -1, dtype=np.int64)
