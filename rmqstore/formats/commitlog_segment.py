@@ -6,96 +6,28 @@ that fails the checks (torn or corrupt: recovery cuts there).
 """
 
 import mmap
-import struct
 from collections.abc import Callable, Iterator
 from typing import Any, NamedTuple
+
+import numpy as np
 
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import BytesLike
 from rmqstore.formats.commitlog import (
     _INT,
     _LONG,
-    _SHORT,
-    _TAIL,
     BLANK,
     BLANK_MAGIC,
-    BODY_LENGTH_AT,
-    HEAD,
-    HEAD_SIZE,
     MAGIC_AT,
     MAGIC_V1,
     MAGIC_V2,
-    MAX_TOPIC_BYTES,
     NO_QUEUE_OFFSET_BIT,
     PHYSICAL_OFFSET_AT,
-    TAIL_AT,
-    V6_BITS,
-    crc32,
     decode,
-    decode_meta,
 )
+from rmqstore.formats.commitlog_columns import RecordColumns, decode_columns
 
-
-class RecordHead(NamedTuple):
-    """The fields of a record that locate it in its queue, read without decoding the rest."""
-
-    position: int
-    size: int
-    queue_id: int
-    queue_offset: int
-    sys_flag: int
-    topic: str
-
-
-def iter_heads(
-    buf: BytesLike,
-    start: int = 0,
-    end: int | None = None,
-    base_offset: int = 0,
-):
-    """Walk records by their lengths only (no CRC, no properties) until a blank or zeros.
-
-    Raises CorruptRecordError where the walk cannot continue.
-    """
-    end = len(buf) if end is None else end
-    pos = start
-    unpack, unpack_int, new = HEAD.unpack_from, _INT.unpack_from, tuple.__new__
-    body_length_at = BODY_LENGTH_AT
-    topics: dict[bytes, str] = {}
-    with memoryview(buf) as view:
-        while pos + HEAD_SIZE <= end:
-            total, magic, _crc, qid, _flag, qo, _phy, sys_flag, _born = unpack(view, pos)
-            if magic == BLANK_MAGIC or (magic == 0 and total == 0):
-                return
-            if magic not in (MAGIC_V1, MAGIC_V2) or total <= 0 or pos + total > end:
-                raise CorruptRecordError(
-                    f"bad record header (size {total}, magic {magic & 0xFFFFFFFF:#010x})",
-                    base_offset + pos,
-                    total,
-                )
-            p = pos + body_length_at[sys_flag & V6_BITS]
-            if p + 4 > pos + total:
-                raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
-            (body_len,) = unpack_int(view, p)
-            p += 4 + body_len
-            if body_len < 0 or p + 2 > pos + total:
-                raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
-            if magic == MAGIC_V1:
-                topic_len = view[p]
-                p += 1
-            else:
-                (topic_len,) = _SHORT.unpack_from(view, p)
-                p += 2
-            if p + topic_len > pos + total:
-                raise CorruptRecordError("record lengths do not add up", base_offset + pos, total)
-            raw = view[p : p + topic_len].tobytes()
-            topic = topics.get(raw)
-            if topic is None:
-                topic = raw.decode()
-                if len(topics) < 100_000:
-                    topics[raw] = topic
-            yield new(RecordHead, (pos, total, qid, qo, sys_flag, topic))
-            pos += total
+SCAN_CHUNK = 65_536  # records ``scan_end`` checks at a time (their columns: about 10 MB)
 
 
 class QueueTally:
@@ -114,6 +46,24 @@ class QueueTally:
             key = (topic, queue_id)
             if self.next_offsets.get(key, 0) <= queue_offset:
                 self.next_offsets[key] = queue_offset + 1
+
+    def add_columns(self, cols: RecordColumns) -> None:
+        """``add`` every record of ``cols`` from ``count_from`` on, at once."""
+        mine = np.flatnonzero(cols.position >= self.count_from)
+        if not len(mine):
+            return
+        self.last_position = int(cols.position[mine[-1]])
+        takes = mine[(cols.sys_flag[mine] & NO_QUEUE_OFFSET_BIT) == 0]
+        topic, queue, offset = cols.topic_id[takes], cols.queue_id[takes], cols.queue_offset[takes]
+        order = np.lexsort((offset, queue, topic))  # each queue's highest offset comes last
+        topic, queue, offset = topic[order], queue[order], offset[order]
+        last = np.ones(len(order), dtype=bool)
+        last[:-1] = (topic[1:] != topic[:-1]) | (queue[1:] != queue[:-1])
+        for t, q, o in zip(topic[last].tolist(), queue[last].tolist(), offset[last].tolist(),
+                           strict=True):
+            key = (cols.topics[t], q)
+            if self.next_offsets.get(key, 0) <= o:
+                self.next_offsets[key] = o + 1
 
 
 class Blank(NamedTuple):
@@ -161,62 +111,25 @@ def scan_end(
     """Where the valid data of a segment ends: (end position, blank marker, first error).
 
     The checks of ``decode_meta`` (magic, sizes, field lengths, UTF-8 topic and properties,
-    body CRC) in one loop without building a record per step: recovery runs this over whole
-    segments. A record it doubts is decoded by ``decode_meta`` for the precise error. Each
-    valid record is also added to ``tally`` when one is given, so recovery reads the checked
-    segments once for both.
+    body CRC), made over ``SCAN_CHUNK`` records at a time as columns
+    (``commitlog_columns.decode_columns``): recovery runs this over whole segments. The first
+    record that fails is decoded by ``decode_meta`` for the precise error. Each valid record is
+    also added to ``tally`` when one is given, so recovery reads the checked segments once for
+    both.
     """
-    end = len(buf)
     pos = start
-    head, tail, short, tail_at = HEAD.unpack_from, _TAIL.unpack_from, _SHORT, TAIL_AT
-    magic_v1 = MAGIC_V1
-    checksum = crc32
-    add = None if tally is None else tally.add
-    count_from = end if tally is None else tally.count_from
-    with memoryview(buf) as view:
-        while pos + 8 <= end:
-            total, magic = BLANK.unpack_from(view, pos)
-            if magic == BLANK_MAGIC:
-                return pos, Blank(pos, total), None
-            if total == 0 and magic == 0:
-                return pos, None, None
-            try:
-                _, _, crc, qid, _, qo, _, sys_flag, _ = head(view, pos)
-                p = pos + tail_at[sys_flag & V6_BITS]
-                _, _, body_len = tail(view, p)
-                body_at = p + _TAIL.size
-                p = body_at + body_len
-                topic_len = view[p]
-                p += 1 + topic_len
-                (props_len,) = short.unpack_from(view, p)
-                ok = (
-                    magic == magic_v1
-                    and 0 < total <= end - pos
-                    and body_len >= 0
-                    and topic_len <= MAX_TOPIC_BYTES
-                    and props_len >= 0
-                    and p + 2 + props_len - pos == total
-                    and (
-                        not check_crc
-                        or checksum(view[body_at : body_at + body_len]) & 0x7FFFFFFF == crc
-                    )
-                )
-                if ok:
-                    topic = str(view[p - topic_len : p], "utf-8")
-                    str(view[p + 2 : p + 2 + props_len], "utf-8")
-            except (struct.error, IndexError, UnicodeDecodeError):
-                ok = False
-            if not ok:  # v2, or something wrong: the full decoder decides and says why
-                try:
-                    meta = decode_meta(view, pos, check_crc, base_offset)
-                except CorruptRecordError as e:
-                    return pos, None, e
-                total, qid, qo, sys_flag, topic = (
-                    meta.total_size, meta.queue_id, meta.queue_offset, meta.sys_flag, meta.topic
-                )
-            if add is not None and pos >= count_from:
-                add(pos, topic, qid, qo, sys_flag)
-            pos += total
+    while True:
+        cols, pos, error = decode_columns(buf, pos, None, check_crc, base_offset, SCAN_CHUNK)
+        if tally is not None:
+            tally.add_columns(cols)
+        if error is not None:
+            return pos, None, error
+        if len(cols) < SCAN_CHUNK:
+            break
+    if pos + BLANK.size <= len(buf):
+        total, magic = BLANK.unpack_from(buf, pos)
+        if magic == BLANK_MAGIC:
+            return pos, Blank(pos, total), None
     return pos, None, None
 
 

@@ -62,8 +62,13 @@ def test_properties_reserialize_in_hashmap_order(golden_expected):
         assert props_fmt.encode(props_fmt.parse(s)) == s
 
 
-def test_iter_heads_agrees_with_full_decode(golden_store):
+def test_queue_tally_of_columns_agrees_with_record_by_record(golden_store):
     for base, data in _segments(golden_store):
-        full = [(pos, r.total_size, r.queue_id, r.queue_offset, r.sys_flag, r.topic)
-                for pos, r in commitlog_segment.iter_segment(data, base_offset=base)]
-        assert [tuple(h) for h in commitlog_segment.iter_heads(data, base_offset=base)] == full
+        one_by_one = commitlog_segment.QueueTally(count_from=1)  # all but the first record
+        for pos, r in commitlog_segment.iter_segment(data, base_offset=base):
+            if pos >= 1:
+                one_by_one.add(pos, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
+        at_once = commitlog_segment.QueueTally(count_from=1)
+        commitlog_segment.scan_end(data, 0, True, base, at_once)
+        assert at_once.next_offsets == one_by_one.next_offsets
+        assert at_once.last_position == one_by_one.last_position
