@@ -56,8 +56,9 @@ class Criteria:
             mask &= cols.store_timestamp <= self.end
         picked = np.flatnonzero(mask).tolist()
         if self.key is not None and picked:
-            uniq = property_texts(cols, props_fmt.UNIQ_KEY)
-            keys = property_texts(cols, props_fmt.KEYS)
+            segs = props_fmt.segments(cols.properties)
+            uniq = property_texts(cols, props_fmt.UNIQ_KEY, segs)
+            keys = property_texts(cols, props_fmt.KEYS, segs)
             picked = [i for i in picked if self.key == uniq[i] or self.key in key_tokens(keys[i])]
         return picked
 

@@ -164,10 +164,12 @@ def _key_hashes(
     return record, index_hashes_of(codes)
 
 
-def property_texts(cols: RecordColumns, name: str) -> list[str]:
+def property_texts(cols: RecordColumns, name: str, segs: props_fmt.Segments | None = None,
+                   ) -> list[str]:
     """Every record's value of property ``name`` as ``properties.parse`` reads it, '' where
-    it has none (as the dispatch record's ``keys`` and ``uniq_key``)."""
-    start, end = props_fmt.values_in(cols.properties, cols.properties_mark, name)
+    it has none (as the dispatch record's ``keys`` and ``uniq_key``); ``segs``: its
+    properties' segments."""
+    start, end = props_fmt.values_in(cols.properties, cols.properties_mark, name, segs)
     raw = cols.properties.tobytes()
     starts, ends = start.tolist(), end.tolist()
     if raw.isascii():  # byte positions are character positions; -1:-1 slices to ''

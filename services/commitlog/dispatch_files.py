@@ -34,7 +34,8 @@ def decode_dispatch(
         cols, at, error = decode_columns(seg.map, pos - seg.start, limit, False, seg.start, left)
         if error is not None:
             raise error
-        tags = tags_codes(cols)
+        segs = props_fmt.segments(cols.properties)  # shared by the three names looked up
+        tags = tags_codes(cols, segs)
         for out, values in zip(
             fields,
             (
@@ -45,8 +46,8 @@ def decode_dispatch(
                 cols.total_size.tolist(),
                 tags.tolist(),
                 cols.store_timestamp.tolist(),
-                property_texts(cols, props_fmt.KEYS),
-                property_texts(cols, props_fmt.UNIQ_KEY),
+                property_texts(cols, props_fmt.KEYS, segs),
+                property_texts(cols, props_fmt.UNIQ_KEY, segs),
                 cols.sys_flag.tolist(),
                 cols.prepared_transaction_offset.tolist(),
             ),
