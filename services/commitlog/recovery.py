@@ -6,7 +6,7 @@
   is zeroed and every later segment file (e.g. one pre-created) is deleted.
 * The per-queue next offsets come from the writer's snapshot when it is still valid, and from
   the records after it (or after the start) otherwise: the checked segments count them while
-  they are checked, earlier segments by walking record headers.
+  they are checked, earlier segments by reading their records without CRCs.
 """
 
 import errno
@@ -144,7 +144,7 @@ def _rebuild_queue_table(segments: SegmentQueue,
                          out: Recovered, parallel_bytes: int) -> None:
     """Queue table from the snapshot (if it lies within the data) and the records after it:
     ``counted`` holds what the check counted per segment start (and from where); segments
-    not counted from the right place have their headers walked."""
+    not counted from the right place are read again (without CRCs)."""
     start = segments.min_offset
     table: dict[tuple[str, int], int] = {}
     if snap is not None and segments.min_offset <= snap[0] <= out.end:

@@ -56,7 +56,7 @@ class ScanEnd:
 
 @dataclass(frozen=True)
 class Heads:
-    """What a header walk of one part found: next queue offset per (topic, queue id), the
+    """What reading one part without CRCs found: next queue offset per (topic, queue id), the
     position of its last record, and the error that stopped it early."""
 
     next_offsets: dict[tuple[str, int], int]
