@@ -157,8 +157,8 @@ def plan_ranges(segments: list[Segment], split_bytes: int = DEFAULT_SPLIT_BYTES,
 
 def misaligned(ranges: list[ByteRange], ends: dict[int, RangeEnd]) -> list[ByteRange]:
     """Ranges that do not begin where the walk of the range before them stopped: cut at bytes
-    that only looked like a record (see ``find_record``). Their records, and those of every
-    later range of the segment, are not the commitlog's: plan again with ``walk=True``."""
+    that only looked like a record (see ``find_record``), so what they read is not the
+    commitlog's records: plan again with ``walk=True``."""
     return [r for prev, r in zip(ranges, ranges[1:], strict=False)
             if r.begin and ends[prev.number].ended_by == ENDED_AT_LIMIT
             and ends[prev.number].position != r.begin]

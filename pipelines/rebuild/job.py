@@ -117,9 +117,12 @@ def _write_files(files: list[tuple[tuple, list[tuple]]], work: str, staging_dir:
     for key, sources in files:
         if key[0] == "cq":
             _, topic, qid, f = key
-            parts = [cq_sink.split_by_file(handoff.units(work_dir, n, i), epf).get(f)
-                     for n, i in sorted(sources)]
-            units = np.concatenate([p for p in parts if p is not None])
+            found = (cq_sink.split_by_file(handoff.units(work_dir, n, i), epf).get(f)
+                     for n, i in sorted(sources))
+            parts = [p for p in found if p is not None]
+            if not parts:  # the queue's offsets skip this file: nothing to write
+                continue
+            units = np.concatenate(parts)
             data = cq_sink.file_bytes(units, f, epf, queue_first[(topic, qid)])
             path = cq_sink.file_path(root, topic, qid, f, epf)
             cq_sink.write_file(path, data, consume_queue.file_size(epf))

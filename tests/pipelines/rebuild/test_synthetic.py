@@ -5,7 +5,8 @@ from pathlib import Path
 import pytest
 
 from pipelines.rebuild.job import RebuildSettings, rebuild
-from pipelines.synthetic import mixed_messages, write_commitlog
+from pipelines.synthetic import CommitlogWriter, Message, mixed_messages, write_commitlog
+from rmqstore.formats import consume_queue
 from rmqstore.formats.index_file import IndexFile
 from tests.pipelines.forged import forged_store
 from tests.pipelines.oracle import read_tree, sequential_build
@@ -71,3 +72,27 @@ def test_a_cut_inside_a_record_is_cut_again_by_walking(spark, tmp_path: Path):
     expected = sequential_build(store / "commitlog", settings.cq_entries_per_file,
                                 settings.index_slots, settings.index_entries)
     assert read_tree(tmp_path / "out") == expected
+
+
+def test_a_queue_whose_offsets_skip_a_whole_file(spark, tmp_path: Path):
+    """Queue offsets 0-19, then 60-79 (a writer's queue table restored from an older
+    snapshot, say): files are written where units are, none for offsets 32-47."""
+    store = tmp_path / "store"
+    w = CommitlogWriter(store, 64 * 1024)
+    written = []
+    for i in range(40):
+        if i == 20:
+            w.counters[("T", 0)] += 40
+        written.append(w.append(Message("T", 0, b"body-%d" % i, {"KEYS": f"k{i}"})))
+    w.close()
+    settings = RebuildSettings(index_slots=64, index_entries=200, cq_entries_per_file=16)
+    report = rebuild(spark, store, tmp_path / "out", settings)
+    assert report.records == 40 and report.cq_units == 40
+    qdir = tmp_path / "out" / "consumequeue" / "T" / "0"
+    files = {int(p.name) // (16 * consume_queue.UNIT_SIZE): p.read_bytes()
+             for p in qdir.iterdir()}
+    assert sorted(files) == [0, 1, 3, 4]
+    for w_ in written:
+        f, slot = divmod(w_.queue_offset, 16)
+        unit = consume_queue.decode(files[f], slot * consume_queue.UNIT_SIZE)
+        assert (unit.commitlog_offset, unit.size) == (w_.phy_offset, w_.size)
