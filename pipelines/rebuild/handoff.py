@@ -8,8 +8,9 @@ back twice).
 
     <work>/<range>.q<i>.npy   the units (``CQ_DTYPE``) of the range's i-th queue, in the order
                               of ``RangeData.queues``
-    <work>/<range>.keys.npz   its index keys: hashes, phys, times, and their chains (prev,
-                              last: ``index_file.batch_chains`` of the keys' slots)
+    <work>/<range>.keys.npy   its index keys (``KEY_DTYPE``): hash, phy, time, and their
+                              chains (prev, last: ``index_file.batch_chains`` of the keys'
+                              slots)
 
 Files appear under their final names only once complete, so a retried task rewrites them.
 """
@@ -27,6 +28,10 @@ from pipelines.rebuild import index_sink
 from pipelines.rebuild.range_data import RangeData
 from rmqstore.formats.index_file import Chains, batch_chains
 
+# one index key of a range: what ``IndexFile.put_many`` takes, and its place in its chain
+KEY_DTYPE = np.dtype([("hash", "<i4"), ("phy", "<i8"), ("time", "<i8"), ("prev", "<i4"),
+                      ("last", "?")])
+
 
 def _put(path: Path, write: Callable[[IO[bytes]], None]) -> None:
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
@@ -41,16 +46,14 @@ def save(work: Path, data: RangeData, slots: int) -> None:
         _put(work / f"{data.number}.q{i}.npy", partial(_save, units))
     if data.key_count:
         chains = batch_chains(data.key_hashes.astype(np.int64) % slots)
-        _put(work / f"{data.number}.keys.npz", partial(_save_keys, data, chains))
+        keys = np.empty(data.key_count, dtype=KEY_DTYPE)
+        keys["hash"], keys["phy"], keys["time"] = data.key_hashes, data.key_phys, data.key_times
+        keys["prev"], keys["last"] = chains.prev, chains.last
+        _put(work / f"{data.number}.keys.npy", partial(_save, keys))
 
 
 def _save(array: np.ndarray, f: IO[bytes]) -> None:
     np.save(f, array)
-
-
-def _save_keys(data: RangeData, chains: Chains, f: IO[bytes]) -> None:
-    np.savez(f, hashes=data.key_hashes, phys=data.key_phys, times=data.key_times,
-             prev=chains.prev, last=chains.last)
 
 
 def units(work: Path, number: int, queue_index: int) -> np.ndarray:
@@ -61,8 +64,8 @@ def units(work: Path, number: int, queue_index: int) -> np.ndarray:
 def keys(work: Path, number: int, start: int, stop: int, slots: int) -> index_sink.Piece:
     """Keys [start, stop) of range ``number`` as a piece of one index file (a part of a
     range's keys, cut at a file boundary, is chained anew)."""
-    with np.load(work / f"{number}.keys.npz") as z:
-        hashes, phys, times = z["hashes"], z["phys"], z["times"]
-        if start == 0 and stop == len(hashes):
-            return index_sink.Piece(hashes, phys, times, Chains(z["prev"], z["last"]))
-    return index_sink.piece(hashes[start:stop], phys[start:stop], times[start:stop], slots)
+    k = np.load(work / f"{number}.keys.npy")
+    if start == 0 and stop == len(k):
+        return index_sink.Piece(k["hash"], k["phy"], k["time"], Chains(k["prev"], k["last"]))
+    k = k[start:stop]
+    return index_sink.piece(k["hash"], k["phy"], k["time"], slots)
