@@ -248,7 +248,10 @@ def run(quick: bool = False) -> list[dict]:
 
                 return call
 
-            loop = asyncio.new_event_loop()  # the lookups await the writer's reads
+            # the lookups await the writer's reads; the runner's close cancels whatever the
+            # channel leaves pending, as asyncio.run does
+            runner = asyncio.Runner()
+            loop = runner.get_loop()
 
             async def open_source() -> GrpcRecordSource:  # its channel belongs to this loop
                 return GrpcRecordSource(writer.address)
@@ -284,7 +287,7 @@ def run(quick: bool = False) -> list[dict]:
                 **_measure_concurrent(clients, calls),
             })
             loop.run_until_complete(source.close())
-            loop.close()
+            runner.close()
         finally:
             if query is not None:
                 query.stop()

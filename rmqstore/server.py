@@ -270,14 +270,25 @@ class AsyncService:
     def stop(self, grace: float = 5.0,
              then: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:
         """Stop serving (calls in flight get ``grace`` seconds), run ``then()`` on the loop
-        (to close what lives on it, such as client channels), then end the loop."""
+        (to close what lives on it, such as client channels), cancel what is left on it, as
+        ``asyncio.run`` does, then end the loop."""
         self.set_serving(False)
         self.call(self.server.stop(grace))
         if then is not None:
             self.call(then())
+        self.call(_cancel_the_rest())
         self._blocking.shutdown(wait=False, cancel_futures=True)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel every other task of the running loop (say, a client call's own bookkeeping
+    that the channel's close left behind) and let each end, so none is destroyed pending."""
+    tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for t in tasks:
+        t.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
 
 
 class Termination:

@@ -1,8 +1,11 @@
 """Service plumbing shared by every service."""
 
+import asyncio
 import subprocess
 import sys
 from pathlib import Path
+
+from rmqstore.server import AsyncService
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,3 +34,17 @@ def test_termination_notices_a_signal_that_landed_on_another_thread():
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "stopped"
+
+
+def test_an_async_service_stops_with_nothing_left_pending_on_its_loop():
+    """What ``then`` leaves behind (here a task waiting forever) is cancelled and ended
+    before the loop stops, as ``asyncio.run`` would: none is destroyed while pending."""
+    service = AsyncService("127.0.0.1:0")
+    service.start()
+
+    async def leave_a_task() -> asyncio.Task:
+        return asyncio.get_running_loop().create_task(asyncio.Event().wait())
+
+    left = service.call(leave_a_task())
+    service.stop(grace=0)
+    assert left.done() and left.cancelled()
