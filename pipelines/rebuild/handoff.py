@@ -17,43 +17,37 @@ Files appear under their final names only once complete, so a retried task rewri
 
 import os
 import uuid
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
-from typing import IO
 
 import numpy as np
 
 from pipelines.rebuild import index_sink
 from pipelines.rebuild.range_data import RangeData
-from rmqstore.formats.index_file import Chains, batch_chains
+from rmqstore.formats.index_file import Chains
 
 # one index key of a range: what ``IndexFile.put_many`` takes, and its place in its chain
 KEY_DTYPE = np.dtype([("hash", "<i4"), ("phy", "<i8"), ("time", "<i8"), ("prev", "<i4"),
                       ("last", "?")])
 
 
-def _put(path: Path, write: Callable[[IO[bytes]], None]) -> None:
+def _save(path: Path, array: np.ndarray) -> None:
+    """``array`` as ``path``, which appears under that name only once complete."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
     with open(tmp, "wb") as f:
-        write(f)
+        np.save(f, array)
     os.replace(tmp, path)
 
 
 def save(work: Path, data: RangeData, slots: int) -> None:
     """Leave a decoded range's units and keys (with their chains in ``slots`` slots)."""
     for i, units in enumerate(data.queues.values()):
-        _put(work / f"{data.number}.q{i}.npy", partial(_save, units))
+        _save(work / f"{data.number}.q{i}.npy", units)
     if data.key_count:
-        chains = batch_chains(data.key_hashes.astype(np.int64) % slots)
+        piece = index_sink.piece(data.key_hashes, data.key_phys, data.key_times, slots)
         keys = np.empty(data.key_count, dtype=KEY_DTYPE)
-        keys["hash"], keys["phy"], keys["time"] = data.key_hashes, data.key_phys, data.key_times
-        keys["prev"], keys["last"] = chains.prev, chains.last
-        _put(work / f"{data.number}.keys.npy", partial(_save, keys))
-
-
-def _save(array: np.ndarray, f: IO[bytes]) -> None:
-    np.save(f, array)
+        keys["hash"], keys["phy"], keys["time"] = piece.hashes, piece.phys, piece.times
+        keys["prev"], keys["last"] = piece.chains.prev, piece.chains.last
+        _save(work / f"{data.number}.keys.npy", keys)
 
 
 def units(work: Path, number: int, queue_index: int) -> np.ndarray:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rmqstore.errors import CorruptRecordError
-from rmqstore.formats import BytesLike
+from rmqstore.formats import BytesLike, byte_windows
 from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.commitlog import (
     _TAIL,
@@ -91,8 +91,7 @@ def _gather(data: np.ndarray, at: np.ndarray, dtype: np.dtype | str) -> np.ndarr
     size = dt.itemsize
     last = len(data) - size
     if last >= 0:
-        values = np.ndarray((last + 1,), dtype=f"V{size}", buffer=data, strides=(1,))
-        out = values[np.minimum(at, last)]
+        out = byte_windows(data, size)[np.minimum(at, last)]
     else:
         out = np.zeros(len(at), dtype=f"V{size}")
     over = np.flatnonzero(at > last)
@@ -100,8 +99,7 @@ def _gather(data: np.ndarray, at: np.ndarray, dtype: np.dtype | str) -> np.ndarr
         start = min(int(at[over].min()), len(data))
         tail = np.zeros(len(data) - start + size, dtype=np.uint8)
         tail[: len(data) - start] = data[start:]
-        padded = np.ndarray((len(tail) - size + 1,), dtype=f"V{size}", buffer=tail, strides=(1,))
-        out[over] = padded[np.minimum(at[over] - start, len(tail) - size)]
+        out[over] = byte_windows(tail, size)[np.minimum(at[over] - start, len(tail) - size)]
     return out.view(dt)
 
 

@@ -40,15 +40,8 @@ class QueueTally:
         self.next_offsets: dict[tuple[str, int], int] = {}
         self.last_position: int | None = None
 
-    def add(self, pos: int, topic: str, queue_id: int, queue_offset: int, sys_flag: int) -> None:
-        self.last_position = pos
-        if not sys_flag & NO_QUEUE_OFFSET_BIT:
-            key = (topic, queue_id)
-            if self.next_offsets.get(key, 0) <= queue_offset:
-                self.next_offsets[key] = queue_offset + 1
-
-    def add_columns(self, cols: RecordColumns) -> None:
-        """``add`` every record of ``cols`` from ``count_from`` on, at once."""
+    def add(self, cols: RecordColumns) -> None:
+        """Add every record of ``cols`` from ``count_from`` on."""
         mine = np.flatnonzero(cols.position >= self.count_from)
         if not len(mine):
             return
@@ -107,8 +100,10 @@ def scan_end(
     check_crc: bool = True,
     base_offset: int = 0,
     tally: QueueTally | None = None,
+    limit: int | None = None,
 ) -> tuple[int, Blank | None, CorruptRecordError | None]:
     """Where the valid data of a segment ends: (end position, blank marker, first error).
+    With ``limit``, only records starting before it are read.
 
     The checks of ``decode_meta`` (magic, sizes, field lengths, UTF-8 topic and properties,
     body CRC), made over ``SCAN_CHUNK`` records at a time as columns
@@ -119,9 +114,9 @@ def scan_end(
     """
     pos = start
     while True:
-        cols, pos, error = decode_columns(buf, pos, None, check_crc, base_offset, SCAN_CHUNK)
+        cols, pos, error = decode_columns(buf, pos, limit, check_crc, base_offset, SCAN_CHUNK)
         if tally is not None:
-            tally.add_columns(cols)
+            tally.add(cols)
         if error is not None:
             return pos, None, error
         if len(cols) < SCAN_CHUNK:

@@ -15,6 +15,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rmqstore.formats import byte_windows
 from rmqstore.formats.javahash import java_hash
 
 NAME_VALUE_SEPARATOR = "\x01"
@@ -125,11 +126,8 @@ def values_in(blob: np.ndarray, marks: np.ndarray, name: str,
     want = (name + NAME_VALUE_SEPARATOR).encode()
     seps, seg_starts, seg_ends = segs if segs is not None else segments(blob)
     found = np.flatnonzero(seg_ends - seg_starts > len(want))  # name, 0x01, a value byte
-    if len(found):  # compare each candidate's first bytes at once, through a view of the
-        # blob with a stride of one byte whose items are as long as the name and its 0x01
-        heads = np.ndarray((len(blob) - len(want) + 1,), dtype=f"V{len(want)}", buffer=blob,
-                           strides=(1,))
-        found = found[heads[seg_starts[found]] == np.void(want)]
+    if len(found):  # each candidate's first bytes compared at once, as one value each
+        found = found[byte_windows(blob, len(want))[seg_starts[found]] == np.void(want)]
     found = found[::-1]  # newest first, so np.unique keeps the last
     record = np.searchsorted(marks, seps[found], side="right") - 1
     records, first = np.unique(record, return_index=True)

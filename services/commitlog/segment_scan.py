@@ -2,11 +2,11 @@
 
 Records never cross segments, so each segment is checked (``scan_end``: CRC and lengths, and
 the queue offsets its records take) or read without CRCs (``heads``: queue offsets only) on
-its own and the results are combined in segment order by the caller. Both read records as
-columns (``commitlog_columns``), a chunk at a time. With at least ``parallel_bytes`` to read
-and more than one core, each segment goes to its own forked worker process (at most twice the
-cores), which maps the file read-only (the reading holds Python's lock most of the time, so
-threads would share one core); otherwise, or if workers cannot be started, they are read here.
+its own and the results are combined in segment order by the caller; both read records as
+columns, a chunk at a time. With at least ``parallel_bytes`` to read and more than one core,
+each segment goes to its own forked worker process (at most twice the cores), which maps the
+file read-only (the reading holds Python's lock most of the time, so threads would share one
+core); otherwise, or if workers cannot be started, they are read here.
 """
 
 import logging
@@ -19,8 +19,7 @@ from multiprocessing import get_context
 from typing import Any, TypeVar
 
 from rmqstore.errors import CorruptRecordError
-from rmqstore.formats.commitlog_columns import decode_columns
-from rmqstore.formats.commitlog_segment import SCAN_CHUNK, Blank, QueueTally, scan_end
+from rmqstore.formats.commitlog_segment import Blank, QueueTally, scan_end
 
 log = logging.getLogger(__name__)
 PARALLEL_BYTES = 128 * 1024 * 1024
@@ -80,17 +79,11 @@ def check(buf: Any, part: Part) -> ScanEnd:
 
 
 def heads(buf: Any, part: Part) -> Heads:
-    """Queue offsets taken by the records of one part: its records read as columns without
-    their CRCs (a trusted segment), ``SCAN_CHUNK`` at a time."""
+    """Queue offsets taken by the records of one part, read without their CRCs (a trusted
+    segment)."""
     tally = QueueTally()
-    pos = part.begin
-    while True:
-        cols, pos, err = decode_columns(buf, pos, part.limit, False, part.start, SCAN_CHUNK)
-        tally.add_columns(cols)
-        if err is not None:
-            return Heads(tally.next_offsets, tally.last_position, str(err))
-        if len(cols) < SCAN_CHUNK:
-            return Heads(tally.next_offsets, tally.last_position)
+    _, _, err = scan_end(buf, part.begin, False, part.start, tally, part.limit)
+    return Heads(tally.next_offsets, tally.last_position, None if err is None else str(err))
 
 
 def _check_file(part: Part) -> ScanEnd:

@@ -7,6 +7,7 @@ from rmqstore.formats import commitlog, commitlog_segment
 from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.segments import parse_segment_name
+from tests.rmqstore.formats.test_commitlog_segment import _reference_tally
 
 pytestmark = pytest.mark.golden
 
@@ -62,13 +63,11 @@ def test_properties_reserialize_in_hashmap_order(golden_expected):
         assert props_fmt.encode(props_fmt.parse(s)) == s
 
 
-def test_queue_tally_of_columns_agrees_with_record_by_record(golden_store):
+def test_the_queue_tally_agrees_with_counting_record_by_record(golden_store):
     for base, data in _segments(golden_store):
-        one_by_one = commitlog_segment.QueueTally(count_from=1)  # all but the first record
-        for pos, r in commitlog_segment.iter_segment(data, base_offset=base):
-            if pos >= 1:
-                one_by_one.add(pos, r.topic, r.queue_id, r.queue_offset, r.sys_flag)
-        at_once = commitlog_segment.QueueTally(count_from=1)
-        commitlog_segment.scan_end(data, 0, True, base, at_once)
-        assert at_once.next_offsets == one_by_one.next_offsets
-        assert at_once.last_position == one_by_one.last_position
+        records = [(pos, r) for pos, r in commitlog_segment.iter_segment(data, base_offset=base)
+                   if pos >= 1]  # all but the first record
+        tally = commitlog_segment.QueueTally(count_from=1)
+        commitlog_segment.scan_end(data, 0, True, base, tally)
+        assert (tally.next_offsets, tally.last_position) == _reference_tally(records)
+        assert tally.next_offsets  # the golden store's queues are there to count

@@ -59,23 +59,35 @@ def test_the_segment_scan_agrees_with_the_record_decoder(records, flips, ending)
     tally = commitlog_segment.QueueTally(count_from=len(cl.encode(records[0])))
     end, blank, err = commitlog_segment.scan_end(bytes(buf), tally=tally)
     assert (end, blank, err.offset if err else None) == _reference_scan_end(bytes(buf))
-    reference = commitlog_segment.QueueTally()
-    for at, m in commitlog_segment.iter_segment(bytes(buf[:end]), 0, None, True, 0, cl.decode_meta):
-        if at >= tally.count_from:  # the first record is not counted
-            reference.add(at, m.topic, m.queue_id, m.queue_offset, m.sys_flag)
-    assert (tally.next_offsets, tally.last_position) == (
-        reference.next_offsets, reference.last_position
-    )
+    decoded = commitlog_segment.iter_segment(bytes(buf[:end]), 0, None, True, 0, cl.decode_meta)
+    counted = [(at, m) for at, m in decoded if at >= tally.count_from]  # not the first record
+    assert (tally.next_offsets, tally.last_position) == _reference_tally(counted)
+
+
+def _reference_tally(records) -> tuple[dict, int | None]:
+    """The tally's rule, record by record: (next queue offset per queue, last position)."""
+    next_offsets: dict = {}
+    for _, m in records:
+        if not m.sys_flag & cl.NO_QUEUE_OFFSET_BIT:
+            key = (m.topic, m.queue_id)
+            if next_offsets.get(key, 0) <= m.queue_offset:
+                next_offsets[key] = m.queue_offset + 1
+    return next_offsets, records[-1][0] if records else None
 
 
 def test_a_tally_counts_queue_offsets_but_not_those_of_prepared_records():
+    buf = b""
+    for topic, qid, qo, flag in [("A", 1, 3, 0), ("A", 1, 2, 0),  # an older one does not lower
+                                 ("B", 0, 0, cl.TRANSACTION_PREPARED_TYPE),
+                                 ("B", 1, 5, cl.TRANSACTION_ROLLBACK_TYPE)]:
+        r = tv4_record()
+        r.topic, r.queue_id, r.queue_offset, r.sys_flag = topic, qid, qo, flag
+        r.physical_offset = len(buf)
+        buf += cl.encode(r)
     tally = commitlog_segment.QueueTally()
-    tally.add(10, "A", 1, 3, 0)
-    tally.add(20, "A", 1, 2, 0)  # an older offset does not lower the next one
-    tally.add(30, "B", 0, 0, cl.TRANSACTION_PREPARED_TYPE)
-    tally.add(40, "B", 1, 5, cl.TRANSACTION_ROLLBACK_TYPE)
+    commitlog_segment.scan_end(buf + bytes(8), tally=tally)
     assert tally.next_offsets == {("A", 1): 4}
-    assert tally.last_position == 40
+    assert tally.last_position == len(buf) - len(cl.encode(r))
 
 
 def _two_records(base: int) -> tuple[bytearray, int]:
