@@ -1,15 +1,17 @@
 """Put throughput: in-process engine and batched gRPC, against the no-op gRPC ceiling."""
 
-import collections
+import asyncio
 import multiprocessing as mp
-import queue
 import tempfile
 import time
 from pathlib import Path
 
+import grpc
+
 from benchmarks.procs import cpu_seconds, start
-from rmqstore.server import channel
+from rmqstore.server import CHANNEL_OPTIONS, channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from services.cli import put_stream
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 
@@ -84,33 +86,36 @@ def _produce(
     address: str, body_size: int, count: int, pid: int, q, go, stream: bool, window: int,
     columns: bool,
 ) -> None:  # fmt: skip
-    stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
     reqs = [_batch(BATCH, body_size, pid * 10**8 + k, columns) for k in range(0, count, BATCH)]
-    stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connect
-    q.put("ready")
-    go.wait()
-    lat = []
-    start, cpu = time.time(), time.process_time()
+    lat: list[float] = []
     if stream:  # up to ``window`` batches in flight on one long-lived PutStream
-        requests: queue.SimpleQueue = queue.SimpleQueue()
-        replies = stub.PutStream(iter(requests.get, None))
-        sent: collections.deque[float] = collections.deque()
-        for i in range(len(reqs) + window):
-            if i < len(reqs):
-                sent.append(time.perf_counter())
-                requests.put(reqs[i])
-            if len(sent) == window or (i >= len(reqs) and sent):
-                reply = next(replies)
-                lat.append(time.perf_counter() - sent.popleft())
-                assert not reply.status_code, reply.error
-        requests.put(None)
-        replies.cancel()  # every batch was answered; an unfinished call can hang the exit
+        start, end, cpu = asyncio.run(_stream(address, reqs, window, lat, q, go))
     else:
+        stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
+        stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connect
+        q.put("ready")
+        go.wait()
+        start, cpu0 = time.time(), time.process_time()
         for r in reqs:
             t = time.perf_counter()
             stub.PutBatch(r)
             lat.append(time.perf_counter() - t)
-    q.put((len(reqs) * BATCH, start, time.time(), lat, time.process_time() - cpu))
+        end, cpu = time.time(), time.process_time() - cpu0
+    q.put((len(reqs) * BATCH, start, end, lat, cpu))
+
+
+async def _stream(address: str, reqs: list, window: int, lat: list[float], q, go,
+                  ) -> tuple[float, float, float]:  # fmt: skip
+    """``reqs`` over one PutStream, as ``rmqstore put`` sends them (on an event loop): the
+    wall-clock start and end, and the CPU seconds between."""
+    async with grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS) as ch:
+        stub = commitlog_pb2_grpc.CommitLogStub(ch)
+        await stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connect
+        q.put("ready")
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        start, cpu0 = time.time(), time.process_time()
+        await put_stream.send_all(stub, reqs, window, lat)
+        return start, time.time(), time.process_time() - cpu0
 
 
 def over_grpc(

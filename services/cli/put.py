@@ -7,10 +7,9 @@ waitStoreMsgOK). ``{i}`` in --keys/--body expands to the message number.
 """
 
 import argparse
+import asyncio
 import base64
-import collections
 import json
-import queue
 import sys
 import threading
 import time
@@ -20,6 +19,7 @@ import grpc
 
 from rmqstore import tls
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from services.cli import put_stream
 
 
 def message_from_json(d: dict, earlier: list | None = None) -> common_pb2.Message:
@@ -140,56 +140,52 @@ def _send(stub, batch: list, latencies: list[float], out: list | None) -> int:
     return len(results)
 
 
-class _Stream:
-    """A producer's batches over one PutStream, up to ``inflight`` unanswered; only counted."""
-
-    def __init__(self, stub, inflight: int = 1) -> None:
-        self._requests: queue.SimpleQueue = queue.SimpleQueue()
-        self._replies = stub.PutStream(iter(self._requests.get, None))
-        self._sent: collections.deque[float] = collections.deque()
-        self._inflight = inflight
-
-    def send(self, batch: list | commitlog_pb2.MessageColumns, latencies: list[float]) -> int:
-        """Send a batch (Messages or columns); once ``inflight`` are unanswered, wait for the
-        oldest answer. Returns the messages acknowledged meanwhile."""
-        self._sent.append(time.perf_counter())
-        if isinstance(batch, commitlog_pb2.MessageColumns):
-            request = commitlog_pb2.PutBatchRequest(columns=batch, columnar_results=True)
-        else:
-            request = commitlog_pb2.PutBatchRequest(messages=batch, columnar_results=True)
-        self._requests.put(request)
-        return self._answer(latencies) if len(self._sent) >= self._inflight else 0
-
-    def drain(self, latencies: list[float]) -> int:
-        """Wait for every unanswered batch; the messages they acknowledge."""
-        n = 0
-        while self._sent:
-            n += self._answer(latencies)
-        return n
-
-    def _answer(self, latencies: list[float]) -> int:
-        reply = next(self._replies)
-        latencies.append(time.perf_counter() - self._sent.popleft())
-        if reply.status_code:
-            code = next(c for c in grpc.StatusCode if c.value[0] == reply.status_code)
-            raise _Refused(code, reply.error)
-        return len(reply.response.columns.phy_offset)
-
-    def close(self) -> None:
-        self._requests.put(None)
-        self._replies.cancel()  # an unfinished stream call can hang the interpreter's exit
+def _sources(args: argparse.Namespace, start: int, count: int) -> Iterator:
+    """A producer's batches: lists of Messages, or MessageColumns with --columns."""
+    if args.columns:
+        return _generated_columns(args, start, count)
+    return _batches(_generated(args, start, count), args.batch)
 
 
-class _Refused(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self._code, self._details = code, details
+async def _stream_all(args: argparse.Namespace, starts: list[int], per: list[int],
+                      latencies: list[float]) -> int:
+    """Each producer's batches over its own channel and ``PutStream``, all on one event
+    loop; the messages acknowledged."""
 
-    def code(self) -> grpc.StatusCode:
-        return self._code
+    async def producer(p: int) -> int:
+        async with tls.aio_client_channel(args.commitlog, args) as ch:
+            requests = map(put_stream.request, _sources(args, starts[p], per[p]))
+            return await put_stream.send_all(commitlog_pb2_grpc.CommitLogStub(ch), requests,
+                                             args.inflight, latencies)
 
-    def details(self) -> str:
-        return self._details
+    return sum(await asyncio.gather(*(producer(p) for p in range(len(starts)))))
+
+
+def _send_all(args: argparse.Namespace, starts: list[int], per: list[int],
+              latencies: list[float], collected: list) -> int:
+    """Each producer's batches as one call each (``Put`` or ``PutBatch``), a thread and a
+    channel per producer; the messages acknowledged."""
+    counts = [0] * len(starts)
+    errors: list[BaseException] = []
+
+    def producer(p: int) -> None:
+        own = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
+        lat: list[float] = []
+        try:
+            for b in _sources(args, starts[p], per[p]):
+                counts[p] += _send(own, b, lat, collected if args.json else None)
+        except BaseException as e:
+            errors.append(e)
+        latencies.extend(lat)
+
+    threads = [threading.Thread(target=producer, args=(p,)) for p in range(len(starts))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return sum(counts)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -233,41 +229,11 @@ def run(args: argparse.Namespace) -> int:
                 for p in range(args.producers)
             ]
             starts = [sum(per[:p]) for p in range(args.producers)]
-            counts = [0] * args.producers
-            errors: list[BaseException] = []
-
-            def producer(p: int) -> None:
-                own = commitlog_pb2_grpc.CommitLogStub(tls.client_channel(args.commitlog, args))
-                lat: list[float] = []
-                streamed = args.columns or not (args.json or args.batch == 1)
-                stream = _Stream(own, args.inflight) if streamed else None
-                if args.columns:
-                    source: Iterator = _generated_columns(args, starts[p], per[p])
-                else:
-                    source = _batches(_generated(args, starts[p], per[p]), args.batch)
-                try:
-                    for b in source:
-                        if stream is not None:
-                            counts[p] += stream.send(b, lat)
-                        else:
-                            counts[p] += _send(own, b, lat, collected if args.json else None)
-                    if stream is not None:
-                        counts[p] += stream.drain(lat)
-                except BaseException as e:
-                    errors.append(e)
-                finally:
-                    if stream is not None:
-                        stream.close()
-                latencies.extend(lat)
-
-            threads = [threading.Thread(target=producer, args=(p,)) for p in range(args.producers)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            if errors:
-                raise errors[0]
-            sent = sum(counts)
+            streamed = args.columns or not (args.json or args.batch == 1)
+            if streamed:
+                sent = asyncio.run(_stream_all(args, starts, per, latencies))
+            else:
+                sent = _send_all(args, starts, per, latencies, collected)
     except grpc.RpcError as e:
         print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1
