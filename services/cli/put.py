@@ -19,7 +19,7 @@ import grpc
 
 from rmqstore import tls
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from services.cli import put_stream
+from services.cli import producers, put_stream
 
 
 def message_from_json(d: dict, earlier: list | None = None) -> common_pb2.Message:
@@ -147,18 +147,17 @@ def _sources(args: argparse.Namespace, start: int, count: int) -> Iterator:
     return _batches(_generated(args, start, count), args.batch)
 
 
-async def _stream_all(args: argparse.Namespace, starts: list[int], per: list[int],
-                      latencies: list[float]) -> int:
-    """Each producer's batches over its own channel and ``PutStream``, all on one event
-    loop; the messages acknowledged."""
+def _requests(args: argparse.Namespace, start: int, count: int) -> Iterator:
+    """A streaming producer's requests."""
+    return map(put_stream.request, _sources(args, start, count))
 
-    async def producer(p: int) -> int:
-        async with tls.aio_client_channel(args.commitlog, args) as ch:
-            requests = map(put_stream.request, _sources(args, starts[p], per[p]))
-            return await put_stream.send_all(commitlog_pb2_grpc.CommitLogStub(ch), requests,
-                                             args.inflight, latencies)
 
-    return sum(await asyncio.gather(*(producer(p) for p in range(len(starts)))))
+async def _stream_one(args: argparse.Namespace, latencies: list[float]) -> int:
+    """One producer's batches over one ``PutStream``; the messages acknowledged."""
+    async with tls.aio_client_channel(args.commitlog, args) as ch:
+        return await put_stream.send_all(commitlog_pb2_grpc.CommitLogStub(ch),
+                                         _requests(args, 0, args.count), args.inflight,
+                                         latencies)  # fmt: skip
 
 
 def _send_all(args: argparse.Namespace, starts: list[int], per: list[int],
@@ -201,6 +200,7 @@ def run(args: argparse.Namespace) -> int:
     latencies: list[float] = []
     collected: list = []
     t0 = time.perf_counter()
+    elapsed: float | None = None
     try:
         if args.file:
             src = sys.stdin if args.file == "-" else open(args.file)  # noqa: SIM115
@@ -230,14 +230,19 @@ def run(args: argparse.Namespace) -> int:
             ]
             starts = [sum(per[:p]) for p in range(args.producers)]
             streamed = args.columns or not (args.json or args.batch == 1)
-            if streamed:
-                sent = asyncio.run(_stream_all(args, starts, per, latencies))
+            if streamed and args.producers > 1:  # timed from when every one is connected
+                sent, lat, elapsed = producers.run_all(args, list(zip(starts, per, strict=True)),
+                                                       _requests)  # fmt: skip
+                latencies += lat
+            elif streamed:
+                sent = asyncio.run(_stream_one(args, latencies))
             else:
                 sent = _send_all(args, starts, per, latencies, collected)
     except grpc.RpcError as e:
         print(f"error: {e.code().name}: {e.details()}", file=sys.stderr)
         return 1
-    elapsed = time.perf_counter() - t0
+    if elapsed is None:
+        elapsed = time.perf_counter() - t0
     if args.json:
         for r in collected:
             print(result_json(r))
@@ -271,7 +276,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--body-size", type=int, default=128)
     p.add_argument("--delay-level", type=int, default=0)
     p.add_argument("--count", type=int, default=1)
-    p.add_argument("--producers", type=int, default=1)
+    p.add_argument(
+        "--producers",
+        type=int,
+        default=1,
+        help="producers sending at once: streaming ones run a process each and are timed "
+             "from when all are connected; with --json or --batch 1, a thread each",
+    )
     p.add_argument("--batch", type=int, default=100, help="messages per call")
     p.add_argument(
         "--inflight",

@@ -137,6 +137,17 @@ def test_load_generator_streams_batches(writer, extra):
     assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
 
 
+def test_producer_processes_report_a_refusal_and_an_absent_writer(writer):
+    out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--count", "20",
+               "--batch", "5", "--producers", "2")  # fmt: skip
+    assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
+    address = writer.address
+    writer.stop()
+    out = _cli("put", "--commitlog", address, "--topic", "Load", "--count", "20", "--batch",
+               "5", "--producers", "2", "--columns")  # fmt: skip
+    assert out.returncode == 1 and "UNAVAILABLE" in out.stderr
+
+
 def test_load_generator_refuses_a_window_of_zero(writer):
     out = _cli("put", "--commitlog", writer.address, "--topic", "Load", "--count", "5",
                "--inflight", "0")  # fmt: skip

@@ -1,0 +1,98 @@
+"""``rmqstore put``'s streaming producers, a process each, so that their load is not bound to
+one core.
+
+Every process connects first; once all have, they start together and send their batches
+over their own ``PutStream`` (``put_stream.send_all``). The parent gathers what each
+acknowledged and its latencies, and times the span from the start to the last answer. A
+producer's failure comes back as its gRPC status; one that dies without a word is named.
+"""
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import queue
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import grpc
+
+from rmqstore import tls
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.cli import put_stream
+
+Requests = Callable[[argparse.Namespace, int, int], Iterable[commitlog_pb2.PutBatchRequest]]
+_POLL_S = 0.2  # how often the parent looks for producers that died without a word
+
+
+def run_all(
+    args: argparse.Namespace, shares: list[tuple[int, int]], requests: Requests
+) -> tuple[int, list[float], float]:
+    """One producer process per (first message number, count) of ``shares``, sending
+    ``requests(args, first, count)`` (a module-level function: it goes to a spawned
+    process). Returns the messages acknowledged, every batch's latency, and the seconds from
+    the start to the last answer; raises ``put_stream.Refused`` with a producer's status."""
+    ctx = mp.get_context("spawn")  # gRPC does not survive a fork
+    results, go = ctx.Queue(), ctx.Event()
+    procs = [
+        ctx.Process(target=_producer, args=(i, args, first, count, requests, results, go),
+                    daemon=True)  # fmt: skip
+        for i, (first, count) in enumerate(shares)
+    ]
+    for p in procs:
+        p.start()
+    try:
+        _gather(results, procs, "ready")
+        go.set()
+        t0 = time.perf_counter()
+        done = _gather(results, procs, "done")
+        seconds = time.perf_counter() - t0
+        return sum(d[0] for d in done), [t for d in done for t in d[1]], seconds
+    finally:
+        for p in procs:
+            p.join(timeout=5 if go.is_set() else 0)
+            if p.is_alive():
+                p.terminate()
+                p.join()
+
+
+def _gather(results: Any, procs: list, stage: str) -> list[tuple]:
+    """Every producer's message of ``stage`` (in producer order); the first error raised."""
+    got: dict[int, tuple] = {}
+    while len(got) < len(procs):
+        try:
+            kind, i, *rest = results.get(timeout=_POLL_S)
+        except queue.Empty:
+            silent = [i for i, p in enumerate(procs) if i not in got and not p.is_alive()]
+            if silent:
+                raise put_stream.Refused(
+                    grpc.StatusCode.UNKNOWN, f"producer {silent[0]} ended without a word "
+                    f"(exit code {procs[silent[0]].exitcode})") from None  # fmt: skip
+            continue
+        if kind == "error":
+            raise put_stream.Refused(grpc.StatusCode[rest[0]], f"producer {i}: {rest[1]}")
+        got[i] = tuple(rest)
+    return [got[i] for i in range(len(procs))]
+
+
+def _producer(i: int, args: argparse.Namespace, first: int, count: int, requests: Requests,
+              results: Any, go: Any) -> None:  # fmt: skip
+    try:
+        asyncio.run(_produce(i, args, first, count, requests, results, go))
+    except grpc.RpcError as e:
+        results.put(("error", i, e.code().name, e.details()))
+    except BaseException as e:  # anything else still reaches the parent
+        results.put(("error", i, "UNKNOWN", repr(e)))
+
+
+async def _produce(i: int, args: argparse.Namespace, first: int, count: int,
+                   requests: Requests, results: Any, go: Any) -> None:  # fmt: skip
+    async with tls.aio_client_channel(args.commitlog, args) as ch:
+        stub = commitlog_pb2_grpc.CommitLogStub(ch)
+        await stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connected before the start
+        results.put(("ready", i))
+        await asyncio.get_running_loop().run_in_executor(None, go.wait)
+        latencies: list[float] = []
+        sent = await put_stream.send_all(stub, requests(args, first, count), args.inflight,
+                                         latencies)  # fmt: skip
+        results.put(("done", i, sent, latencies))
