@@ -6,20 +6,11 @@ import os
 import grpc
 import pytest
 
-from rmqstore.server import channel
-from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from rmqstore.v1 import commitlog_pb2
 from services.cli import producers, put_stream
-from tests import procs
+from tests.services.cli.dispatched import dispatched
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def writer(tmp_path):
-    p = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
-                    "127.0.0.1:0")  # fmt: skip
-    yield p
-    p.stop()
 
 
 def _args(address: str) -> argparse.Namespace:
@@ -45,13 +36,7 @@ def test_each_process_sends_its_share(writer):
     sent, latencies, seconds = producers.run_all(_args(writer.address),
                                                  [(0, 12), (12, 10), (22, 3)], numbered)
     assert sent == 25 and len(latencies) == 3 + 2 + 1 and seconds > 0
-    stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))
-    end = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
-    keys: list[str] = []
-    for batch in stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="t")):
-        keys += batch.keys
-        if batch.next_offset >= end:
-            break
+    keys = [k for b in dispatched(writer.address) for k in b.keys]
     assert sorted(keys) == sorted(f"k-{i}" for i in range(25))
 
 

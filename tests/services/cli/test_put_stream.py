@@ -5,21 +5,13 @@ import collections
 import grpc
 import pytest
 
-from rmqstore.server import CHANNEL_OPTIONS, channel
+from rmqstore.server import CHANNEL_OPTIONS
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.cli import put_stream
-from tests import procs
 from tests.aio import run
+from tests.services.cli.dispatched import dispatched
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def writer(tmp_path):
-    p = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
-                    "127.0.0.1:0")  # fmt: skip
-    yield p
-    p.stop()
 
 
 def _columns(topic: str, first: int, n: int) -> commitlog_pb2.MessageColumns:
@@ -40,16 +32,8 @@ def _send(address: str, batches: list, inflight: int, latencies: list[float]) ->
 
 
 def _stored(address: str) -> collections.Counter:
-    """Messages in the writer's commitlog, by topic (from its dispatch stream)."""
-    stub = commitlog_pb2_grpc.CommitLogStub(channel(address))
-    end = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
-    topics: collections.Counter = collections.Counter()
-    if end:
-        for batch in stub.Subscribe(commitlog_pb2.SubscribeRequest(subscriber="t")):
-            topics.update(batch.topic)
-            if batch.next_offset >= end:
-                break
-    return topics
+    """Messages in the writer's commitlog, by topic."""
+    return collections.Counter(t for b in dispatched(address) for t in b.topic)
 
 
 @pytest.mark.parametrize("inflight", [1, 3, 10])
