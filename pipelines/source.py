@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError
-from rmqstore.formats import commitlog, commitlog_columns, commitlog_segment
+from rmqstore.formats import BytesLike, commitlog, commitlog_columns, commitlog_segment
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
 
@@ -198,14 +198,31 @@ def read_range_columns(r: ByteRange, check_crc: bool = True,
                        ) -> tuple[commitlog_columns.RecordColumns, RangeEnd]:
     """Every good record of the range as columns (``commitlog_columns``), and its RangeEnd:
     the same records and end as ``iter_range``."""
+    chunk, end = iter_range_columns(r, check_crc)
+    assert isinstance(chunk, tuple) and isinstance(end, RangeEnd)
+    return chunk[0], end
+
+
+def iter_range_columns(r: ByteRange, check_crc: bool = True, max_records: int | None = None,
+                       ) -> Iterator[tuple[commitlog_columns.RecordColumns, BytesLike] | RangeEnd]:
+    """The good records of the range as columns, at most ``max_records`` at a time (at least
+    one item, perhaps empty), each with the segment's bytes it was read from (for fields the
+    columns leave out; valid until the next item), then its RangeEnd: the same records and
+    end as ``iter_range``."""
     seg = r.segment
     if seg.size == 0:
-        cols, _, _ = commitlog_columns.decode_columns(b"")
-        return cols, RangeEnd(0, ENDED_AT_ZEROS)
+        yield commitlog_columns.decode_columns(b"")[0], b""
+        yield RangeEnd(0, ENDED_AT_ZEROS)
+        return
     with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        cols, pos, error = commitlog_columns.decode_columns(m, r.begin, r.end, check_crc,
-                                                            seg.start_offset)
-        return cols, _range_end(m, r, pos, error)
+        pos, error = r.begin, None
+        while True:
+            cols, pos, error = commitlog_columns.decode_columns(
+                m, pos, r.end, check_crc, seg.start_offset, max_records)
+            yield cols, m
+            if error is not None or max_records is None or len(cols) < max_records:
+                break
+        yield _range_end(m, r, pos, error)
 
 
 def _range_end(m: mmap.mmap, r: ByteRange, pos: int, error: CorruptRecordError | None,

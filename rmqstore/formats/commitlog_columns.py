@@ -6,7 +6,8 @@ sizes, field lengths adding up, UTF-8 topic and properties, body CRC), with the 
 as ``commitlog_segment.iter_segment`` running it record after record. The first record that
 fails is handed to ``decode_meta``, which names the error; the records before it are returned.
 For work over runs of records (the rebuild and find jobs, the writer's dispatch from files);
-one record at a time stays in ``commitlog.py``.
+one record at a time stays in ``commitlog.py``. ``record_details`` reads the fields the columns
+leave out (hosts, body, flag, born time, reconsume times) for the export job.
 """
 
 from dataclasses import dataclass
@@ -20,9 +21,11 @@ from rmqstore.formats.commitlog import (
     _TAIL,
     BLANK,
     BLANK_MAGIC,
+    BORNHOST_V6_FLAG,
     HEAD,
     MAGIC_V1,
     MAGIC_V2,
+    STOREHOST_V6_FLAG,
     TAIL_AT,
     V6_BITS,
     crc32,
@@ -80,6 +83,20 @@ class RecordColumns:
     def properties_of(self, i: int) -> str:
         end = self.properties_mark[i + 1] if i + 1 < len(self) else len(self.properties)
         return self.properties[self.properties_mark[i] + 1 : end].tobytes().decode()
+
+    def rows(self, start: int, stop: int) -> "RecordColumns":
+        """Records ``start`` to ``stop`` (exclusive) as columns of their own."""
+        marks, stop = self.properties_mark, min(stop, len(self))
+        start = min(start, stop)
+        at = int(marks[start]) if start < len(self) else len(self.properties)
+        end = int(marks[stop]) if stop < len(self) else len(self.properties)
+        cut = slice(start, stop)
+        return RecordColumns(
+            self.position[cut], self.total_size[cut], self.queue_id[cut], self.queue_offset[cut],
+            self.physical_offset[cut], self.sys_flag[cut], self.store_timestamp[cut],
+            self.prepared_transaction_offset[cut], self.topic_id[cut], self.topics,
+            self.properties[at:end], marks[cut] - at,
+        )  # fmt: skip
 
 
 def _gather(data: np.ndarray, at: np.ndarray, dtype: np.dtype | str) -> np.ndarray:
@@ -287,3 +304,59 @@ def decode_columns(
         end_pos = int(pos[good - 1] + total[good - 1]) if good else start
         del data  # release the buffer's export before the view closes
     return columns, end_pos, error
+
+
+@dataclass(frozen=True)
+class RecordDetails:
+    """The fields of records that ``RecordColumns`` leaves out, one array per field. A host
+    is a row of 20 bytes: its IP (4 or 16 bytes, as its ``*_v6`` says) and int32 port, then
+    zeros."""
+
+    flag: np.ndarray  # int64
+    born_timestamp: np.ndarray  # int64
+    body_crc: np.ndarray  # int64: as stored
+    reconsume_times: np.ndarray  # int64
+    body_at: np.ndarray  # int64: where the body starts in the buffer
+    body_length: np.ndarray  # int64
+    born_host: np.ndarray  # V20
+    born_v6: np.ndarray  # bool
+    store_host: np.ndarray  # V20
+    store_v6: np.ndarray  # bool
+
+
+def record_details(buf: BytesLike, cols: RecordColumns) -> RecordDetails:
+    """The other fields of the records of ``cols``, read from ``buf``, the buffer that
+    ``decode_columns`` read them from (and checked)."""
+    with memoryview(buf) as view:
+        data = np.frombuffer(view, dtype=np.uint8)
+        pos = cols.position
+        head = _gather(data, pos, HEAD_DTYPE)
+        bits = cols.sys_flag & V6_BITS
+        tail_at = pos + _TAIL_AT[bits]
+        tail = _gather(data, tail_at, TAIL_DTYPE)
+        born_v6 = (bits & BORNHOST_V6_FLAG) != 0
+        store_v6 = (bits & STOREHOST_V6_FLAG) != 0
+        details = RecordDetails(
+            flag=head["flag"].astype(np.int64),
+            born_timestamp=head["born_timestamp"].astype(np.int64),
+            body_crc=head["body_crc"].astype(np.int64),
+            reconsume_times=tail["reconsume_times"].astype(np.int64),
+            body_at=tail_at + _TAIL.size,
+            body_length=tail["body_length"].astype(np.int64),
+            born_host=_host_rows(data, pos + HEAD.size, born_v6),
+            born_v6=born_v6,
+            store_host=_host_rows(data, pos + _STORE_AT[bits] + 8, store_v6),
+            store_v6=store_v6,
+        )
+        del data  # release the buffer's export before the view closes
+    return details
+
+
+_HOST_ROW = 20  # the longest host: a 16-byte IP and an int32 port
+
+
+def _host_rows(data: np.ndarray, at: np.ndarray, v6: np.ndarray) -> np.ndarray:
+    """The hosts at ``at`` as rows of ``_HOST_ROW`` bytes (an IPv4 host's 8, then zeros)."""
+    rows = _gather(data, at, f"V{_HOST_ROW}").view(np.uint8).reshape(len(at), _HOST_ROW).copy()
+    rows[~v6, 8:] = 0
+    return rows.view(f"V{_HOST_ROW}").reshape(len(at))

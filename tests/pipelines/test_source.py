@@ -9,9 +9,11 @@ from pipelines.source import (
     ENDED_AT_ZEROS,
     RangeEnd,
     iter_range,
+    iter_range_columns,
     list_segments,
     misaligned,
     plan_ranges,
+    read_range_columns,
     valid_prefix,
 )
 from pipelines.synthetic import mixed_messages, write_commitlog
@@ -94,3 +96,24 @@ def test_ranges_after_a_blank_marker_in_their_segment_are_left_out(tmp_path: Pat
     included, notes = valid_prefix(ranges, ends, every)
     assert included == set(every) - set(later)  # the next segments still count
     assert len(notes) == len(later) and all("end marker" in n for n in notes)
+
+
+def test_columns_a_few_records_at_a_time_are_the_records_and_end_of_iter_range(tmp_path: Path):
+    write_commitlog(tmp_path, mixed_messages(300), segment_size=16 * 1024)
+    segs = list_segments(tmp_path / "commitlog")
+    with open(segs[1].path, "r+b") as f:  # a bad magic in the middle of segment 2
+        f.seek(3_000 + 4)
+        f.write(b"\0\0\0\1")
+    ends = []
+    for r in plan_ranges(segs, split_bytes=4_000, walk=True):
+        *records, end = iter_range(r)
+        ends.append(end.ended_by)
+        for size in (1, 7, None):
+            *chunks, chunk_end = iter_range_columns(r, max_records=size)
+            assert chunk_end == end
+            assert len(chunks) >= 1 and all(size is None or len(c) <= size for c, _ in chunks)
+            offsets = [p for cols, _ in chunks for p in cols.physical_offset.tolist()]
+            assert offsets == [rec.physical_offset for _, rec in records]
+        cols, whole_end = read_range_columns(r)
+        assert whole_end == end and len(cols) == len(records)
+    assert ENDED_AT_CORRUPT in ends and ENDED_AT_LIMIT in ends

@@ -9,7 +9,8 @@ from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import commitlog as cl
 from rmqstore.formats import commitlog_segment
 from rmqstore.formats import properties as props_fmt
-from rmqstore.formats.commitlog_columns import decode_columns
+from rmqstore.formats.commitlog_columns import decode_columns, record_details
+from rmqstore.formats.hosts import Host
 from tests.rmqstore.formats.test_commitlog import _records, tv4_record
 
 
@@ -182,3 +183,33 @@ def test_a_long_v2_topic():
     long[0:4] = len(long).to_bytes(4, "big")
     cols, err = _assert_same(bytes(long) * 2 + bytes(8))
     assert (len(cols), cols.topics, err) == (2, ["T" * 300], None)
+
+
+def _host_of(row: np.void, v6: bool) -> Host:
+    raw = bytes(row)
+    ip_size = 16 if v6 else 4
+    return Host(raw[:ip_size], int.from_bytes(raw[ip_size : ip_size + 4], "big", signed=True))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(_records, min_size=1, max_size=6), st.integers(0, 6), st.integers(0, 6))
+def test_details_and_rows_agree_with_the_record_decoder(records, start, stop):
+    buf = b"".join(cl.encode(r) for r in records)
+    cols, _, _ = decode_columns(buf)
+    d = record_details(buf, cols)
+    for i, pos in enumerate(cols.position.tolist()):
+        rec = cl.decode(buf, pos)
+        assert (int(d.flag[i]), int(d.born_timestamp[i]), int(d.body_crc[i]),
+                int(d.reconsume_times[i])) == (rec.flag, rec.born_timestamp, rec.body_crc,
+                                               rec.reconsume_times)  # fmt: skip
+        at, size = int(d.body_at[i]), int(d.body_length[i])
+        assert buf[at : at + size] == rec.body
+        assert _host_of(d.born_host[i], bool(d.born_v6[i])) == rec.born_host
+        assert _host_of(d.store_host[i], bool(d.store_v6[i])) == rec.store_host
+    some = cols.rows(start, stop)
+    kept = list(range(len(cols)))[start:stop]
+    assert some.position.tolist() == cols.position[kept].tolist()
+    assert some.topics == cols.topics
+    assert [some.properties_of(i) for i in range(len(some))] == [
+        cols.properties_of(i) for i in kept
+    ]
