@@ -1,53 +1,37 @@
 """Export decoded records to Parquet, partitioned by topic and UTC date of the store time.
 
-``out`` must not exist (or be an empty directory): Spark writes to a hidden sibling that is
-renamed to ``out`` once the write has completed. Analysts then query it with Spark SQL, e.g.
+Each task turns one byte range into Arrow record batches (``export_batches``) and writes them
+as Parquet files in Hive's layout, ``topic=<topic>/date=<yyyy-MM-dd>/part-<range>-<n>.parquet``,
+which Spark, Hive and pyarrow read as partitions; a topic is escaped in its directory's name
+as Spark escapes partition values (``partition_value``). ``out`` must not
+exist (or be an empty directory): the tasks write to a hidden sibling that is renamed to
+``out`` once every range is written. Analysts then query it with Spark SQL, e.g.
 ``spark.read.parquet(out).where("topic = 'TopicA' and array_contains(keys, 'order-1')")``.
 """
 
 import os
 import shutil
 import time
+import urllib.parse
 import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from pipelines.progress import Progress
-from pipelines.records import row
-from pipelines.scan import DictParam, ScanOutcome, ScanPlan, outcome, scan_range
-from pipelines.source import DEFAULT_SPLIT_BYTES, Corruption, replanned_note
+import pyarrow.dataset as ds
+
+from pipelines.export_batches import SCHEMA, range_batches
+from pipelines.progress import Progress, report_range
+from pipelines.scan import ScanOutcome, ScanPlan, outcome
+from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, RangeEnd, replanned_note
 from rmqstore.errors import InvalidArgumentError
 
 PARTITION_COLUMNS = ("topic", "date")
-
-
-def schema():
-    from pyspark.sql import types as T
-
-    return T.StructType([
-        T.StructField("topic", T.StringType(), False),
-        T.StructField("queue_id", T.IntegerType(), False),
-        T.StructField("queue_offset", T.LongType(), False),
-        T.StructField("phy_offset", T.LongType(), False),
-        T.StructField("size", T.IntegerType(), False),
-        T.StructField("sys_flag", T.IntegerType(), False),
-        T.StructField("flag", T.IntegerType(), False),
-        T.StructField("store_timestamp", T.LongType(), False),
-        T.StructField("born_timestamp", T.LongType(), False),
-        T.StructField("store_host", T.StringType(), False),
-        T.StructField("born_host", T.StringType(), False),
-        T.StructField("msg_id", T.StringType(), False),
-        T.StructField("keys", T.ArrayType(T.StringType(), False), False),
-        T.StructField("tags", T.StringType(), True),
-        T.StructField("uniq_key", T.StringType(), True),
-        T.StructField("properties", T.MapType(T.StringType(), T.StringType(), False), False),
-        T.StructField("body", T.BinaryType(), False),
-        T.StructField("body_crc", T.IntegerType(), False),
-        T.StructField("reconsume_times", T.IntegerType(), False),
-        T.StructField("prepared_transaction_offset", T.LongType(), False),
-        T.StructField("date", T.StringType(), False),
-    ])
+SUCCESS_MARKER = "_SUCCESS"  # written last, as Spark's own writer does
+MIB = 1024 * 1024
+NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's and Hive's name for a null or ''
+# what Spark writes as %XX in a partition value: control characters, and "#%'*/:=?\{[]^
+_ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset("\"#%'*/:=?\\\x7f{[]^")
 
 
 @dataclass
@@ -58,24 +42,82 @@ class ExportReport:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-
-def _row(_number: int, rec) -> tuple:
-    return row(rec)
-
-
-def _row_if(number: int, rec, included: frozenset) -> tuple | None:
-    return row(rec) if number in included else None
+    @property
+    def mib_per_s(self) -> float:
+        return self.bytes / MIB / self.seconds if self.seconds > 0 else 0.0
 
 
-def _write(spark, plan: ScanPlan, target: Path, convert, check_crc: bool, tracker):
-    sc = spark.sparkContext
-    ends = sc.accumulator({}, DictParam())
-    rdd = sc.parallelize(plan.ranges, max(len(plan.ranges), 1)).flatMap(
-        partial(scan_range, convert=convert, check_crc=check_crc, ends_acc=ends,
-                tracker=tracker))
-    df = spark.createDataFrame(rdd, schema())
-    df.write.partitionBy(*PARTITION_COLUMNS).mode("overwrite").parquet(str(target))
-    return ends.value
+def partition_value(text: str) -> str:
+    """``text`` as a partition directory's value, escaped as Spark escapes it (and reads it
+    back): the characters of ``_ESCAPED`` as ``%XX``, any other character as it is."""
+    if not text:
+        return NULL_PARTITION
+    return "".join(f"%{ord(c):02X}" if c in _ESCAPED else c for c in text)
+
+
+def _file_prefix(number: int) -> str:
+    return f"part-{number:05d}-"
+
+
+def _export_range(r: ByteRange, check_crc: bool, target: str, tracker,
+                  ) -> tuple[int, tuple[RangeEnd, int]]:
+    """Write one range's records under ``target``; (its number, (its end, its records))."""
+    ended: list[tuple[RangeEnd, int]] = []
+
+    def batches():
+        for item in range_batches(r, check_crc):
+            if isinstance(item, tuple):
+                ended.append(item)
+            else:
+                yield item
+
+    ds.write_dataset(
+        batches(), target, schema=SCHEMA, format="parquet",
+        partitioning=list(PARTITION_COLUMNS), partitioning_flavor="hive",
+        basename_template=_file_prefix(r.number) + "{i}.parquet",
+        existing_data_behavior="overwrite_or_ignore",  # other ranges' files stay
+        max_partitions=1 << 30, preserve_order=True,  # commitlog order in every file
+    )  # fmt: skip
+    (end, count), = ended
+    if tracker is not None:
+        report_range(tracker, r.number, end.position - r.begin)
+    return r.number, (end, count)
+
+
+def _write(spark, plan: ScanPlan, target: Path, check_crc: bool, tracker,
+           ) -> dict[int, tuple[RangeEnd, int]]:
+    """Write the records of ``plan``'s ranges as Parquet; each range's (end, records)."""
+    target.mkdir()
+    if not plan.ranges:
+        return {}
+    return dict(spark.sparkContext.parallelize(plan.ranges, len(plan.ranges))
+                .map(partial(_export_range, check_crc=check_crc, target=str(target),
+                             tracker=tracker))
+                .collect())
+
+
+def _spark_names(target: Path) -> None:
+    """Rename the topic directories from pyarrow's names to Spark's. pyarrow URI-encodes a
+    value's UTF-8 bytes; Spark reads each ``%XX`` back as one character, which is right only
+    for ASCII."""
+    prefix = f"{PARTITION_COLUMNS[0]}="
+    for d in target.iterdir():
+        if d.is_dir() and d.name.startswith(prefix):
+            value = urllib.parse.unquote(d.name[len(prefix):])
+            name = prefix + partition_value(value)
+            if name != d.name:
+                d.rename(target / name)
+
+
+def _drop_ranges(target: Path, numbers: set[int]) -> None:
+    """Delete the files of these ranges, and the partition directories left empty."""
+    prefixes = tuple(_file_prefix(n) for n in numbers)
+    for directory, _, files in os.walk(target, topdown=False):
+        for name in files:
+            if name.startswith(prefixes):
+                os.unlink(os.path.join(directory, name))
+        if directory != str(target) and not os.listdir(directory):
+            os.rmdir(directory)
 
 
 def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT_SPLIT_BYTES,
@@ -95,18 +137,18 @@ def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT
         with Progress(spark.sparkContext, "export",
                       {r.number: r.segment.path for r in plan.ranges}, plan.total_bytes,
                       interval=progress_interval, enabled=progress) as prog:
-            ends = _write(spark, plan, target, _row, check_crc, prog.tracker())
+            ends = _write(spark, plan, target, check_crc, prog.tracker())
             result: ScanOutcome = outcome(plan, ends)
             replanned = []
             if result.misaligned:  # cut inside a record: cut again by walking, write again
                 replanned.append(replanned_note(result.misaligned))
-                shutil.rmtree(target, ignore_errors=True)
+                shutil.rmtree(target)
                 plan = ScanPlan.of(store, split_bytes, walk=True)
-                result = outcome(plan, _write(spark, plan, target, _row, check_crc, None))
-            if not result.complete:  # data after a corrupt record: write again without it
-                shutil.rmtree(target, ignore_errors=True)
-                _write(spark, plan, target,
-                       partial(_row_if, included=frozenset(result.included)), check_crc, None)
+                result = outcome(plan, _write(spark, plan, target, check_crc, None))
+        # data after a corrupt record does not count: its ranges' files go
+        _drop_ranges(target, {r.number for r in plan.ranges} - result.included)
+        _spark_names(target)
+        (target / SUCCESS_MARKER).write_bytes(b"")
         os.rename(target, out)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)

@@ -1,14 +1,12 @@
 """A scan of every record of a commitlog on Spark, in ranges, with the rebuild's rule for the
 end of the data: nothing after the first corrupt record (or a segment that ends without a
-blank marker) counts. Tasks report each range's end through an accumulator."""
+blank marker) counts. ``outcome`` judges what the tasks report of each range's end."""
 
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from pyspark.accumulators import AccumulatorParam
 
-from pipelines.progress import report_range
-from pipelines.records import range_records
 from pipelines.source import (
     DEFAULT_SPLIT_BYTES,
     ByteRange,
@@ -74,16 +72,3 @@ def outcome(plan: ScanPlan, ends: dict[int, tuple[RangeEnd, int]]) -> ScanOutcom
             out.corruptions.append(end.corruption)
     out.complete = all(ends[n][1] == 0 for n in ends if n not in included)
     return out
-
-
-def scan_range(r: ByteRange, convert, check_crc: bool, ends_acc, tracker):
-    """Yield ``convert(range number, record)`` for each record (None results dropped)."""
-    for count, item in enumerate(range_records(r, check_crc)):
-        if isinstance(item, RangeEnd):
-            ends_acc.add({r.number: (item, count)})
-            if tracker is not None:
-                report_range(tracker, r.number, item.position - r.begin)
-            return
-        value = convert(r.number, item)
-        if value is not None:
-            yield value

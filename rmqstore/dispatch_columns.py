@@ -36,7 +36,7 @@ class DispatchColumns:
     key_hash: np.ndarray  # int32: each key's index hash
 
 
-def _tokens(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray, owner: np.ndarray):
+def key_tokens(blob: np.ndarray, starts: np.ndarray, ends: np.ndarray, owner: np.ndarray):
     """The non-empty space-separated tokens of the spans ``blob[starts[j]:ends[j]]`` (in blob
     order, not overlapping): (start, end, owner of the span) per token, in blob order."""
     if not len(starts):
@@ -149,7 +149,7 @@ def _key_hashes(
     indexed = tx_type != commitlog.TRANSACTION_ROLLBACK_TYPE
     with_uniq = np.flatnonzero(indexed & (uniq_at >= 0))
     with_keys = np.flatnonzero(indexed & (keys_at >= 0))
-    tok_at, tok_end, tok_record = _tokens(text, keys_at[with_keys], keys_end[with_keys],
+    tok_at, tok_end, tok_record = key_tokens(text, keys_at[with_keys], keys_end[with_keys],
                                           with_keys)  # fmt: skip
     record = np.concatenate((with_uniq, tok_record))
     starts = np.concatenate((uniq_at[with_uniq], tok_at))

@@ -119,7 +119,8 @@ def run_export(args) -> int:
         return _job_failed("export", e)
     _warn(report.corruptions, report.notes)
     print(f"exported {report.records} records ({report.bytes} bytes of commitlog) to "
-          f"{args.out} in {report.seconds:.1f} s, partitioned by topic and date")
+          f"{args.out} in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned "
+          "by topic and date")
     return 0
 
 

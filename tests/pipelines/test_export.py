@@ -2,11 +2,12 @@
 
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from pipelines.export import export
 from pipelines.records import utc_date
-from pipelines.synthetic import mixed_messages, write_commitlog
+from pipelines.synthetic import Message, mixed_messages, write_commitlog
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
 from tests.pipelines.forged import forged_store
@@ -40,6 +41,9 @@ def test_export_round_trips_every_record(spark, tmp_path: Path):
         assert list(r["keys"]) == [k for k in m.properties.get("KEYS", "").split(" ") if k]
         assert r["store_host"] == "127.0.0.1:10911"
         assert r["msg_id"] == f"7F00000100002A9F{w.phy_offset:016X}"
+    for part in out.rglob("*.parquet"):  # each file in commitlog order
+        offsets = pq.read_table(part, columns=["phy_offset"]).column(0).to_pylist()
+        assert offsets == sorted(offsets)
     # analysts query it with SQL
     spark.read.parquet(str(out)).createOrReplaceTempView("msgs")
     n = spark.sql("select count(*) as n from msgs where array_contains(keys, 'BB') "
@@ -76,3 +80,18 @@ def test_export_cuts_again_by_walking_after_a_cut_inside_a_record(spark, tmp_pat
     assert f"cut at position {fake} did not begin at a record" in note
     rows = spark.read.parquet(str(out)).select("phy_offset").collect()
     assert sorted(r["phy_offset"] for r in rows) == [w.phy_offset for w in written]
+
+
+def test_topics_with_any_characters_read_back_as_partitions(spark, tmp_path: Path):
+    store = tmp_path / "store"
+    topics = ["a%b|c", "x=y", "Topic 7", "Thé"]
+    written = write_commitlog(
+        store, (Message(t, 0, b"b", {"KEYS": f"k{i}"}) for i, t in enumerate(topics * 3)),
+        segment_size=8 * 1024)  # fmt: skip
+    out = tmp_path / "parquet"
+    export(spark, store, out, split_bytes=500)
+    assert (out / "_SUCCESS").exists()
+    rows = spark.read.parquet(str(out)).select("topic", "phy_offset", "keys").collect()
+    assert sorted((r["phy_offset"], r["topic"], list(r["keys"])) for r in rows) == [
+        (w.phy_offset, w.message.topic, [w.message.properties["KEYS"]]) for w in written
+    ]
