@@ -1,5 +1,6 @@
 """Spark rebuild throughput (MiB/s of commitlog) on local[1] and local[2], beside the online
-builders (``services/indexer``, in process) replaying the same commitlog.
+builders (``services/indexer``, in process) replaying the same commitlog; and the export of
+that commitlog to Parquet.
 
 The commitlog is synthetic (1 KiB bodies, a UNIQ_KEY and two KEYS per message, 4 topics of 8
 queues): >= 1 GiB in 1 GiB segments, or about 64 MiB in 16 MiB segments with ``quick``.
@@ -51,7 +52,7 @@ def write_synthetic(root: Path, total_bytes: int, segment_size: int) -> tuple[in
     return w.offset, records
 
 
-def _online_replay(store: Path, work: Path) -> tuple[float, int]:
+def _online_replay(store: Path, work: Path, segment: int) -> tuple[float, int]:
     """Both online builders, in this process, fed the writer's dispatch batches decoded from
     the commitlog files (as when they catch up), serialized and parsed as on the wire."""
     from rmqstore.layout import StoreLayout
@@ -62,7 +63,7 @@ def _online_replay(store: Path, work: Path) -> tuple[float, int]:
     from services.indexer.index_builder import IndexBuilder
 
     engine = CommitLogEngine(  # recovers first: not timed
-        WriterConfig(store=store, segment_size=1024 * MIB, preallocate=False)
+        WriterConfig(store=store, segment_size=segment, preallocate=False)
     )
     try:
         t0 = time.perf_counter()
@@ -83,6 +84,32 @@ def _online_replay(store: Path, work: Path) -> tuple[float, int]:
         engine.close()
 
 
+def _export(store: Path, tmp: Path) -> dict:
+    """``export`` to Parquet on local[2], in a session of its own: the first run (the
+    workers' start and imports included, as a user's one ``rmqstore export`` pays them) and a
+    second run."""
+    from pipelines.export import export
+    from pipelines.spark import create_session
+
+    spark = create_session("local[2]", app_name="bench-export")
+    try:
+        runs = []
+        for k in range(2):
+            out = tmp / f"parquet-{k}"
+            runs.append(export(spark, store, out))
+            shutil.rmtree(out)
+    finally:
+        spark.stop()
+    first, second = runs
+    return {
+        "scenario": "spark export to Parquet local[2], first run / second run",
+        "commitlog_mib": round(second.bytes / MIB, 1),
+        "records": second.records,
+        "seconds": f"{first.seconds:.2f} / {second.seconds:.2f}",
+        "mib_per_s": f"{first.bytes / MIB / first.seconds:.1f} / {second.mib_per_s:.1f}",
+    }
+
+
 def run(quick: bool = False) -> list[dict]:
     from pipelines.spark import create_session
 
@@ -99,7 +126,7 @@ def run(quick: bool = False) -> list[dict]:
         write_synthetic(warm, MIB, MIB)
         online = None
         try:
-            secs, records = _online_replay(store, tmp / "online")
+            secs, records = _online_replay(store, tmp / "online", segment)
             online = size / MIB / secs
             rows.append(
                 {
@@ -134,6 +161,7 @@ def run(quick: bool = False) -> list[dict]:
                 }
             )
             shutil.rmtree(out)
+        rows.append(_export(store, tmp))
         rows.append(
             {
                 "scenario": "(writing the synthetic commitlog)",
