@@ -24,7 +24,9 @@ from rmqstore.formats.hosts import Host
 from rmqstore.formats.javahash import utf8_span_hashes
 
 ROWS_PER_BATCH = 8192
-BYTES_PER_BATCH = 64 * 1024 * 1024  # a batch's records hold at most this much (or one record)
+# a batch's records hold at most this much (or are one record): gathering a batch's texts
+# takes an int64 index per byte of them, at most 8 times this
+BYTES_PER_BATCH = 16 * 1024 * 1024
 DAY_MS = 86_400_000
 PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
 SCHEMA = pa.schema([
