@@ -13,11 +13,20 @@ previous file's end, then overwrites the begin with it; spec §6.3 Q2).
 
 import mmap
 import os
+import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
-from rmqstore.formats.index_file import ENTRY, ENTRY_SIZE, HEADER_SIZE, SLOT, IndexFile, file_size
+from rmqstore.formats.index_file import (
+    ENTRY,
+    ENTRY_SIZE,
+    HEADER_SIZE,
+    SLOT,
+    IndexFile,
+    IndexHeader,
+    file_size,
+)
 from rmqstore.layout import is_index_file_name
 from services.query.budget import Budget
 from services.query.errors import IndexConfigError
@@ -27,10 +36,10 @@ SLACK_MS = 999  # an entry's time is its store time truncated to the second
 NEG_INF = -(2**63)
 POS_INF = 2**63 - 1
 PAUSE_EVERY = 4096  # hops between pauses of a walk
+SETTLE_NS = 1_000_000_000  # a directory listing is trusted once made this long after a change
 
 
-@dataclass(frozen=True)
-class IndexEntry:
+class IndexEntry(NamedTuple):
     file: str  # index file name
     number: int  # entry number inside the file
     key_hash: int
@@ -46,83 +55,110 @@ class ChainWalk:
     """Entries of one slot chain of one file, newest first, from ``start`` (or the slot head).
 
     ``hops`` counts entries read; ``next_number`` is where a walk stopped early would resume
-    (0 when the chain is done). Every ``PAUSE_EVERY`` hops it yields ``PAUSE`` (by identity)
-    instead of an entry, so that a long walk on an event loop can let other queries run.
+    (0 when the chain is done); both are up to date whenever the walk yields and once it
+    ends. Every ``PAUSE_EVERY`` hops it yields ``PAUSE`` (by identity) instead of an entry,
+    so that a long walk on an event loop can let other queries run.
     """
 
     def __init__(self, index: IndexFile, name: str, key_hash: int, begin: int,
-                 start: int | None = None, budget: Budget | None = None) -> None:
+                 start: int | None = None, budget: Budget | None = None,
+                 header: IndexHeader | None = None) -> None:
+        """``header``: the file's header, if the caller has just read it."""
         self.index = index
         self.budget = budget
         self.cut = False  # True when the budget, not the chain, ended the walk
         self.name = name
         self.key_hash = key_hash
         self.begin = begin
-        hdr = index.read_header()
+        hdr = header or index.read_header()
         self.count = hdr.index_count
         self.begin_ts = hdr.begin_timestamp
         if start is None:
             start = index.slot(key_hash % index.slots) if self.count > 1 else 0
         self.next_number = start if 0 < start < index.entries else 0
         self.hops = 0
-        self._paused_at = 0
 
     def __iter__(self) -> Iterator[IndexEntry]:
-        return self
-
-    def __next__(self) -> IndexEntry:
-        idx = self.index
-        buf, base = idx.buf, HEADER_SIZE + SLOT.size * idx.slots
-        budget = self.budget
-        while self.next_number > 0:
-            if self.hops % PAUSE_EVERY == 0 and self.hops != self._paused_at:
-                self._paused_at = self.hops
-                return PAUSE
+        idx, budget = self.index, self.budget
+        buf, base, unpack = idx.buf, HEADER_SIZE + SLOT.size * idx.slots, ENTRY.unpack_from
+        name, key_hash, begin, count, begin_ts = (
+            self.name, self.key_hash, self.begin, self.count, self.begin_ts
+        )
+        max_hops = budget.limits.hops if budget is not None else POS_INF
+        n, hops = self.next_number, self.hops
+        while n > 0:
+            if hops % PAUSE_EVERY == 0 and hops:
+                self.next_number, self.hops = n, hops
+                yield PAUSE
             if budget is not None:
-                if budget.hops >= budget.limits.hops or (
-                    budget.hops % 256 == 255 and budget.exhausted
-                ):
+                spent = budget.hops
+                if spent >= max_hops or (spent % 256 == 255 and budget.exhausted):
                     self.cut = True
                     break
-                budget.hops += 1
-            n = self.next_number
-            kh, phy, diff, prev = ENTRY.unpack_from(buf, base + ENTRY_SIZE * n)
-            self.hops += 1
-            self.next_number = prev if 0 < prev < n else 0
+                budget.hops = spent + 1
+            kh, phy, diff, prev = unpack(buf, base + ENTRY_SIZE * n)
+            hops += 1
             if diff < 0:
-                self.next_number = 0
+                n = 0
                 break
-            if n >= self.count:  # written after the header we read: not trusted yet
+            number, n = n, (prev if 0 < prev < n else 0)
+            if number >= count:  # written after the header we read: not trusted yet
                 continue
-            t = self.begin_ts + diff * 1000
-            earliest = NEG_INF if diff == 0 or n == 1 else t
-            latest = POS_INF if n == 1 else t + SLACK_MS
-            if latest < self.begin:  # chains run back in time: nothing older can match
-                self.next_number = 0
+            t = begin_ts + diff * 1000
+            latest = POS_INF if number == 1 else t + SLACK_MS
+            if latest < begin:  # chains run back in time: nothing older can match
+                n = 0
                 break
-            if kh == self.key_hash:
-                return IndexEntry(self.name, n, kh, phy, earliest, latest)
-        raise StopIteration
+            if kh == key_hash:
+                self.next_number, self.hops = n, hops
+                yield IndexEntry(name, number, kh, phy,
+                                 NEG_INF if diff == 0 or number == 1 else t, latest)
+        self.next_number, self.hops = n, hops
 
 
 class IndexCatalog:
-    """The index files of a store, mapped read-only and cached by name."""
+    """The index files of a store, mapped read-only and cached by name.
+
+    The directory is listed again only when it has changed: its inode or modification time
+    differs, or our listing was made less than ``SETTLE_NS`` after that time (timestamps are
+    coarse, so a change made in the same tick as an earlier one may not move them). A file
+    replaced or removed changes the directory, so between listings a mapped file is used
+    without asking the filesystem again.
+    """
 
     def __init__(self, index_dir: Path, slots: int, entries: int) -> None:
         self.dir = Path(index_dir)
+        self._dir = str(self.dir)  # stat per query: a str costs less than a Path
         self._prefix = os.path.join(self.dir, "")  # names are joined to it as strings: per query
         self.slots = slots
         self.entries = entries
         self.expected_size = file_size(slots, entries)
         self._files = MappedFiles(self._index)
+        self._stamp: tuple[int, int] | None = None  # the directory's (inode, mtime) when listed
+        self._listed_ns = 0
+        self._names: list[str] = []
+        self._opened: dict[str, IndexFile] = {}  # mapped since the last listing
 
     def names(self) -> list[str]:
-        """Index file names, newest first (names sort by time)."""
+        """Index file names, newest first (names sort by time). When the directory has
+        changed, the mappings of files no longer there are dropped."""
         try:
-            listing = os.listdir(self.dir)
+            st = os.stat(self._dir)
         except FileNotFoundError:
-            return []
-        return sorted((n for n in listing if is_index_file_name(n)), reverse=True)
+            st = None
+        stamp = (st.st_ino, st.st_mtime_ns) if st is not None else None
+        if stamp is not None and stamp == self._stamp \
+                and self._listed_ns - stamp[1] > SETTLE_NS:
+            return self._names
+        listed_ns = time.time_ns()
+        try:
+            listing = os.listdir(self._dir)
+        except FileNotFoundError:
+            listing = []
+        self._names = sorted((n for n in listing if is_index_file_name(n)), reverse=True)
+        self._stamp, self._listed_ns, self._opened = stamp, listed_ns, {}
+        self._files.forget_except(self._prefix + n for n in self._names)
+        return self._names
 
     def check_all(self) -> int:
         """Open every index file now (fails loudly on a size mismatch); returns the count."""
@@ -134,7 +170,12 @@ class IndexCatalog:
     def open(self, name: str) -> IndexFile | None:
         """The file mapped read-only; None if it vanished or is still empty (being created).
         A file replaced under the same name (a rebuilt tail) is mapped again."""
-        return self._files.get(self._prefix + name)
+        index = self._opened.get(name)
+        if index is None:
+            index = self._files.get(self._prefix + name)
+            if index is not None:
+                self._opened[name] = index
+        return index
 
     def _index(self, path: FilePath, mm: mmap.mmap) -> IndexFile:
         if len(mm) != self.expected_size:
@@ -144,9 +185,6 @@ class IndexCatalog:
             )
         return IndexFile(mm, self.slots, self.entries)
 
-    def forget_missing(self, present: list[str]) -> None:
-        """Drop mappings of deleted files (a query still using one keeps it alive)."""
-        self._files.forget_except(self._prefix + n for n in present)
-
     def close(self) -> None:
+        self._opened = {}
         self._files.close()

@@ -55,7 +55,7 @@ def record_matches(rec: commitlog.Record, topic: str, key: str, begin: int, end:
     return rec.uniq_key == key or key in rec.keys.split(" ")
 
 
-class _Walk:
+class KeyWalk:
     """Candidates of one key over the index files newest first, with the stop position."""
 
     def __init__(self, catalog: IndexCatalog, names: list[str], key_hash: int, begin: int,
@@ -77,7 +77,7 @@ class _Walk:
             start = None
             if self.start is not None and name == self.start.file and self.start.entry > 0:
                 start = self.start.entry
-            walk = ChainWalk(index, name, self.key_hash, self.begin, start, self.budget)
+            walk = ChainWalk(index, name, self.key_hash, self.begin, start, self.budget, hdr)
             for e in walk:
                 if e.latest >= self.begin and e.earliest <= self.end:  # PAUSE passes
                     yield e
@@ -139,11 +139,10 @@ class KeyLookup:
         result = KeyResult()
         budget = budget or Budget(self.limits)
         names = self.catalog.names()
-        self.catalog.forget_missing(names)
         if start is not None:
             names = [n for n in names if n <= start.file]
         last_phy = start.last_phy if start is not None else POS_INF
-        walk = _Walk(self.catalog, names, index_hash(build_key(topic, key)), begin, end,
+        walk = KeyWalk(self.catalog, names, index_hash(build_key(topic, key)), begin, end,
                      budget, start)
         entries = iter(walk)
         seen = last_phy
