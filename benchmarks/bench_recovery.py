@@ -1,4 +1,4 @@
-"""Recovery after an unclean stop (MiB/s of commitlog checked) and the in-process index walk
+"""Recovery after an unclean stop (MiB/s of commitlog checked) and in-process key lookups
 (lookups/s) — the two store operations that do not cross gRPC."""
 
 import os
@@ -11,9 +11,14 @@ import numpy as np
 
 from benchmarks.bench_rebuild import write_synthetic
 from rmqstore.formats import index_file as ixf
+from rmqstore.formats.index_file import build_key
 from rmqstore.formats.javahash import index_hash, index_hashes
+from rmqstore.layout import index_file_name
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
+from services.query.budget import Budget, BudgetLimits
+from services.query.index_reader import PAUSE, POS_INF, SETTLE_NS, IndexCatalog
+from services.query.lookup import KeyWalk
 
 MIB = 1024 * 1024
 
@@ -70,7 +75,10 @@ def fresh_segment(data: int, segment: int) -> dict:
         }
 
 
-def index_walk(keys: int) -> dict:
+def index_walk(keys: int) -> list[dict]:
+    """Lookups of random keys among ``keys`` in one index file (two keys a slot): the format
+    module's chain walk over the file in memory, and the query service's own lookup (the
+    index half of a query by key, before any record is fetched) over the file on disk."""
     slots, entries = keys // 2, keys + 1
     buf = bytearray(ixf.file_size(slots, entries))
     f = ixf.IndexFile(buf, slots, entries)
@@ -81,20 +89,42 @@ def index_walk(keys: int) -> dict:
         1_700_000_000_000 + np.arange(keys, dtype=np.int64),
     )
     rng = random.Random(3)
-    probes = [index_hash(names[rng.randrange(keys)]) for _ in range(200_000)]
+    picked = [rng.randrange(keys) for _ in range(200_000)]
+    probes = [index_hash(names[i]) for i in picked]
     t0 = time.perf_counter()
     for h in probes:
         f.walk(h, 0, 2**62, 64, 999)
-    seconds = time.perf_counter() - t0
-    return {
-        "scenario": f"index walk in process, {keys:,} keys, {slots:,} slots",
-        "lookups/s": len(probes) / seconds,
-    }
+    walk_s = time.perf_counter() - t0
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, index_file_name(f.header.begin_timestamp)).write_bytes(buf)
+        catalog = IndexCatalog(Path(d), slots, entries)
+        catalog.names()
+        time.sleep(SETTLE_NS / 1e9)  # a directory just written is listed on every query
+        limits = BudgetLimits()
+        queries = [f"order-{i}" for i in picked[:50_000]]
+        t0 = time.perf_counter()
+        for key in queries:
+            walk = KeyWalk(catalog, catalog.names(), index_hash(build_key("Topic", key)), 0,
+                           POS_INF, Budget(limits), None)
+            found = [e for e in walk if e is not PAUSE]
+        service_s = time.perf_counter() - t0
+        assert found, "the last key was not found"
+        catalog.close()
+    return [
+        {
+            "scenario": f"index walk in process (format module), {keys:,} keys, {slots:,} slots",
+            "lookups/s": len(probes) / walk_s,
+        },
+        {
+            "scenario": f"key lookup in process (query service's index half), {keys:,} keys",
+            "lookups/s": len(queries) / service_s,
+        },
+    ]
 
 
 def run(quick: bool = False) -> list[dict]:
     total = 128 * MIB if quick else 1024 * MIB
     rows = recovery(total, 64 * MIB if quick else 256 * MIB)
     rows.append(fresh_segment(8 * MIB, 256 * MIB if quick else 1024 * MIB))
-    rows.append(index_walk(100_000 if quick else 1_000_000))
+    rows += index_walk(100_000 if quick else 1_000_000)
     return rows
