@@ -3,9 +3,9 @@
 Each task turns one byte range into Arrow record batches (``export_batches``) and writes them
 as Parquet files in Hive's layout, ``topic=<topic>/date=<yyyy-MM-dd>/part-<range>-<n>.parquet``,
 which Spark, Hive and pyarrow read as partitions; a topic is escaped in its directory's name
-as Spark escapes partition values (``partition_value``). ``out`` must not
-exist (or be an empty directory): the tasks write to a hidden sibling that is renamed to
-``out`` once every range is written. Analysts then query it with Spark SQL, e.g.
+as Spark escapes partition values (``partition_value``). ``out`` must not exist (or be an
+empty directory): the tasks write to a hidden sibling that is renamed to ``out`` once every
+range is written. Analysts then query it with Spark SQL, e.g.
 ``spark.read.parquet(out).where("topic = 'TopicA' and array_contains(keys, 'order-1')")``.
 """
 
