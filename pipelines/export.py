@@ -14,7 +14,7 @@ import shutil
 import time
 import urllib.parse
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -45,6 +45,12 @@ class ExportReport:
     @property
     def mib_per_s(self) -> float:
         return self.bytes / MIB / self.seconds if self.seconds > 0 else 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["corruptions"] = [asdict(c) for c in self.corruptions]
+        d["mib_per_s"] = round(self.mib_per_s, 2)
+        return d
 
 
 def partition_value(text: str) -> str:

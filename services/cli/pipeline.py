@@ -40,6 +40,7 @@ def register(subparsers) -> None:
     p = subparsers.add_parser("export", help="export decoded records to Parquet on Spark")
     _common(p)
     p.add_argument("--out", required=True, help="new directory for the Parquet dataset")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run_export)
 
@@ -118,6 +119,9 @@ def run_export(args) -> int:
     except Exception as e:  # a task failed: Spark re-raises it wrapped
         return _job_failed("export", e)
     _warn(report.corruptions, report.notes)
+    if args.json:
+        print(json.dumps(report.to_dict()))
+        return 0
     print(f"exported {report.records} records ({report.bytes} bytes of commitlog) to "
           f"{args.out} in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned "
           "by topic and date")

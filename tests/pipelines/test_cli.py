@@ -62,6 +62,11 @@ def test_export_command(spark, store, tmp_path: Path, capsys):
     assert main(["export", "--store", str(root), "--out", str(out), "--quiet"]) == 0
     assert f"exported {len(written)} records" in capsys.readouterr().out
     assert spark.read.parquet(str(out)).count() == len(written)
+    again = tmp_path / "again"
+    assert main(["export", "--store", str(root), "--out", str(again), "--quiet", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["records"] == len(written) and report["corruptions"] == []
+    assert report["bytes"] == sum(w.size for w in written) and report["mib_per_s"] > 0
 
 
 def test_find_without_criteria_is_refused(store, capsys):
