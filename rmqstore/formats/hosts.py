@@ -3,6 +3,7 @@
 Text form: ``1.2.3.4:10911`` or ``[2001:db8::1]:10911``. IPv4-mapped IPv6 counts as IPv4.
 """
 
+import functools
 import ipaddress
 import struct
 from typing import NamedTuple
@@ -26,10 +27,15 @@ class Host(NamedTuple):
 
     def __str__(self) -> str:
         """Java's text form: IPv6 as eight uncompressed hex groups, ``[0:0:0:0:0:0:0:1]:p``."""
-        if self.is_v6:
-            groups = ":".join(f"{g:x}" for g in struct.unpack(">8H", self.ip))
-            return f"[{groups}]:{self.port}"
-        return f"{ipaddress.IPv4Address(self.ip)}:{self.port}"
+        return _text(self.ip, self.port)
+
+
+@functools.lru_cache(maxsize=4096)  # a store sees few hosts, and every record names two
+def _text(ip: bytes, port: int) -> str:
+    if len(ip) == 16:
+        groups = ":".join(f"{g:x}" for g in struct.unpack(">8H", ip))
+        return f"[{groups}]:{port}"
+    return f"{ipaddress.IPv4Address(ip)}:{port}"
 
 
 def parse_host(text: str) -> Host:
