@@ -143,7 +143,7 @@ class KeyLookup:
             names = [n for n in names if n <= start.file]
         last_phy = start.last_phy if start is not None else POS_INF
         walk = KeyWalk(self.catalog, names, index_hash(build_key(topic, key)), begin, end,
-                     budget, start)
+                       budget, start)
         entries = iter(walk)
         seen = last_phy
         done = False
