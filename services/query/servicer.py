@@ -4,44 +4,48 @@ Methods are ``async``: the service runs them on one ``grpc.aio`` event loop."""
 
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rmqstore.errors import InvalidArgumentError, StoreError
 from rmqstore.formats import commitlog
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.server import grpc_errors
-from rmqstore.v1 import common_pb2, query_pb2, query_pb2_grpc
+from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.lookup import KeyLookup
 from services.query.metrics import QueryObserver
 from services.query.offset_by_time import Boundary, TimeSearch
 from services.query.pull import Puller
 
 
-def stored_message(rec: commitlog.Record) -> common_pb2.StoredMessage:
-    props = rec.property_map
-    return common_pb2.StoredMessage(
-        msg_id=offset_msg_id(rec.store_host.ip, rec.store_host.port, rec.physical_offset),
-        unique_key=rec.uniq_key,
-        topic=rec.topic,
-        queue_id=rec.queue_id,
-        queue_offset=rec.queue_offset,
-        phy_offset=rec.physical_offset,
-        size=rec.total_size,
-        store_timestamp=rec.store_timestamp,
-        born_timestamp=rec.born_timestamp,
-        born_host=str(rec.born_host),
-        store_host=str(rec.store_host),
-        sys_flag=rec.sys_flag,
-        flag=rec.flag,
-        reconsume_times=rec.reconsume_times,
-        body_crc=rec.body_crc,
-        keys=rec.keys,
-        tags=rec.tags,
-        properties=[common_pb2.Property(name=k, value=v) for k, v in props.items()],
-        body=rec.body,
-        prepared_transaction_offset=rec.prepared_transaction_offset,
-    )
+def add_stored_messages(messages: Any, records: Iterable[commitlog.Record]) -> None:
+    """Append the records to a response's repeated ``StoredMessage`` field, each filled in
+    place (a message built apart and then handed to the response would be copied)."""
+    add = messages.add
+    for rec in records:
+        m = add()
+        m.msg_id = offset_msg_id(rec.store_host.ip, rec.store_host.port, rec.physical_offset)
+        m.unique_key = rec.uniq_key
+        m.topic = rec.topic
+        m.queue_id = rec.queue_id
+        m.queue_offset = rec.queue_offset
+        m.phy_offset = rec.physical_offset
+        m.size = rec.total_size
+        m.store_timestamp = rec.store_timestamp
+        m.born_timestamp = rec.born_timestamp
+        m.born_host = str(rec.born_host)
+        m.store_host = str(rec.store_host)
+        m.sys_flag = rec.sys_flag
+        m.flag = rec.flag
+        m.reconsume_times = rec.reconsume_times
+        m.body_crc = rec.body_crc
+        m.keys = rec.keys
+        m.tags = rec.tags
+        add_property = m.properties.add
+        for name, value in rec.property_map.items():
+            add_property(name=name, value=value)
+        m.body = rec.body
+        m.prepared_transaction_offset = rec.prepared_transaction_offset
 
 
 def _observed(kind: str) -> Callable[[Callable], Callable]:
@@ -97,19 +101,22 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
         )
         self.observer.key_walk("key", res.hops, len(res.records), res.truncated,
                                res.budget_exhausted)
-        return query_pb2.QueryByKeyResponse(
-            messages=[stored_message(r) for r in res.records],
+        response = query_pb2.QueryByKeyResponse(
             truncated=res.truncated,
             cursor=res.cursor,
             budget_exhausted=res.budget_exhausted,
             chain_hops=res.hops,
         )
+        add_stored_messages(response.messages, res.records)
+        return response
 
     @grpc_errors
     @_observed("id")
     async def QueryById(self, request, context):  # noqa: N802
         recs = await self.keys.by_id(request.id, request.topic)
-        return query_pb2.QueryByIdResponse(messages=[stored_message(r) for r in recs])
+        response = query_pb2.QueryByIdResponse()
+        add_stored_messages(response.messages, recs)
+        return response
 
     @grpc_errors
     @_observed("queue")
@@ -118,13 +125,14 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
             request.topic, request.queue_id, request.offset, request.max_messages,
             request.tag_expression,
         )
-        return query_pb2.PullResponse(
+        response = query_pb2.PullResponse(
             status=query_pb2.PullStatus.Name(res.status.value),
-            messages=[stored_message(r) for r in res.records],
             next_offset=res.next_offset,
             min_offset=res.min_offset,
             max_offset=res.max_offset,
         )
+        add_stored_messages(response.messages, res.records)
+        return response
 
     @grpc_errors
     @_observed("time")

@@ -5,12 +5,14 @@ import socket
 import subprocess
 import sys
 import urllib.request
+import zlib
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
+from rmqstore.formats import properties as props_fmt
 from rmqstore.server import channel
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from tests import procs
@@ -84,6 +86,46 @@ def test_by_id_pull_and_offsets_over_grpc(stub, golden_expected):
     resp = stub.QueueOffsets(query_pb2.QueueOffsetsRequest(topic="TopicB", queue_id=1),
                              timeout=10)
     assert (resp.min_offset, resp.max_offset) == (0, len(units))
+
+
+def _assert_stored(got, stored: dict) -> None:
+    """Every field of a returned StoredMessage, against the golden store's record."""
+    props = props_fmt.parse(stored["propertiesString"])
+    assert (
+        got.msg_id, got.unique_key, got.topic, got.queue_id, got.queue_offset, got.phy_offset,
+        got.size, got.store_timestamp, got.born_timestamp, got.born_host, got.store_host,
+        got.sys_flag, got.flag, got.reconsume_times, got.body_crc, got.keys, got.tags,
+        got.prepared_transaction_offset, len(got.body),
+    ) == (
+        stored["msgId"], props.get("UNIQ_KEY", ""), stored["topic"], stored["queueId"],
+        stored["queueOffset"], stored["phyOffset"], stored["totalSize"],
+        stored["storeTimestamp"], stored["bornTimestamp"], stored["bornHost"],
+        stored["storeHost"], stored["sysFlag"], stored["flag"], stored["reconsumeTimes"],
+        stored["bodyCRC"], props.get("KEYS", ""), props.get("TAGS", ""),
+        stored["preparedTransactionOffset"], stored["bodyLength"],
+    ), stored["phyOffset"]  # fmt: skip
+    assert [(p.name, p.value) for p in got.properties] == list(props.items())
+    assert zlib.crc32(got.body) & 0x7FFFFFFF == stored["bodyCRC"]
+
+
+def test_every_field_of_the_messages_returned(stub, golden_expected):
+    by_phy = {m["stored"]["phyOffset"]: m["stored"] for m in golden_expected["messages"]}
+    # IPv6 hosts (31 born, 47 store, 59 both), flag and reconsume times (110), a prepared
+    # transaction offset (121)
+    for i in (31, 47, 59, 110, 121):
+        m = golden_expected["messages"][i]["stored"]
+        (got,) = stub.QueryById(query_pb2.QueryByIdRequest(id=m["msgId"]), timeout=10).messages
+        _assert_stored(got, m)
+    m = golden_expected["messages"][47]["stored"]
+    resp = stub.Pull(query_pb2.PullRequest(topic="TopicB", queue_id=1, offset=0,
+                                           max_messages=16), timeout=10)
+    assert len(resp.messages) >= 4  # as many as the pull's byte limits allow
+    for got in resp.messages:
+        _assert_stored(got, by_phy[got.phy_offset])
+    resp = stub.QueryByKey(query_pb2.QueryByKeyRequest(topic="TopicA", key=m["uniqKey"]),
+                           timeout=10)
+    assert [x.phy_offset for x in resp.messages] == [m["phyOffset"]]
+    _assert_stored(resp.messages[0], m)
 
 
 def test_bad_input_statuses(stub):
