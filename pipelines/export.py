@@ -14,7 +14,7 @@ import shutil
 import time
 import urllib.parse
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -22,35 +22,26 @@ import pyarrow.dataset as ds
 
 from pipelines.export_batches import SCHEMA, range_batches
 from pipelines.progress import Progress, report_range
+from pipelines.report import JobReport
 from pipelines.scan import ScanOutcome, ScanPlan, outcome
 from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, RangeEnd, replanned_note
 from rmqstore.errors import InvalidArgumentError
 
 PARTITION_COLUMNS = ("topic", "date")
 SUCCESS_MARKER = "_SUCCESS"  # written last, as Spark's own writer does
-MIB = 1024 * 1024
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's and Hive's name for a null or ''
 # what Spark writes as %XX in a partition value: control characters, and "#%'*/:=?\{[]^
 _ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset("\"#%'*/:=?\\\x7f{[]^")
 
 
 @dataclass
-class ExportReport:
+class ExportReport(JobReport):
     records: int = 0
     bytes: int = 0
     corruptions: list[Corruption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    @property
-    def mib_per_s(self) -> float:
-        return self.bytes / MIB / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["corruptions"] = [asdict(c) for c in self.corruptions]
-        d["mib_per_s"] = round(self.mib_per_s, 2)
-        return d
 
 
 def partition_value(text: str) -> str:

@@ -16,7 +16,7 @@
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from pipelines.progress import Progress, report_range
 from pipelines.rebuild import consume_queue_sink as cq_sink
 from pipelines.rebuild import handoff, index_sink
 from pipelines.rebuild.range_data import decode_range
+from pipelines.report import JobReport
 from pipelines.source import (
     DEFAULT_SPLIT_BYTES,
     ByteRange,
@@ -46,7 +47,6 @@ CQ_DIR = "consumequeue"
 INDEX_DIR = "index"
 WORK_DIR = ".ranges"  # in the staging root: what decoding tasks leave for writing tasks
 _PART_PREFIX = ".part-"
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ class RebuildSettings:
 
 
 @dataclass
-class RebuildReport:
+class RebuildReport(JobReport):
     segments: int = 0
     ranges: int = 0
     bytes: int = 0  # commitlog bytes of good data read
@@ -85,15 +85,6 @@ class RebuildReport:
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
-    @property
-    def mib_per_s(self) -> float:
-        return self.bytes / MIB / self.seconds if self.seconds > 0 else 0.0
-
-    def to_dict(self) -> dict:
-        d = asdict(self)
-        d["corruptions"] = [asdict(c) for c in self.corruptions]
-        d["mib_per_s"] = round(self.mib_per_s, 2)
-        return d
 
 
 # -- task functions (module level so Spark pickles them by reference) ---------------------------
