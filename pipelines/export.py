@@ -3,7 +3,9 @@
 Each task turns one byte range into Arrow record batches (``export_batches``) and writes them
 as Parquet files in Hive's layout, ``topic=<topic>/date=<yyyy-MM-dd>/part-<range>-<n>.parquet``,
 which Spark, Hive and pyarrow read as partitions; a topic is escaped in its directory's name
-as Spark escapes partition values (``partition_value``). ``out`` must not exist (or be an
+as Spark escapes partition values (``partition_value``), and a store time outside the years
+1 to 9999 has a null date (``date=__HIVE_DEFAULT_PARTITION__``). An export without records
+holds one Parquet file with the columns and no rows. ``out`` must not exist (or be an
 empty directory): the tasks write to a hidden sibling that is renamed to ``out`` once every
 range is written. Analysts then query it with Spark SQL, e.g.
 ``spark.read.parquet(out).where("topic = 'TopicA' and array_contains(keys, 'order-1')")``.
@@ -19,6 +21,7 @@ from functools import partial
 from pathlib import Path
 
 import pyarrow.dataset as ds
+import pyarrow.parquet as pq
 
 from pipelines.export_batches import SCHEMA, range_batches
 from pipelines.progress import Progress, report_range
@@ -29,6 +32,7 @@ from rmqstore.errors import InvalidArgumentError
 
 PARTITION_COLUMNS = ("topic", "date")
 SUCCESS_MARKER = "_SUCCESS"  # written last, as Spark's own writer does
+EMPTY_FILE = "empty.parquet"  # the columns, without rows, when no record was exported
 NULL_PARTITION = "__HIVE_DEFAULT_PARTITION__"  # Spark's and Hive's name for a null or ''
 # what Spark writes as %XX in a partition value: control characters, and "#%'*/:=?\{[]^
 _ESCAPED = frozenset(chr(c) for c in range(0x20)) | frozenset("\"#%'*/:=?\\\x7f{[]^")
@@ -145,6 +149,8 @@ def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT
         # data after a corrupt record does not count: its ranges' files go
         _drop_ranges(target, {r.number for r in plan.ranges} - result.included)
         _spark_names(target)
+        if not result.records:  # readers still find the columns (Spark cannot infer them)
+            pq.write_table(SCHEMA.empty_table(), target / EMPTY_FILE)
         (target / SUCCESS_MARKER).write_bytes(b"")
         os.rename(target, out)
     except BaseException:

@@ -9,12 +9,12 @@ batch in which some record names a property twice (rare: ``parse`` keeps the fir
 the last value) has its properties made record by record.
 """
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
-from pipelines.records import utc_date
+from pipelines.records import DAY_MS, utc_date
 from pipelines.source import ByteRange, RangeEnd, iter_range_columns
 from rmqstore.dispatch_columns import key_tokens
 from rmqstore.formats import BytesLike
@@ -27,7 +27,6 @@ ROWS_PER_BATCH = 8192
 # a batch's records hold at most this much (or are one record): gathering a batch's texts
 # takes an int64 index per byte of them, at most 8 times this
 BYTES_PER_BATCH = 16 * 1024 * 1024
-DAY_MS = 86_400_000
 PROPERTIES_TYPE = pa.map_(pa.string(), pa.string())
 SCHEMA = pa.schema([
     pa.field("topic", pa.string(), nullable=False),
@@ -50,7 +49,7 @@ SCHEMA = pa.schema([
     pa.field("body_crc", pa.int32(), nullable=False),
     pa.field("reconsume_times", pa.int32(), nullable=False),
     pa.field("prepared_transaction_offset", pa.int64(), nullable=False),
-    pa.field("date", pa.string(), nullable=False),  # UTC date of the store time, yyyy-MM-dd
+    pa.field("date", pa.string()),  # UTC date of the store time, yyyy-MM-dd; null: no date
 ])  # fmt: skip
 _NAME_VALUE = ord(props_fmt.NAME_VALUE_SEPARATOR)
 
@@ -129,7 +128,7 @@ def _texts(data: np.ndarray, start: np.ndarray, end: np.ndarray) -> pa.Array:
     )
 
 
-def _repeated(texts: list[str], which: np.ndarray) -> pa.Array:
+def _repeated(texts: Sequence[str | None], which: np.ndarray) -> pa.Array:
     """``texts[which[i]]`` for every i."""
     return pa.array(texts, pa.string()).take(pa.array(which))
 

@@ -6,6 +6,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipelines.export import export
+from pipelines.export_batches import SCHEMA
 from pipelines.records import utc_date
 from pipelines.synthetic import Message, mixed_messages, write_commitlog
 from rmqstore.errors import InvalidArgumentError
@@ -95,3 +96,43 @@ def test_topics_with_any_characters_read_back_as_partitions(spark, tmp_path: Pat
     assert sorted((r["phy_offset"], r["topic"], list(r["keys"])) for r in rows) == [
         (w.phy_offset, w.message.topic, [w.message.properties["KEYS"]]) for w in written
     ]
+
+
+def test_a_store_time_without_a_date_reads_back_as_a_null_date(spark, tmp_path: Path):
+    store = tmp_path / "store"
+    times = [1_700_000_000_000, 253_402_300_800_000, 1_700_000_001_000, -(2**62)]  # 2 dateless
+    written = write_commitlog(
+        store, (Message("T", 0, b"b", {"KEYS": f"k{i}"}, store_timestamp=t)
+                for i, t in enumerate(times)),
+        segment_size=8 * 1024)  # fmt: skip
+    out = tmp_path / "parquet"
+    report = export(spark, store, out)
+    assert report.records == len(times) and report.corruptions == []
+    assert sorted(p.name for p in (out / "topic=T").iterdir()) == [
+        "date=2023-11-14", "date=__HIVE_DEFAULT_PARTITION__"]
+    rows = spark.read.parquet(str(out)).select("phy_offset", "store_timestamp", "date").collect()
+    got = sorted((r["phy_offset"], r["store_timestamp"], r["date"] and str(r["date"]))
+                 for r in rows)  # fmt: skip
+    assert got == [(w.phy_offset, t, utc_date(t)) for w, t in zip(written, times, strict=True)]
+    assert [d for _, _, d in got] == ["2023-11-14", None, "2023-11-14", None]
+
+
+def test_an_export_without_records_still_has_its_columns(spark, tmp_path: Path):
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    out = tmp_path / "parquet"
+    report = export(spark, store, out)
+    assert report.records == 0
+    assert sorted(p.name for p in out.iterdir()) == ["_SUCCESS", "empty.parquet"]
+    frame = spark.read.parquet(str(out))
+    assert frame.count() == 0
+    assert frame.columns == [f.name for f in SCHEMA]
+    # a store whose first record is corrupt exports nothing either
+    store2 = tmp_path / "store2"
+    write_commitlog(store2, mixed_messages(5), segment_size=8 * 1024)
+    with open(next((store2 / "commitlog").iterdir()), "r+b") as f:
+        f.seek(commitlog.MAGIC_AT)
+        f.write(b"\0\0\0\1")
+    report = export(spark, store2, tmp_path / "parquet2")
+    assert report.records == 0 and len(report.corruptions) == 1
+    assert spark.read.parquet(str(tmp_path / "parquet2")).count() == 0
