@@ -9,7 +9,6 @@ import struct
 from typing import NamedTuple
 
 from rmqstore.errors import InvalidArgumentError
-from rmqstore.formats import BytesLike
 
 _PORT = struct.Struct(">i")
 
@@ -55,9 +54,3 @@ def parse_host(text: str) -> Host:
         addr = addr.ipv4_mapped
     return Host(addr.packed, port)
 
-
-def unpack_host(buf: BytesLike, offset: int, v6: bool) -> Host:
-    n = 16 if v6 else 4
-    ip = bytes(buf[offset : offset + n])
-    (port,) = _PORT.unpack_from(buf, offset + n)
-    return Host(ip, port)
