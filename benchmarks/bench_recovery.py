@@ -17,7 +17,8 @@ from rmqstore.layout import index_file_name
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.query.budget import Budget, BudgetLimits
-from services.query.index_reader import PAUSE, POS_INF, SETTLE_NS, IndexCatalog
+from services.query.index_reader import PAUSE, POS_INF, IndexCatalog
+from services.query.listing import SETTLE_NS
 from services.query.lookup import KeyWalk
 
 MIB = 1024 * 1024

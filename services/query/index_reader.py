@@ -13,7 +13,6 @@ previous file's end, then overwrites the begin with it; spec §6.3 Q2).
 
 import mmap
 import os
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -30,13 +29,13 @@ from rmqstore.formats.index_file import (
 from rmqstore.layout import is_index_file_name
 from services.query.budget import Budget
 from services.query.errors import IndexConfigError
+from services.query.listing import Listing
 from services.query.mapped_files import FilePath, MappedFiles
 
 SLACK_MS = 999  # an entry's time is its store time truncated to the second
 NEG_INF = -(2**63)
 POS_INF = 2**63 - 1
 PAUSE_EVERY = 4096  # hops between pauses of a walk
-SETTLE_NS = 1_000_000_000  # a directory listing is trusted once made this long after a change
 
 
 class IndexEntry(NamedTuple):
@@ -119,45 +118,30 @@ class ChainWalk:
 class IndexCatalog:
     """The index files of a store, mapped read-only and cached by name.
 
-    The directory is listed again only when it has changed: its inode or modification time
-    differs, or our listing was made less than ``SETTLE_NS`` after that time (timestamps are
-    coarse, so a change made in the same tick as an earlier one may not move them). A file
+    The directory is listed again only when it has changed (``listing.Listing``). A file
     replaced or removed changes the directory, so between listings a mapped file is used
     without asking the filesystem again.
     """
 
     def __init__(self, index_dir: Path, slots: int, entries: int) -> None:
         self.dir = Path(index_dir)
-        self._dir = str(self.dir)  # stat per query: a str costs less than a Path
+        self._listing = Listing(str(self.dir))  # a stat per query: a str costs less than a Path
         self._prefix = os.path.join(self.dir, "")  # names are joined to it as strings: per query
         self.slots = slots
         self.entries = entries
         self.expected_size = file_size(slots, entries)
         self._files = MappedFiles(self._index)
-        self._stamp: tuple[int, int] | None = None  # the directory's (inode, mtime) when listed
-        self._listed_ns = 0
         self._names: list[str] = []
         self._opened: dict[str, IndexFile] = {}  # mapped since the last listing
 
     def names(self) -> list[str]:
         """Index file names, newest first (names sort by time). When the directory has
         changed, the mappings of files no longer there are dropped."""
-        try:
-            st = os.stat(self._dir)
-        except FileNotFoundError:
-            st = None
-        stamp = (st.st_ino, st.st_mtime_ns) if st is not None else None
-        if stamp is not None and stamp == self._stamp \
-                and self._listed_ns - stamp[1] > SETTLE_NS:
-            return self._names
-        listed_ns = time.time_ns()
-        try:
-            listing = os.listdir(self._dir)
-        except FileNotFoundError:
-            listing = []
-        self._names = sorted((n for n in listing if is_index_file_name(n)), reverse=True)
-        self._stamp, self._listed_ns, self._opened = stamp, listed_ns, {}
-        self._files.forget_except(self._prefix + n for n in self._names)
+        if self._listing.refresh():
+            listing = self._listing.names or []
+            self._names = sorted((n for n in listing if is_index_file_name(n)), reverse=True)
+            self._opened = {}
+            self._files.forget_except(self._prefix + n for n in self._names)
         return self._names
 
     def check_all(self) -> int:

@@ -56,6 +56,12 @@ class MappedFiles(Generic[T]):
             self._maps[path] = (st.st_ino, mm, view)
             return view
 
+    def forget(self, gone: Iterable[FilePath]) -> None:
+        """Drop the mappings of these files (a query still using one keeps it)."""
+        with self._lock:
+            for path in gone:
+                self._maps.pop(path, None)
+
     def forget_except(self, present: Iterable[FilePath]) -> None:
         """Drop the mappings of files no longer there (a query still using one keeps it)."""
         keep = set(present)

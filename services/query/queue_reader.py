@@ -9,35 +9,43 @@ offset is the first unit after them whose record is still in the commitlog.
 """
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from rmqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from rmqstore.segments import parse_segment_name
+from services.query.listing import Listing
 from services.query.mapped_files import MappedFiles
 
 PRE_BLANK_SIZE = 0x7FFFFFFF
+MAX_QUEUES = 65_536  # queues whose listing is kept
 
 
 @dataclass(frozen=True)
 class Segment:
     first: int  # queue offset of its first unit
     units: np.ndarray  # every unit of the file (a read-only view of the mmap)
+    offsets: np.ndarray = field(init=False)  # its fields, for cheap probes one unit at a time
+    sizes: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "offsets", self.units["offset"])
+        object.__setattr__(self, "sizes", self.units["size"])
 
     @property
     def capacity(self) -> int:
         return len(self.units)
 
 
-def _valid_prefix(units: np.ndarray) -> int:
+def _valid_prefix(seg: Segment) -> int:
     """Number of leading units with offset >= 0 and size > 0 (binary search)."""
-    lo, hi = 0, len(units)
+    offsets, sizes = seg.offsets, seg.sizes
+    lo, hi = 0, len(sizes)
     while lo < hi:
         mid = (lo + hi) // 2
-        u = units[mid]
-        if u["size"] > 0 and u["offset"] >= 0:
+        if sizes[mid] > 0 and offsets[mid] >= 0:
             lo = mid + 1
         else:
             hi = mid
@@ -54,10 +62,10 @@ class QueueView:
             self.max_offset = 0
             return
         last = segments[-1]
-        self.max_offset = last.first + _valid_prefix(last.units)
+        self.max_offset = last.first + _valid_prefix(last)
         first = segments[0]
         n = first.capacity if len(segments) > 1 else self.max_offset - first.first
-        self.min_offset = first.first + _first_message(first.units, n, commitlog_min)
+        self.min_offset = first.first + _first_message(first, n, commitlog_min)
 
     def segment_of(self, offset: int) -> Segment | None:
         for seg in reversed(self.segments):
@@ -76,17 +84,18 @@ class QueueView:
         return int(u["offset"]), int(u["size"]), int(u["tags_code"])
 
 
-def _first_message(units: np.ndarray, n: int, commitlog_min: int) -> int:
-    """Index of the first of ``n`` units that is a message still in the commitlog.
+def _first_message(seg: Segment, n: int, commitlog_min: int) -> int:
+    """Index of the first of the segment's ``n`` units that is a message still in the
+    commitlog.
 
     Pre-blank units and units whose record was deleted come first (offsets ascend), so this
     is a binary search.
     """
+    offsets, sizes = seg.offsets, seg.sizes
     lo, hi = 0, n
     while lo < hi:
         mid = (lo + hi) // 2
-        u = units[mid]
-        off, size = int(u["offset"]), int(u["size"])
+        off, size = int(offsets[mid]), int(sizes[mid])
         if off < commitlog_min or (off == 0 and size == PRE_BLANK_SIZE):
             lo = mid + 1
         else:
@@ -94,8 +103,23 @@ def _first_message(units: np.ndarray, n: int, commitlog_min: int) -> int:
     return lo
 
 
+@dataclass
+class _Queue:
+    """One queue directory: its listing and the segments mapped from it."""
+
+    listing: Listing
+    segments: list[Segment] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)  # the segment files listed
+    complete: bool = False  # every listed segment is mapped (none was too short to)
+
+
 class QueueCatalog:
-    """Consume-queue segments of a store, mapped read-only and cached by path."""
+    """Consume-queue segments of a store, mapped read-only and cached by path.
+
+    A queue's directory is listed again only when it has changed (``listing.Listing``);
+    between listings its mapped segments are used without asking the filesystem again
+    (segments are created at full size and linked into place, then written in place).
+    """
 
     def __init__(self, consumequeue_dir: Path) -> None:
         self.dir = Path(consumequeue_dir)
@@ -103,6 +127,7 @@ class QueueCatalog:
             lambda _path, mm: np.frombuffer(mm, dtype=UNIT_DTYPE, count=len(mm) // UNIT_SIZE),
             min_size=UNIT_SIZE,
         )
+        self._queues: dict[tuple[str, int], _Queue] = {}
 
     def exists(self, topic: str, queue_id: int) -> bool:
         return (self.dir / topic / str(queue_id)).is_dir()
@@ -112,25 +137,39 @@ class QueueCatalog:
 
     def view(self, topic: str, queue_id: int, commitlog_min: int = 0) -> QueueView | None:
         """The queue as it is now, or None if it does not exist."""
-        qdir = self.dir / topic / str(queue_id)
-        try:
-            listing = os.listdir(qdir)
-        except (FileNotFoundError, NotADirectoryError):
+        key = (topic, queue_id)
+        queue = self._queues.get(key)
+        if queue is None:
+            queue = _Queue(Listing(os.path.join(self.dir, topic, str(queue_id))))
+        if queue.listing.refresh() or not queue.complete:
+            self._map(queue)
+        if queue.listing.names is None:
+            self._queues.pop(key, None)
             return None
-        named = sorted(
-            (start, name) for name in listing if (start := parse_segment_name(name)) is not None
-        )
-        segments = []
-        for start, name in named:
-            units = self._units(qdir / name)
-            if units is None or start % UNIT_SIZE:
-                continue
-            segments.append(Segment(start // UNIT_SIZE, units))
-        return QueueView(segments, commitlog_min)
+        if key not in self._queues:
+            if len(self._queues) >= MAX_QUEUES:  # the oldest goes (its mappings stay cached)
+                del self._queues[next(iter(self._queues))]
+            self._queues[key] = queue
+        return QueueView(queue.segments, commitlog_min)
 
-    def _units(self, path: Path) -> np.ndarray | None:
-        """Units of a segment; remapped when the file was replaced or resized."""
-        return self._files.get(path)
+    def _map(self, queue: _Queue) -> None:
+        """Map the segments of the queue's listing; forget the files no longer listed."""
+        named = sorted(
+            (start, name)
+            for name in queue.listing.names or ()
+            if (start := parse_segment_name(name)) is not None
+        )
+        paths = [os.path.join(queue.listing.dir, name) for _, name in named]
+        self._files.forget(set(queue.paths) - set(paths))
+        segments, complete = [], True
+        for (start, _), path in zip(named, paths, strict=True):
+            units = self._files.get(path)
+            if units is None:  # vanished, or too short to hold a unit
+                complete = False
+            elif start % UNIT_SIZE == 0:
+                segments.append(Segment(start // UNIT_SIZE, units))
+        queue.segments, queue.paths, queue.complete = segments, paths, complete
 
     def close(self) -> None:
+        self._queues.clear()
         self._files.close()

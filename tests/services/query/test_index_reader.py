@@ -7,7 +7,7 @@ import time
 import numpy as np
 
 from rmqstore.formats import index_file as ixf
-from services.query import index_reader
+from services.query import listing
 from services.query.index_reader import IndexCatalog
 
 SLOTS, ENTRIES = 16, 8
@@ -53,7 +53,7 @@ def test_changes_right_after_each_other_are_seen(tmp_path):
 
 
 def test_a_settled_directory_is_not_listed_again_until_it_changes(tmp_path, monkeypatch):
-    monkeypatch.setattr(index_reader, "SETTLE_NS", 50_000_000)
+    monkeypatch.setattr(listing, "SETTLE_NS", 50_000_000)
     catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
     _changes_seen(tmp_path, catalog, 0.06)
     first = catalog.names()
@@ -87,7 +87,7 @@ def test_a_change_that_leaves_the_directory_time_as_it_was_is_seen(tmp_path):
 
 
 def test_a_directory_swapped_for_an_older_one_is_listed_again(tmp_path, monkeypatch):
-    monkeypatch.setattr(index_reader, "SETTLE_NS", 50_000_000)
+    monkeypatch.setattr(listing, "SETTLE_NS", 50_000_000)
     index, staged = tmp_path / "index", tmp_path / "staged"
     index.mkdir()
     staged.mkdir()
