@@ -6,7 +6,9 @@ services write), then served by the real writer and the real query service; the 
 calls the query service over gRPC on loopback, one call at a time (one row calls the lookup
 in process, to show what the query service's own gRPC hop costs; the last row has 4 clients
 calling at once, each on its own channel and thread). Each message has a unique key
-``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY.
+``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY. Each row also gives the CPU time
+(user + system, all threads) the query service and the writer spent per call, and their
+peak RSS so far.
 """
 
 import asyncio
@@ -19,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.procs import start
+from benchmarks.bench_put import peak_rss_mib
+from benchmarks.procs import cpu_seconds, start
 from rmqstore import dispatch
 from rmqstore.formats import commitlog
 from rmqstore.formats import consume_queue as cq
@@ -118,24 +121,15 @@ def build(root: Path, n: int, slots: int, entries: int) -> dict:
     return {"phys": phys, "uniq": uniq, "n": n}
 
 
-def _measure(fn, calls: int) -> dict:
-    lat = []
-    t_start = time.perf_counter()
-    for _ in range(calls):
-        t0 = time.perf_counter()
-        fn()
-        lat.append(time.perf_counter() - t0)
-    wall = time.perf_counter() - t_start
-    lat.sort()
-    return {
-        "queries/s": calls / wall,
-        "p50 ms": statistics.median(lat) * 1000,
-        "p99 ms": lat[int(len(lat) * 0.99) - 1] * 1000,
-    }
+def _measure(fn, calls: int, procs: dict[str, int]) -> dict:
+    """Rate and latency of ``calls`` calls one after another, with the CPU each of ``procs``
+    (name: pid) spent per call and its peak RSS so far."""
+    return _measure_concurrent([fn], calls, procs)
 
 
-def _measure_concurrent(fns: list, calls: int) -> dict:
+def _measure_concurrent(fns: list, calls: int, procs: dict[str, int]) -> dict:
     """``calls`` calls shared by one thread per function (each with its own channel)."""
+    cpu0 = {name: cpu_seconds(pid) for name, pid in procs.items()}
     lats: list[list[float]] = [[] for _ in fns]
 
     def client(k: int) -> None:
@@ -156,6 +150,9 @@ def _measure_concurrent(fns: list, calls: int) -> dict:
         "queries/s": len(lat) / wall,
         "p50 ms": statistics.median(lat) * 1000,
         "p99 ms": lat[int(len(lat) * 0.99) - 1] * 1000,
+        **{f"{name} CPU µs/call": (cpu_seconds(pid) - cpu0[name]) / len(lat) * 1e6
+           for name, pid in procs.items()},
+        **{f"peak RSS {name} MiB": peak_rss_mib(pid) for name, pid in procs.items()},
     }
 
 
@@ -264,17 +261,19 @@ def run(quick: bool = False) -> list[dict]:
                 r = loop.run_until_complete(app.keys.by_key(TOPIC, f"k{i}"))
                 assert r.records[0].physical_offset == put["phys"][i]
 
-            for name, fn in (
-                ("by key, unique key (warm)", by_key),
-                ("by key in process (no query hop; writer over gRPC)", by_key_in_process),
-                ("by key, shared key, 10 of 1000 hits", by_shared_key),
-                ("by id, offset msgId", by_offset_id),
-                ("by id, UNIQ_KEY", by_uniq_key),
-                ("pull 32 messages", pull),
-            ):
+            both = {"query": query.proc.pid, "writer": writer.proc.pid}
+            for name, fn, procs in (
+                ("by key, unique key (warm)", by_key, both),
+                ("by key in process (no query hop; writer over gRPC)", by_key_in_process,
+                 {"writer": writer.proc.pid}),
+                ("by key, shared key, 10 of 1000 hits", by_shared_key, both),
+                ("by id, offset msgId", by_offset_id, both),
+                ("by id, UNIQ_KEY", by_uniq_key, both),
+                ("pull 32 messages", pull, both),
+            ):  # fmt: skip
                 for _ in range(min(calls, 300)):  # warm-up: connections, page cache
                     fn()
-                rows.append({"scenario": f"{name}, {n:,} msgs", **_measure(fn, calls)})
+                rows.append({"scenario": f"{name}, {n:,} msgs", **_measure(fn, calls, procs)})
             clients = [
                 by_key_from(query_pb2_grpc.QueryStub(channel(query.address)), k)
                 for k in range(CLIENTS)
@@ -284,7 +283,7 @@ def run(quick: bool = False) -> list[dict]:
                     fn()
             rows.append({
                 "scenario": f"by key, unique key, {CLIENTS} clients at once, {n:,} msgs",
-                **_measure_concurrent(clients, calls),
+                **_measure_concurrent(clients, calls, both),
             })
             loop.run_until_complete(source.close())
             runner.close()
