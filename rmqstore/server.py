@@ -6,6 +6,7 @@ Services call ``serve(...)`` from their ``__main__``; servicer methods are wrapp
 
 import asyncio
 import functools
+import gc
 import inspect
 import logging
 import signal
@@ -161,6 +162,15 @@ class _CheckedRegistrar:
     def add_registered_method_handlers(self, service_name: str, handlers: dict) -> None:
         checked = {name: decode_checked(h) for name, h in handlers.items()}
         self.server.add_registered_method_handlers(service_name, checked)
+
+
+def freeze_startup_objects() -> None:
+    """Exempt what the service made while starting (modules, protos, recovered state) from
+    the cyclic garbage collector, once, right before it serves: a full collection then scans
+    only what was made since. Over the 45,000 objects a service starts with, one stalled the
+    event loop for 8-21 ms."""
+    gc.collect()
+    gc.freeze()
 
 
 def channel(address: str) -> grpc.Channel:

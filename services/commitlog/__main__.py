@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
-from rmqstore.server import AsyncService, Termination, configure_logging
+from rmqstore.server import AsyncService, Termination, configure_logging, freeze_startup_objects
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import CommitLogEngine
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     termination = Termination()  # before the listening line
     service.start()
     service.set_serving(True)
+    freeze_startup_objects()
     print(f"rmqstore commitlog listening on {service.address}", flush=True)
 
     def stop() -> None:

@@ -48,3 +48,19 @@ def test_an_async_service_stops_with_nothing_left_pending_on_its_loop():
     left = service.call(leave_a_task())
     service.stop(grace=0)
     assert left.done() and left.cancelled()
+
+
+_FROZEN = """
+import gc
+from rmqstore.server import freeze_startup_objects
+import rmqstore.v1.query_pb2, services.query.app  # what a service holds once started
+before = len(gc.get_objects())
+freeze_startup_objects()
+print(gc.get_freeze_count() >= before // 2, len(gc.get_objects()) < before // 10)
+"""
+
+
+def test_a_service_s_startup_objects_are_left_out_of_garbage_collections():
+    out = subprocess.run([sys.executable, "-c", _FROZEN], cwd=ROOT, capture_output=True,
+                         text=True, check=True, timeout=60).stdout  # fmt: skip
+    assert out.split() == ["True", "True"]
