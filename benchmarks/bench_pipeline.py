@@ -1,7 +1,8 @@
 """End to end: stored *and indexed* msgs/s (writer + both builders as processes; producers
 on PutStream with 4 batches in flight, as ``rmqstore put --inflight 4``) with the CPU time
-each process spent per message until both builders had caught up, the dispatch
-lag of each builder at half of that rate, and how fast both builders catch up on a commitlog
+each process spent per message until both builders had caught up and how long after the
+last put that was (how far behind the builders are at the full rate), the dispatch lag of
+each builder at half of that rate, and how fast both builders catch up on a commitlog
 written before they started (as when an existing store is served for the first time: the
 writer decodes its dispatch records from the segment files)."""
 
@@ -72,7 +73,8 @@ def stored_and_indexed(count: int, producers: int, columns: bool = False) -> dic
                 s.GetProgress(indexer_pb2.GetProgressRequest()).built_offset < end for s in stubs
             ):
                 time.sleep(0.005)
-            built = time.time() - put["_start"]
+            built_at = time.time()
+            built = built_at - put["_start"]
             cpu = {k: cpu_seconds(p.proc.pid) - cpu[k] for k, p in procs.items()}
             while any(
                 s.GetProgress(indexer_pb2.GetProgressRequest()).durable_offset < end for s in stubs
@@ -94,6 +96,8 @@ def stored_and_indexed(count: int, producers: int, columns: bool = False) -> dic
         "put msgs/s": put["msgs/s"],
         "stored+indexed msgs/s": n / built,
         "stored+indexed+flushed msgs/s": n / durable,
+        # at the full rate: how far behind the builders were when the puts ended
+        "built ms after the last put": (built_at - put["_end"]) * 1000,
         **per_msg,
         "total CPU µs/msg": sum(per_msg.values()),
         **{f"peak RSS {k} MiB": v for k, v in rss.items()},
