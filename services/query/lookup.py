@@ -36,6 +36,7 @@ FETCH_BATCH = 32
 UNIQ_KEY_SKEW_MS = 60_000  # producer clock ahead of the broker's, tolerated
 UNIQ_KEY_MAX_MONTHS = 240
 ID_LOOKUP_LIMIT = 32
+MAX_PORT = 0xFFFF  # an offset id's 4-byte port field; a UNIQ_KEY has its pid's bits there
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
@@ -218,6 +219,8 @@ class KeyLookup:
 
     async def _by_offset_id(self, msg_id: str, topic: str) -> commitlog.Record | None:
         ip, port, offset = decode_offset_msg_id(msg_id)
+        if not 0 <= port <= MAX_PORT or offset < 0:
+            return None  # no store host has that port: not an offset id (a UNIQ_KEY, say)
         raw = (await read_some(self.source, [offset]))[0]
         rec = record_at(raw, offset)  # None outside the log
         if rec is None or rec.store_host != Host(ip, port):

@@ -47,6 +47,19 @@ def test_unknown_and_malformed_ids(golden_app: QueryApp):
         run(golden_app.keys.by_id("0" * 32, "NoSuchTopic"))
 
 
+def test_an_id_whose_port_no_host_can_have_is_not_read_as_an_offset_id(
+        golden_app: QueryApp, golden_source, golden_expected: dict):
+    first = golden_expected["messages"][0]["stored"]  # the record at offset 0
+    ip = first["storeHostHex"][:8].upper()
+    reads = golden_source.reads
+    (rec,) = run(golden_app.keys.by_id(first["msgId"]))  # the same id with the real port
+    assert rec.physical_offset == 0 and golden_source.reads == reads + 1
+    for port in ("00010000", "FFFFFFFF"):  # above 65535, negative: a UNIQ_KEY's pid bits
+        reads = golden_source.reads
+        assert run(golden_app.keys.by_id(ip + port + "0" * 16)) == []
+        assert golden_source.reads == reads  # offset 0 holds a record, but was not read
+
+
 def test_uniq_key_windows_go_back_month_by_month():
     now = 1_763_000_000_000  # Nov 2025
     span = 5 * 86_400_000
