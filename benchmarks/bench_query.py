@@ -9,6 +9,11 @@ calling at once, each on its own channel and thread). Each message has a unique 
 ``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY. Each row also gives the CPU time
 (user + system, all threads) the query service and the writer spent per call, and their
 peak RSS so far.
+
+Each row over gRPC is followed by its ceiling: the same calls against ``noop_query``, which
+answers every call with one of the real answers after reading that answer's records from the
+same writer; ``ratio`` is the row's queries/s over the ceiling's. One more ceiling reads
+nothing: one unary call on such a server, gRPC alone.
 """
 
 import asyncio
@@ -17,12 +22,14 @@ import statistics
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmarks.bench_put import peak_rss_mib
-from benchmarks.procs import cpu_seconds, start
+from benchmarks.procs import ServiceProcess, cpu_seconds, start
 from rmqstore import dispatch
 from rmqstore.formats import commitlog
 from rmqstore.formats import consume_queue as cq
@@ -156,6 +163,105 @@ def _measure_concurrent(fns: list, calls: int, procs: dict[str, int]) -> dict:
     }
 
 
+Check = Callable[[Any], bool]
+Make = Callable[[], tuple[Any, Check]]  # draws a request, with the check of its answer
+
+
+def _calls(put: dict, rng: random.Random) -> list[tuple[str, str, Make]]:
+    """The kinds of call measured: (name, Query method, make)."""
+    n, phys, host = put["n"], put["phys"], parse_host(STORE_HOST)
+
+    def by_key() -> tuple[Any, Check]:
+        i = rng.randrange(n)
+        return query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"k{i}"), lambda r: (
+            len(r.messages) == 1 and r.messages[0].phy_offset == phys[i]
+        )
+
+    def by_shared_key() -> tuple[Any, Check]:
+        g = rng.randrange(1000)
+        request = query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"g{g}", max_results=10)
+        return request, lambda r: len(r.messages) == 10
+
+    def by_offset_id() -> tuple[Any, Check]:
+        i = rng.randrange(n)
+        mid = offset_msg_id(host.ip, host.port, int(phys[i]))
+        return query_pb2.QueryByIdRequest(id=mid), lambda r: (
+            [m.phy_offset for m in r.messages] == [phys[i]]
+        )
+
+    def by_uniq_key() -> tuple[Any, Check]:
+        i = rng.randrange(n)
+        return query_pb2.QueryByIdRequest(id=put["uniq"][i], topic=TOPIC), lambda r: (
+            r.messages[0].phy_offset == phys[i]
+        )
+
+    per_queue = n // QUEUES
+
+    def pull() -> tuple[Any, Check]:
+        request = query_pb2.PullRequest(
+            topic=TOPIC,
+            queue_id=rng.randrange(QUEUES),
+            offset=rng.randrange(per_queue - 32),
+            max_messages=32,
+        )
+        return request, lambda r: len(r.messages) == 32
+
+    return [
+        ("by key, unique key (warm)", "QueryByKey", by_key),
+        ("by key, shared key, 10 of 1000 hits", "QueryByKey", by_shared_key),
+        ("by id, offset msgId", "QueryById", by_offset_id),
+        ("by id, UNIQ_KEY", "QueryById", by_uniq_key),
+        ("pull 32 messages", "Pull", pull),
+    ]
+
+
+def _caller(stub: query_pb2_grpc.QueryStub, method: str, make: Make,
+            check: bool = True) -> Callable[[], Any]:
+    """One call of ``method`` with a request ``make`` draws; returns the answer."""
+    rpc = getattr(stub, method)
+
+    def call() -> Any:
+        request, ok = make()
+        answer = rpc(request)
+        assert not check or ok(answer), f"{method}({request}) answered wrongly"
+        return answer
+
+    return call
+
+
+def _ceiling(tmp: Path, writer: ServiceProcess | None, method: str, answer: Any,
+             makes: list[Make], calls: int) -> dict:
+    """The same calls (one client per ``makes``) against ``noop_query`` answering ``answer``,
+    after reading its records from ``writer`` if given."""
+    path = tmp / "noop-answer.bin"
+    path.write_bytes(answer.SerializeToString())
+    args = ["--method", method, "--response", str(path)]
+    procs = {}
+    if writer is not None:
+        args += ["--commitlog", writer.address]
+        procs["writer"] = writer.proc.pid
+    noop = start("benchmarks.noop_query", *args)
+    channels = [channel(noop.address) for _ in makes]
+    try:
+        procs = {"query": noop.proc.pid, **procs}
+        fns = [
+            _caller(query_pb2_grpc.QueryStub(ch), method, make, check=False)
+            for ch, make in zip(channels, makes, strict=True)
+        ]
+        for fn in fns:
+            for _ in range(min(calls, 300) // len(fns)):
+                fn()
+        what = "records read from the writer" if writer else "nothing read (gRPC alone)"
+        return {
+            "scenario": f"no-op ceiling of the row above: the same calls, {what}",
+            **_measure_concurrent(fns, calls, procs),
+        }
+    finally:
+        for ch in channels:
+            ch.close()
+        noop.stop()
+
+
 def run(quick: bool = False) -> list[dict]:
     n = 50_000 if quick else 1_000_000
     slots, entries = (max(n // 2, 100), 4 * n)
@@ -195,56 +301,7 @@ def run(quick: bool = False) -> list[dict]:
                 str(entries),
             )
             stub = query_pb2_grpc.QueryStub(channel(query.address))
-            host = parse_host(STORE_HOST)
-
-            def by_key() -> None:
-                i = rng.randrange(n)
-                r = stub.QueryByKey(query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"k{i}"))
-                assert len(r.messages) == 1 and r.messages[0].phy_offset == put["phys"][i]
-
-            def by_shared_key() -> None:
-                g = rng.randrange(1000)
-                r = stub.QueryByKey(
-                    query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"g{g}", max_results=10)
-                )
-                assert len(r.messages) == 10
-
-            def by_offset_id() -> None:
-                i = rng.randrange(n)
-                mid = offset_msg_id(host.ip, host.port, int(put["phys"][i]))
-                (m,) = stub.QueryById(query_pb2.QueryByIdRequest(id=mid)).messages
-                assert m.phy_offset == put["phys"][i]
-
-            def by_uniq_key() -> None:
-                i = rng.randrange(n)
-                r = stub.QueryById(query_pb2.QueryByIdRequest(id=put["uniq"][i], topic=TOPIC))
-                assert r.messages[0].phy_offset == put["phys"][i]
-
-            per_queue = n // QUEUES
-
-            def pull() -> None:
-                r = stub.Pull(
-                    query_pb2.PullRequest(
-                        topic=TOPIC,
-                        queue_id=rng.randrange(QUEUES),
-                        offset=rng.randrange(per_queue - 32),
-                        max_messages=32,
-                    )
-                )
-                assert len(r.messages) == 32
-
-            def by_key_from(client_stub: query_pb2_grpc.QueryStub, seed: int):
-                own = random.Random(seed)
-
-                def call() -> None:
-                    i = own.randrange(n)
-                    r = client_stub.QueryByKey(
-                        query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"k{i}")
-                    )
-                    assert len(r.messages) == 1 and r.messages[0].phy_offset == put["phys"][i]
-
-                return call
-
+            kinds = _calls(put, rng)
             # the lookups await the writer's reads; the runner's close cancels whatever the
             # channel leaves pending, as asyncio.run does
             runner = asyncio.Runner()
@@ -262,29 +319,35 @@ def run(quick: bool = False) -> list[dict]:
                 assert r.records[0].physical_offset == put["phys"][i]
 
             both = {"query": query.proc.pid, "writer": writer.proc.pid}
-            for name, fn, procs in (
-                ("by key, unique key (warm)", by_key, both),
-                ("by key in process (no query hop; writer over gRPC)", by_key_in_process,
-                 {"writer": writer.proc.pid}),
-                ("by key, shared key, 10 of 1000 hits", by_shared_key, both),
-                ("by id, offset msgId", by_offset_id, both),
-                ("by id, UNIQ_KEY", by_uniq_key, both),
-                ("pull 32 messages", pull, both),
-            ):  # fmt: skip
+            tmp_dir = Path(tmp)
+            for k, (name, method, make) in enumerate(kinds):
+                fn = _caller(stub, method, make)
                 for _ in range(min(calls, 300)):  # warm-up: connections, page cache
                     fn()
-                rows.append({"scenario": f"{name}, {n:,} msgs", **_measure(fn, calls, procs)})
+                row = {"scenario": f"{name}, {n:,} msgs", **_measure(fn, calls, both)}
+                ceiling = _ceiling(tmp_dir, writer, method, fn(), [make], calls)
+                rows += [{**row, "ratio": row["queries/s"] / ceiling["queries/s"]}, ceiling]
+                if k == 0:  # by unique key: what the query hop, and gRPC alone, cost
+                    rows.append({
+                        "scenario": "by key in process (no query hop; writer over gRPC)",
+                        **_measure(by_key_in_process, calls, {"writer": writer.proc.pid}),
+                    })
+                    rows.append(_ceiling(tmp_dir, None, method, fn(), [make], calls))
+            name, method, _ = kinds[0]
+            makes = [_calls(put, random.Random(c))[0][2] for c in range(CLIENTS)]
             clients = [
-                by_key_from(query_pb2_grpc.QueryStub(channel(query.address)), k)
-                for k in range(CLIENTS)
+                _caller(query_pb2_grpc.QueryStub(channel(query.address)), method, make)
+                for make in makes
             ]
             for fn in clients:
                 for _ in range(min(calls, 300) // CLIENTS):
                     fn()
-            rows.append({
-                "scenario": f"by key, unique key, {CLIENTS} clients at once, {n:,} msgs",
+            row = {
+                "scenario": f"{name.split(' (')[0]}, {CLIENTS} clients at once, {n:,} msgs",
                 **_measure_concurrent(clients, calls, both),
-            })
+            }
+            ceiling = _ceiling(tmp_dir, writer, method, clients[0](), makes, calls)
+            rows += [{**row, "ratio": row["queries/s"] / ceiling["queries/s"]}, ceiling]
             loop.run_until_complete(source.close())
             runner.close()
         finally:
