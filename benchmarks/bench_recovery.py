@@ -1,19 +1,30 @@
 """Recovery after an unclean stop (MiB/s of commitlog checked) and in-process key lookups
-(lookups/s) — the two store operations that do not cross gRPC."""
+(lookups/s) — the two store operations that do not cross gRPC.
+
+The recovery rows time the writer's engine starting on a commitlog left as kill -9 leaves
+it; two more rows start the real writer process, put a batch, stop it (SIGKILL, or SIGTERM
+for comparison) and time its restart until it serves, with the recovery's own seconds from
+its log.
+"""
 
 import os
 import random
+import re
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.bench_put import _batch
 from benchmarks.bench_rebuild import write_synthetic
+from benchmarks.procs import start
 from rmqstore.formats import index_file as ixf
 from rmqstore.formats.index_file import build_key
 from rmqstore.formats.javahash import index_hash, index_hashes
 from rmqstore.layout import index_file_name
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.query.budget import Budget, BudgetLimits
@@ -50,6 +61,48 @@ def recovery(total: int, segment: int) -> list[dict]:
                     "MiB checked": scanned / MIB,
                 }
             )
+    return rows
+
+
+_RECOVERED = re.compile(r"recovered commitlog to offset (\d+) in ([0-9.]+)s \((\w+) exit")
+
+
+def restarts(total: int, segment: int) -> list[dict]:
+    """The writer process on a commitlog of ``total`` bytes, a batch put, then stopped with
+    SIGKILL (and, for comparison, SIGTERM) and started again: seconds from the new process's
+    start until it serves, and the recovery's seconds as it logs them."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-recovery-") as d:
+        store = Path(d)
+        size, _ = write_synthetic(store, total, segment)
+        args = ("--store", str(store), "--listen", "127.0.0.1:0",
+                "--commitlog-segment-size", str(segment))  # fmt: skip
+        writer = start("services.commitlog", *args, timeout=600)
+        for how in ("SIGKILL", "SIGTERM"):
+            with channel(writer.address) as ch:
+                stub = commitlog_pb2_grpc.CommitLogStub(ch)
+                stub.PutBatch(_batch(100, 1024, 0, False))
+                acked = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+            if how == "SIGKILL":
+                writer.kill()
+            else:
+                writer.stop()
+            t0 = time.perf_counter()
+            writer = start("services.commitlog", *args, timeout=600)
+            serving = time.perf_counter() - t0
+            found = [m for m in map(_RECOVERED.search, writer.lines) if m]
+            assert found, "the writer logged no recovery line"
+            end, seconds, exit_kind = int(found[-1][1]), float(found[-1][2]), found[-1][3]
+            assert end == acked, f"recovered to {end}, but {acked} was acknowledged"
+            assert exit_kind == ("unclean" if how == "SIGKILL" else "clean")
+            what = "kill -9" if how == "SIGKILL" else "a clean stop (SIGTERM)"
+            rows.append({
+                "scenario": f"writer process restarted after {what}, {size / MIB:,.0f} MiB: "
+                "until it serves / its recovery",
+                "seconds": f"{serving:.2f} / {seconds:.3f}",
+                "MiB/s of commitlog": size / MIB / seconds,
+            })
+        writer.stop()
     return rows
 
 
@@ -126,6 +179,7 @@ def index_walk(keys: int) -> list[dict]:
 def run(quick: bool = False) -> list[dict]:
     total = 128 * MIB if quick else 1024 * MIB
     rows = recovery(total, 64 * MIB if quick else 256 * MIB)
+    rows += restarts(total, 64 * MIB if quick else 256 * MIB)
     rows.append(fresh_segment(8 * MIB, 256 * MIB if quick else 1024 * MIB))
     rows += index_walk(100_000 if quick else 1_000_000)
     return rows
