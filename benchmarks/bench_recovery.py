@@ -64,7 +64,9 @@ def recovery(total: int, segment: int) -> list[dict]:
     return rows
 
 
-_RECOVERED = re.compile(r"recovered commitlog to offset (\d+) in ([0-9.]+)s \((\w+) exit")
+_RECOVERED = re.compile(
+    r"recovered commitlog to offset (\d+) in ([0-9.]+)s, (\d+) bytes read \((\w+) exit"
+)
 
 
 def restarts(total: int, segment: int) -> list[dict]:
@@ -92,7 +94,8 @@ def restarts(total: int, segment: int) -> list[dict]:
             serving = time.perf_counter() - t0
             found = [m for m in map(_RECOVERED.search, writer.lines) if m]
             assert found, "the writer logged no recovery line"
-            end, seconds, exit_kind = int(found[-1][1]), float(found[-1][2]), found[-1][3]
+            end, seconds, read = int(found[-1][1]), float(found[-1][2]), int(found[-1][3])
+            exit_kind = found[-1][4]
             assert end == acked, f"recovered to {end}, but {acked} was acknowledged"
             assert exit_kind == ("unclean" if how == "SIGKILL" else "clean")
             what = "kill -9" if how == "SIGKILL" else "a clean stop (SIGTERM)"
@@ -101,6 +104,7 @@ def restarts(total: int, segment: int) -> list[dict]:
                 "until it serves / its recovery",
                 "seconds": f"{serving:.2f} / {seconds:.3f}",
                 "MiB/s of commitlog": size / MIB / seconds,
+                "MiB checked": read / MIB,
             })
         writer.stop()
     return rows

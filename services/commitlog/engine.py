@@ -86,9 +86,10 @@ class CommitLogEngine:
         self.recovery_seconds = time.perf_counter() - t0
         r = self.recovered
         log.info(
-            "recovered commitlog to offset %d in %.3fs (%s exit, %d queues%s)",
+            "recovered commitlog to offset %d in %.3fs, %d bytes read (%s exit, %d queues%s)",
             r.end,
             self.recovery_seconds,
+            r.scanned_bytes,
             "clean" if self.last_exit_clean else "unclean",
             len(r.queue_table),
             f"; cut: {r.corruption}" if r.corruption else "",
