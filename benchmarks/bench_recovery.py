@@ -80,33 +80,35 @@ def restarts(total: int, segment: int) -> list[dict]:
         args = ("--store", str(store), "--listen", "127.0.0.1:0",
                 "--commitlog-segment-size", str(segment))  # fmt: skip
         writer = start("services.commitlog", *args, timeout=600)
-        for how in ("SIGKILL", "SIGTERM"):
-            with channel(writer.address) as ch:
-                stub = commitlog_pb2_grpc.CommitLogStub(ch)
-                stub.PutBatch(_batch(100, 1024, 0, False))
-                acked = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
-            if how == "SIGKILL":
-                writer.kill()
-            else:
-                writer.stop()
-            t0 = time.perf_counter()
-            writer = start("services.commitlog", *args, timeout=600)
-            serving = time.perf_counter() - t0
-            found = [m for m in map(_RECOVERED.search, writer.lines) if m]
-            assert found, "the writer logged no recovery line"
-            end, seconds, read = int(found[-1][1]), float(found[-1][2]), int(found[-1][3])
-            exit_kind = found[-1][4]
-            assert end == acked, f"recovered to {end}, but {acked} was acknowledged"
-            assert exit_kind == ("unclean" if how == "SIGKILL" else "clean")
-            what = "kill -9" if how == "SIGKILL" else "a clean stop (SIGTERM)"
-            rows.append({
-                "scenario": f"writer process restarted after {what}, {size / MIB:,.0f} MiB: "
-                "until it serves / its recovery",
-                "seconds": f"{serving:.2f} / {seconds:.3f}",
-                "MiB/s of commitlog": size / MIB / seconds,
-                "MiB checked": read / MIB,
-            })
-        writer.stop()
+        try:
+            for how in ("SIGKILL", "SIGTERM"):
+                with channel(writer.address) as ch:
+                    stub = commitlog_pb2_grpc.CommitLogStub(ch)
+                    stub.PutBatch(_batch(100, 1024, 0, False))
+                    acked = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+                if how == "SIGKILL":
+                    writer.kill()
+                else:
+                    writer.stop()
+                t0 = time.perf_counter()
+                writer = start("services.commitlog", *args, timeout=600)
+                serving = time.perf_counter() - t0
+                found = [m for m in map(_RECOVERED.search, writer.lines) if m]
+                assert found, "the writer logged no recovery line"
+                end, seconds, read = int(found[-1][1]), float(found[-1][2]), int(found[-1][3])
+                exit_kind = found[-1][4]
+                assert end == acked, f"recovered to {end}, but {acked} was acknowledged"
+                assert exit_kind == ("unclean" if how == "SIGKILL" else "clean")
+                what = "kill -9" if how == "SIGKILL" else "a clean stop (SIGTERM)"
+                rows.append({
+                    "scenario": f"writer process restarted after {what}, {size / MIB:,.0f} MiB: "
+                    "until it serves / its recovery",
+                    "seconds": f"{serving:.2f} / {seconds:.3f}",
+                    "MiB/s of commitlog": size / MIB / seconds,
+                    "MiB checked": read / MIB,
+                })
+        finally:
+            writer.stop()
     return rows
 
 

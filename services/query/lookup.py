@@ -220,7 +220,7 @@ class KeyLookup:
     async def _by_offset_id(self, msg_id: str, topic: str) -> commitlog.Record | None:
         ip, port, offset = decode_offset_msg_id(msg_id)
         if not 0 <= port <= MAX_PORT or offset < 0:
-            return None  # no store host has that port: not an offset id (a UNIQ_KEY, say)
+            return None  # no store has that port (or offset): not an offset id; a UNIQ_KEY?
         raw = (await read_some(self.source, [offset]))[0]
         rec = record_at(raw, offset)  # None outside the log
         if rec is None or rec.store_host != Host(ip, port):
