@@ -13,7 +13,7 @@ import argparse
 import sys
 from typing import Any
 
-from rmqstore.server import AsyncService, Termination, freeze_startup_objects
+from rmqstore.server import AsyncService
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.record_source import GrpcRecordSource
 
@@ -60,12 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         query_pb2.DESCRIPTOR,
         "Query",
     )
-    termination = Termination()  # before the listening line
-    service.start()
-    service.set_serving(True)
-    freeze_startup_objects()
-    print(f"rmqstore noop-query listening on {service.address}", flush=True)
-    termination.wait(lambda: service.stop(0, then=source.close if source else None))
+    service.serve("noop-query", lambda: service.stop(0, then=source.close if source else None))
     return 0
 
 

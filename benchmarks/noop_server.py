@@ -7,7 +7,7 @@ import sys
 
 import grpc
 
-from rmqstore.server import AsyncService, Termination
+from rmqstore.server import AsyncService
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 
@@ -77,11 +77,7 @@ def main() -> int:
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
     )
-    termination = Termination()  # before the listening line
-    service.start()
-    service.set_serving(True)
-    print(f"rmqstore noop listening on {service.address}", flush=True)
-    termination.wait(lambda: service.stop(0))
+    service.serve("noop", lambda: service.stop(0))
     return 0
 
 

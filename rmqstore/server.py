@@ -10,6 +10,7 @@ import gc
 import inspect
 import logging
 import signal
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
 from concurrent import futures
@@ -173,6 +174,13 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def announce(name: str, address: str) -> None:
+    """Print ``rmqstore <name> listening on <address>`` in one write: test harnesses and
+    ``rmqstore serve`` wait for this line to learn that, and where, a service serves."""
+    sys.stdout.write(f"rmqstore {name} listening on {address}\n")
+    sys.stdout.flush()
+
+
 def channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
 
@@ -276,6 +284,16 @@ class AsyncService:
         )
         for n in ["", *self._names[1:]]:
             self.call(self.health.set(n, status))
+
+    def serve(self, name: str, on_stop: Callable[[], None]) -> None:
+        """Serve until SIGTERM or SIGINT, then run ``on_stop``: start, report healthy, leave
+        the startup objects out of garbage collections, and ``announce`` it."""
+        termination = Termination()  # before the line: a stop sent on seeing it is handled
+        self.start()
+        self.set_serving(True)
+        freeze_startup_objects()
+        announce(name, self.address)
+        termination.wait(on_stop)
 
     def stop(self, grace: float = 5.0,
              then: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:

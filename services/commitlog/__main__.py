@@ -7,7 +7,7 @@ from pathlib import Path
 
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
-from rmqstore.server import AsyncService, Termination, configure_logging, freeze_startup_objects
+from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import CommitLogEngine
@@ -83,11 +83,6 @@ def main(argv: list[str] | None = None) -> int:
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
     )
-    termination = Termination()  # before the listening line
-    service.start()
-    service.set_serving(True)
-    freeze_startup_objects()
-    print(f"rmqstore commitlog listening on {service.address}", flush=True)
 
     def stop() -> None:
         service.stop()
@@ -95,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         if metrics_server is not None:
             metrics_server.stop()
 
-    termination.wait(stop)
+    service.serve("commitlog", stop)
     return 0
 
 

@@ -13,7 +13,13 @@ from rmqstore.errors import StoreError
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ixf
 from rmqstore.layout import StoreLayout
-from rmqstore.server import Service, Termination, configure_logging, freeze_startup_objects
+from rmqstore.server import (
+    Service,
+    Termination,
+    announce,
+    configure_logging,
+    freeze_startup_objects,
+)
 from rmqstore.v1 import indexer_pb2, indexer_pb2_grpc
 from services.indexer.consume_queue_builder import ConsumeQueueBuilder
 from services.indexer.index_builder import IndexBuilder
@@ -87,9 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     BuilderObserver(subscriber, registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
     freeze_startup_objects()
-    # one write, before any other thread logs: test harnesses and ``rmqstore serve`` read it
-    sys.stdout.write(f"rmqstore {builder.name} listening on {service.address}\n")
-    sys.stdout.flush()
+    announce(builder.name, service.address)  # before any other thread of ours logs
     subscriber.start()
 
     def stop() -> None:

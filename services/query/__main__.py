@@ -7,7 +7,7 @@ import sys
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
-from rmqstore.server import AsyncService, Termination, configure_logging, freeze_startup_objects
+from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
@@ -81,11 +81,6 @@ def main(argv: list[str] | None = None) -> int:
         query_pb2.DESCRIPTOR,
         "Query",
     )
-    termination = Termination()  # before the listening line
-    service.start()
-    service.set_serving(True)
-    freeze_startup_objects()
-    print(f"rmqstore query listening on {service.address}", flush=True)
 
     def stop() -> None:
         service.stop(then=source.close)
@@ -93,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics_server.stop()
         app.close()
 
-    termination.wait(stop)
+    service.serve("query", stop)
     return 0
 
 
