@@ -6,6 +6,7 @@ stdout once it serves (``--listen 127.0.0.1:0`` picks a free port).
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -14,6 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a service's metrics)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @dataclass

@@ -2,7 +2,6 @@
 given, and reads that answer's records from the real writer only when told to."""
 
 import re
-import socket
 import urllib.request
 
 import grpc
@@ -15,12 +14,6 @@ from tests import procs
 pytestmark = pytest.mark.integration
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _records_read(port: int) -> float:
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics").read().decode()
     found = re.search(r'^rmqstore_writer_read_records_total\{status="ok"\} (\S+)$', text, re.M)
@@ -28,7 +21,7 @@ def _records_read(port: int) -> float:
 
 
 def test_answers_with_its_answer_after_reading_its_records(tmp_path):
-    port = _free_port()
+    port = procs.free_port()
     writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"),
                          "--listen", "127.0.0.1:0", "--metrics-port", str(port))
     try:

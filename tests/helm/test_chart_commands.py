@@ -1,7 +1,6 @@
 """The pod's command lines, taken from the rendered chart, start the real services, and each
 container answers the gRPC health check its probes use (and serves /metrics)."""
 
-import socket
 import subprocess
 import sys
 import time
@@ -28,12 +27,6 @@ SMALL = {
 # but does not serve yet: add "commitlog" here once it is wired to rmqstore.metrics.
 METRICS_SERVED = {"commitlog", "consume-queue", "index", "query"}
 DEADLINE_S = 30.0
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _local(args: list[str], store: Path, writer: str | None, metrics_port: int) -> list[str]:
@@ -94,7 +87,7 @@ def test_chart_command_lines_start_healthy_services(tmp_path: Path) -> None:
     try:
         for c in containers:
             assert c["command"] == ["python"] and c["args"][0] == "-m"
-            port = _free_port()
+            port = procs.free_port()
             args = _local(c["args"], store, writer, port)
             p = procs.start(args[1], *args[2:])
             started.append(p)

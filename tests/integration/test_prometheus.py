@@ -12,7 +12,6 @@ for about 5 s before its first scrape, hence one server for all tests here.
 import contextlib
 import json
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,12 +36,6 @@ ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "rules.yml"
 DEADLINE_S = 30.0
 POLL_S = 0.1
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def prometheus_binary() -> str:
@@ -124,7 +117,7 @@ def prometheus_scraping(
     }
     config_path = tmp_path / "prometheus.yml"
     config_path.write_text(yaml.safe_dump(config))
-    port = free_port()
+    port = procs.free_port()
     log = (tmp_path / "prometheus.log").open("w")
     proc = subprocess.Popen(
         [
@@ -210,7 +203,7 @@ class StandIn:
 def _start_stand_in(store: Path) -> StandIn:
     store.mkdir(parents=True)
     proc = subprocess.Popen(
-        [sys.executable, "-c", METRICS_PROCESS, str(free_port()), str(store)],
+        [sys.executable, "-c", METRICS_PROCESS, str(procs.free_port()), str(store)],
         cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
@@ -248,7 +241,7 @@ class Stack:
 
 def start_stack(store: Path) -> Stack:
     """Writer, both builders and query on 127.0.0.1, each with a metrics port."""
-    ports = {name: free_port() for name in ("commitlog", "consume-queue", "index", "query")}
+    ports = {name: procs.free_port() for name in ("commitlog", "consume-queue", "index", "query")}
     common = ("--store", str(store), "--listen", "127.0.0.1:0")
     small_index = ("--index-slots", "1000", "--index-entries", "4000")
     started: dict[str, procs.ServiceProcess] = {}

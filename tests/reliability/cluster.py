@@ -9,7 +9,6 @@ uses fresh keys, so a put that failed but was stored anyway never makes a key am
 """
 
 import random
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -53,12 +52,6 @@ def fresh_channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=TEST_CHANNEL_OPTIONS)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def wait_until(cond: Callable[[], Any], timeout: float, what: str, step: float = 0.02) -> Any:
     """Poll ``cond`` until it returns something truthy; fail naming ``what`` at the deadline."""
     deadline = time.monotonic() + timeout
@@ -79,7 +72,7 @@ class Cluster:
         self.store = store
         self.flush = flush
         self.writer_extra = writer_extra
-        self.writer_address = f"127.0.0.1:{free_port()}"
+        self.writer_address = f"127.0.0.1:{procs.free_port()}"
         self.procs: dict[str, procs.ServiceProcess] = {}
         self.kills: dict[str, int] = dict.fromkeys(SERVICES, 0)
         self._channels: dict[str, grpc.Channel] = {}

@@ -2,7 +2,6 @@
 
 import random
 import shutil
-import socket
 import threading
 import time
 import urllib.request
@@ -30,12 +29,6 @@ from tests.services.indexer.helpers import (
 )
 
 pytestmark = pytest.mark.integration
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_builder(kind: str, store: Path, writer: str, *extra: str) -> procs.ServiceProcess:
@@ -75,8 +68,8 @@ def test_builders_started_before_the_writer_rebuild_the_golden_files(tmp_path, g
         p.chmod(0o755 if p.is_dir() else 0o644)
     shutil.rmtree(store / "consumequeue")
     shutil.rmtree(store / "index")
-    writer_addr = f"127.0.0.1:{free_port()}"
-    metrics_port = free_port()
+    writer_addr = f"127.0.0.1:{procs.free_port()}"
+    metrics_port = procs.free_port()
     cqb = start_builder("consume-queue", store, writer_addr,
                         "--cq-entries-per-file", str(GOLDEN_CQ_ENTRIES),
                         "--metrics-port", str(metrics_port))

@@ -1,7 +1,6 @@
 """The query service as a process: a COPY of the golden store served by the real writer."""
 
 import json
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -210,15 +209,9 @@ def test_cli_json(golden_services, golden_expected):
     assert r.returncode == 2 and "INVALID_ARGUMENT" in r.stderr
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_metrics_sigterm_and_wrong_index_size(golden_services):
     store, writer, _query = golden_services
-    port = _free_port()
+    port = procs.free_port()
     q = procs.start("services.query", "--store", str(store), "--commitlog", writer.address,
                     "--listen", "127.0.0.1:0", "--index-slots", str(GOLDEN_INDEX_SLOTS),
                     "--index-entries", str(GOLDEN_INDEX_ENTRIES), "--metrics-port", str(port))
