@@ -41,7 +41,7 @@ setup: $(VENV)/.installed protos ## create .venv, install packages, generate pro
 run: setup ## start every service on ./data/store (Ctrl-C stops them)
 	$(BIN)/rmqstore serve --store $(STORE)
 
-test: setup system-deps ## the whole test suite (about 5 minutes on 2 cores)
+test: setup system-deps ## the whole test suite (about 6 minutes on 2 cores)
 	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)
 
 soak: setup system-deps ## long reliability suites

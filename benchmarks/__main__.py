@@ -1,6 +1,7 @@
 """``make bench``: run every ``benchmarks/bench_*.py`` and print one Markdown table each.
 
-``python -m benchmarks [--quick] [NAME ...]``; results also go to benchmarks/results/NAME.json.
+``python -m benchmarks [--quick | --smoke] [--results DIR] [NAME ...]``; results also go to
+``DIR/NAME.json`` (benchmarks/results by default). Exits with 1 when a scenario failed.
 """
 
 import argparse
@@ -10,6 +11,8 @@ import platform
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.scale import Scale
 
 HERE = Path(__file__).parent
 
@@ -31,11 +34,17 @@ def table(rows: list[dict]) -> str:
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
-    p.add_argument("--quick", action="store_true", help="small sizes, for a smoke run")
+    size = p.add_mutually_exclusive_group()
+    size.add_argument("--quick", dest="scale", action="store_const", const=Scale.QUICK,
+                      default=Scale.FULL, help="about a tenth of the sizes, to try a change")
+    size.add_argument("--smoke", dest="scale", action="store_const", const=Scale.SMOKE,
+                      help="the smallest sizes that run every scenario (figures mean nothing)")
+    p.add_argument("--results", type=Path, default=HERE / "results",
+                   help="where NAME.json goes (default: %(default)s)")
     p.add_argument("names", nargs="*", help="e.g. put builders query rebuild")
     args = p.parse_args()
     names = args.names or sorted(f.stem[6:] for f in HERE.glob("bench_*.py"))
-    (HERE / "results").mkdir(exist_ok=True)
+    args.results.mkdir(parents=True, exist_ok=True)
     print(
         f"machine: {platform.machine()}, {platform.processor() or '?'}, "
         f"python {platform.python_version()}, {__import__('os').cpu_count()} cores"
@@ -45,13 +54,13 @@ def main() -> int:
         mod = importlib.import_module(f"benchmarks.bench_{name}")
         t0 = time.time()
         try:
-            rows = mod.run(quick=args.quick)
+            rows = mod.run(args.scale)
         except Exception as e:  # keep going: one broken scenario must not hide the others
             print(f"\n## {name}: FAILED: {e!r}", flush=True)
             failed += 1
             continue
         print(f"\n## {name} ({time.time() - t0:.0f}s)\n\n{table(rows)}", flush=True)
-        (HERE / "results" / f"{name}.json").write_text(json.dumps(rows, indent=1))
+        (args.results / f"{name}.json").write_text(json.dumps(rows, indent=1))
     return 1 if failed else 0
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.scale import Scale
 from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
 from services.indexer.batch import Columns
@@ -101,8 +102,8 @@ def _drive(builder, work: list) -> float:
     return time.perf_counter() - t0
 
 
-def run(quick: bool = False) -> list[dict]:
-    messages = 100_000 if quick else 1_000_000
+def run(scale: Scale = Scale.FULL) -> list[dict]:
+    messages = scale.pick(1_000_000, 100_000, 10_000)
     work = batches(messages)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-builders-") as tmp:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from benchmarks.bench_put import WINDOW, _messages, over_grpc, peak_rss_mib
 from benchmarks.procs import cpu_seconds, start
+from benchmarks.scale import Scale
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, indexer_pb2, indexer_pb2_grpc
 
@@ -197,10 +198,10 @@ def catch_up(total_bytes: int) -> dict:
     }
 
 
-def run(quick: bool = False) -> list[dict]:
-    count = 20_000 if quick else 300_000
+def run(scale: Scale = Scale.FULL) -> list[dict]:
+    count = scale.pick(300_000, 20_000, 2_000)
     rows = [stored_and_indexed(count, p, c) for c in (False, True) for p in (1, 4)]
     best = max(r["stored+indexed msgs/s"] for r in rows)
-    rows.append(lag_at_rate(best / 2, 3 if quick else 15))
-    rows.append(catch_up(64 * 2**20 if quick else 1024 * 2**20))
+    rows.append(lag_at_rate(best / 2, scale.pick(15, 3, 1)))
+    rows.append(catch_up(scale.pick(1024, 64, 4) * 2**20))
     return rows

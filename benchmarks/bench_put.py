@@ -9,6 +9,7 @@ from pathlib import Path
 import grpc
 
 from benchmarks.procs import cpu_seconds, start
+from benchmarks.scale import Scale
 from rmqstore.server import CHANNEL_OPTIONS, channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.cli import put_stream
@@ -179,8 +180,8 @@ def peak_rss_mib(pid: int) -> float:
     return 0.0
 
 
-def run(quick: bool = False) -> list[dict]:
-    count = 20_000 if quick else 200_000
+def run(scale: Scale = Scale.FULL) -> list[dict]:
+    count = scale.pick(200_000, 20_000, 2_000)
     rows = []
     for size in (128, 1024, 4096):
         rows.append(in_process(size, "async", count))

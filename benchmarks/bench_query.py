@@ -1,6 +1,6 @@
 """Query service: queries/s and p50/p99 latency by key (warm), by id and pull.
 
-A store of N messages (1,000,000; 50,000 with ``quick``) is written straight to disk with the
+A store of N messages (1,000,000; fewer at a smaller ``Scale``) is written straight to disk with the
 shared format library (commitlog segments, consume queues, index files, the same bytes the
 services write), then served by the real writer and the real query service; the client
 calls the query service over gRPC on loopback, one call at a time (one row calls the lookup
@@ -30,6 +30,7 @@ import numpy as np
 
 from benchmarks.bench_put import peak_rss_mib
 from benchmarks.procs import ServiceProcess, cpu_seconds, start
+from benchmarks.scale import Scale
 from rmqstore import dispatch
 from rmqstore.formats import commitlog
 from rmqstore.formats import consume_queue as cq
@@ -262,10 +263,10 @@ def _ceiling(tmp: Path, writer: ServiceProcess | None, method: str, answer: Any,
         noop.stop()
 
 
-def run(quick: bool = False) -> list[dict]:
-    n = 50_000 if quick else 1_000_000
+def run(scale: Scale = Scale.FULL) -> list[dict]:
+    n = scale.pick(1_000_000, 50_000, 12_000)  # a shared key has n / 1000 hits: more than 10
     slots, entries = (max(n // 2, 100), 4 * n)
-    calls = 500 if quick else 5000
+    calls = scale.pick(5000, 500, 40)
     rng = random.Random(7)
     rows = []
     with tempfile.TemporaryDirectory(prefix="bench-query-") as tmp:
@@ -359,5 +360,5 @@ def run(quick: bool = False) -> list[dict]:
 
 
 if __name__ == "__main__":
-    for row in run(quick=True):
+    for row in run(Scale.QUICK):
         print(row)

@@ -3,7 +3,7 @@ builders (``services/indexer``, in process) replaying the same commitlog; and th
 that commitlog to Parquet.
 
 The commitlog is synthetic (1 KiB bodies, a UNIQ_KEY and two KEYS per message, 4 topics of 8
-queues): >= 1 GiB in 1 GiB segments, or about 64 MiB in 16 MiB segments with ``quick``.
+queues): >= 1 GiB in 1 GiB segments (about 64 MiB in 16 MiB segments at ``Scale.QUICK``).
 Default index and consume-queue settings (5,000,000 slots, 20,000,000 entries, 300,000 units).
 Each Spark figure is the time of ``rebuild`` alone (session started and warmed up by a
 1 MiB rebuild); the online figure is both builders in one process fed the writer's dispatch
@@ -16,6 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.scale import Scale
 from pipelines.rebuild.job import rebuild
 from pipelines.synthetic import CommitlogWriter, Message
 
@@ -110,11 +111,11 @@ def _export(store: Path, tmp: Path) -> dict:
     }
 
 
-def run(quick: bool = False) -> list[dict]:
+def run(scale: Scale = Scale.FULL) -> list[dict]:
     from pipelines.spark import create_session
 
-    total = 64 * MIB if quick else 1024 * MIB + 4 * MIB
-    segment = 16 * MIB if quick else 1024 * MIB
+    total = scale.pick(1028, 64, 4) * MIB
+    segment = scale.pick(1024, 16, 1) * MIB
     tmp = Path(tempfile.mkdtemp(prefix="bench-rebuild-"))
     rows: list[dict] = []
     try:

@@ -19,6 +19,7 @@ import numpy as np
 from benchmarks.bench_put import _batch
 from benchmarks.bench_rebuild import write_synthetic
 from benchmarks.procs import start
+from benchmarks.scale import Scale
 from rmqstore.formats import index_file as ixf
 from rmqstore.formats.index_file import build_key
 from rmqstore.formats.javahash import index_hash, index_hashes
@@ -182,10 +183,10 @@ def index_walk(keys: int) -> list[dict]:
     ]
 
 
-def run(quick: bool = False) -> list[dict]:
-    total = 128 * MIB if quick else 1024 * MIB
-    rows = recovery(total, 64 * MIB if quick else 256 * MIB)
-    rows += restarts(total, 64 * MIB if quick else 256 * MIB)
-    rows.append(fresh_segment(8 * MIB, 256 * MIB if quick else 1024 * MIB))
-    rows += index_walk(100_000 if quick else 1_000_000)
+def run(scale: Scale = Scale.FULL) -> list[dict]:
+    total, segment = scale.pick(1024, 128, 16) * MIB, scale.pick(256, 64, 4) * MIB
+    rows = recovery(total, segment)
+    rows += restarts(total, segment)
+    rows.append(fresh_segment(scale.pick(8, 8, 1) * MIB, scale.pick(1024, 256, 4) * MIB))
+    rows += index_walk(scale.pick(1_000_000, 100_000, 10_000))
     return rows
