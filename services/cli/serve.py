@@ -12,6 +12,8 @@ import sys
 import threading
 import time
 
+from services.commitlog.config import WriterConfig
+
 SERVICES = (  # name, module, extra args, port slot
     ("commitlog", "services.commitlog", (), 0),
     ("consume-queue", "services.indexer", ("consume-queue",), 2),
@@ -134,15 +136,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cq-port", type=int, default=0)
     p.add_argument("--index-port", type=int, default=0)
     p.add_argument("--no-metrics", dest="metrics", action="store_false")
-    p.add_argument("--commitlog-segment-size", type=int, default=1024 * 1024 * 1024)
+    p.add_argument("--commitlog-segment-size", type=int, default=WriterConfig.segment_size)
     p.add_argument("--flush", choices=("async", "sync"), default="async")
-    p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
-    p.add_argument("--queues-per-topic", type=int, default=8)
+    p.add_argument("--max-message-size", type=int, default=WriterConfig.max_message_size)
+    p.add_argument("--queues-per-topic", type=int, default=WriterConfig.queues_per_topic)
     p.add_argument(
         "--dispatch-linger-ms",
         type=float,
-        default=2.0,
-        help="how long the writer lets more puts join a short dispatch batch (0 = off)",
+        default=WriterConfig.dispatch_linger_ms,
+        help="how long the writer lets more puts join a short dispatch batch (0 = off; "
+        "default: %(default)s)",
     )
     p.add_argument("--index-slots", type=int, default=5_000_000)
     p.add_argument("--index-entries", type=int, default=20_000_000)

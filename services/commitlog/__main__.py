@@ -10,7 +10,7 @@ from rmqstore.errors import StoreError
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
-from services.commitlog.engine import CommitLogEngine
+from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 
@@ -33,9 +33,10 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dispatch-linger-ms",
         type=float,
-        default=2.0,
-        help="when less than 256 KiB waits for a builder, let more puts join it for up to "
-        "this long: fewer, larger dispatch batches (0 = send at once)",
+        default=WriterConfig.dispatch_linger_ms,
+        help=f"when less than {LINGER_BELOW >> 20} MiB of records waits for a builder, let more "
+        "puts join it for up to this long: fewer, larger dispatch batches (0 = send at once; "
+        "default: %(default)s)",
     )
 
 

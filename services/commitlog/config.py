@@ -22,7 +22,7 @@ class WriterConfig:
     warmup: bool = False
     preallocate: bool = True
     snapshot_interval_ms: int = 10_000  # checkpoint file and queue-offset snapshot
-    dispatch_linger_ms: float = 2.0  # a subscriber near the head waits this long for more
+    dispatch_linger_ms: float = 5.0  # a subscriber near the head waits this long for more
 
     def __post_init__(self) -> None:
         if self.flush not in ("async", "sync"):

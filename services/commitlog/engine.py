@@ -46,7 +46,7 @@ CONSUME_QUEUE_SUBSCRIBER = "consume-queue"
 SUBSCRIBER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 MAX_SUBSCRIBERS = 64
 MAX_BATCH_RECORDS = 100_000
-LINGER_BELOW = 256 * 1024  # dispatch: bytes waiting below which a subscriber lingers
+LINGER_BELOW = 4 * 1024 * 1024  # dispatch: bytes waiting below which a subscriber lingers
 
 
 DURABLE_TIMEOUT_S = 5.0  # a sync-flush put not durable by then fails (FLUSH_DISK_TIMEOUT)

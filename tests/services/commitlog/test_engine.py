@@ -11,7 +11,7 @@ from rmqstore.errors import ResourceExhaustedError, StoreError, UnavailableError
 from rmqstore.formats import commitlog
 from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.commitlog.config import WriterConfig
-from services.commitlog.engine import CommitLogEngine
+from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 
 
 @pytest.fixture
@@ -222,20 +222,28 @@ def _first_batch(engine: CommitLogEngine, got: list) -> threading.Thread:
 
 def test_a_subscriber_that_caught_up_lingers_for_more_puts(tmp_path):
     """Once it has caught up, the puts right behind the next one join its batch (bounded by
-    the linger and by 256 KiB of records); one with records waiting takes them at once."""
+    the linger and by ``LINGER_BELOW`` bytes of records); one with records waiting takes them
+    at once."""
     e = CommitLogEngine(
-        WriterConfig(store=tmp_path / "store", segment_size=8 << 20, dispatch_linger_ms=1000)
+        WriterConfig(store=tmp_path / "store", segment_size=16 << 20, dispatch_linger_ms=1000)
     )
     got: list = []
     try:
         taker = _first_batch(e, got)  # nothing stored yet: it waits at the head
         e.put([common_pb2.Message(topic="T", body=b"x")])
-        e.put([common_pb2.Message(topic="T", body=bytes(1000)) for _ in range(300)])
+        for _ in range(200):  # woken by the put, it lingers
+            if e._lingering:
+                break
+            time.sleep(0.05)
+        half = [common_pb2.Message(topic="T", body=bytes(LINGER_BELOW // 64))] * 32
+        e.put(half)
+        assert taker.is_alive() and not got  # under LINGER_BELOW: it lingers on
+        e.put(half)  # together over LINGER_BELOW: the wait ends
         taker.join(10)
-        assert got[0].records == 301  # the second put (over 256 KiB) ended the wait
+        assert got[0].records == 65
         behind: list = []
         _first_batch(e, behind).join(10)
-        assert behind[0].records == 301
+        assert behind[0].records == 65
     finally:
         e.close()
 
