@@ -1,7 +1,7 @@
 """Query service: queries/s and p50/p99 latency by key (warm), by id and pull.
 
-A store of N messages (1,000,000; fewer at a smaller ``Scale``) is written straight to disk with the
-shared format library (commitlog segments, consume queues, index files, the same bytes the
+A store of N messages (1,000,000; fewer at a smaller ``Scale``) is written straight to disk
+with the shared format library (commitlog segments, consume queues, index files, the same bytes the
 services write), then served by the real writer and the real query service; the client
 calls the query service over gRPC on loopback, one call at a time (one row calls the lookup
 in process, to show what the query service's own gRPC hop costs; the last row has 4 clients
