@@ -1,14 +1,13 @@
 """Query service: queries/s and p50/p99 latency by key (warm), by id and pull.
 
 A store of N messages (1,000,000; fewer at a smaller ``Scale``) is written straight to disk
-with the shared format library (commitlog segments, consume queues, index files, the same bytes the
-services write), then served by the real writer and the real query service; the client
-calls the query service over gRPC on loopback, one call at a time (one row calls the lookup
-in process, to show what the query service's own gRPC hop costs; the last row has 4 clients
-calling at once, each on its own channel and thread). Each message has a unique key
-``k<i>``, a shared key ``g<i % 1000>`` and a UNIQ_KEY. Each row also gives the CPU time
-(user + system, all threads) the query service and the writer spent per call, and their
-peak RSS so far.
+with the shared format library (commitlog segments, consume queues, index files, the same bytes
+the services write), then served by the real writer and the real query service; the client
+calls the query service over gRPC on loopback, one call at a time (one row calls the lookup in
+process, to show what the query service's own gRPC hop costs; the last row has 4 clients
+calling at once, each on its own channel and thread). Each message has a unique key ``k<i>``, a
+shared key ``g<i % 1000>`` and a UNIQ_KEY. Each row also gives the CPU time (user + system, all
+threads) the query service and the writer spent per call, and their peak RSS so far.
 
 Each row over gRPC is followed by its ceiling: the same calls against ``noop_query``, which
 answers every call with one of the real answers after reading that answer's records from the
