@@ -2,6 +2,10 @@
 
 ``python -m benchmarks [--quick | --smoke] [--results DIR] [NAME ...]``; results also go to
 ``DIR/NAME.json`` (benchmarks/results by default). Exits with 1 when a scenario failed.
+
+This VM's speed changes by the hour, so the machine's speed (``benchmarks.machine``) is read
+before each benchmark and after the last, and printed last as its own table
+(``DIR/machine.json``).
 """
 
 import argparse
@@ -12,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import machine
 from benchmarks.scale import Scale
 
 HERE = Path(__file__).parent
@@ -50,7 +55,9 @@ def main() -> int:
         f"python {platform.python_version()}, {__import__('os').cpu_count()} cores"
     )
     failed = 0
+    speeds: list[dict] = []
     for name in names:
+        speeds.append({"scenario": f"before {name}", **machine.measure(args.scale)})
         mod = importlib.import_module(f"benchmarks.bench_{name}")
         t0 = time.time()
         try:
@@ -61,6 +68,9 @@ def main() -> int:
             continue
         print(f"\n## {name} ({time.time() - t0:.0f}s)\n\n{table(rows)}", flush=True)
         (args.results / f"{name}.json").write_text(json.dumps(rows, indent=1))
+    speeds.append({"scenario": "after the last", **machine.measure(args.scale)})
+    print(f"\n## machine speed\n\n{table(speeds)}", flush=True)
+    (args.results / "machine.json").write_text(json.dumps(speeds, indent=1))
     return 1 if failed else 0
 
 

@@ -34,6 +34,9 @@ def test_benchmark_runs_at_smoke_scale(name, tmp_path):
     )  # fmt: skip
     assert run.returncode == 0, f"{run.stdout[-4000:]}\n{run.stderr[-4000:]}"
     assert f"\n## {name} (" in run.stdout  # its table, not "FAILED"
+    speeds = json.loads((tmp_path / "machine.json").read_text())
+    assert [s["scenario"] for s in speeds] == [f"before {name}", "after the last"]
+    assert "\n## machine speed\n" in run.stdout
     rows = json.loads((tmp_path / f"{name}.json").read_text())
     assert rows
     for row in rows:
