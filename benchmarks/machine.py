@@ -69,7 +69,7 @@ def hash_rate(calls: int) -> float:
 
 
 def measure(scale: Scale = Scale.FULL) -> dict:
-    """The median of a few short runs of each workload (about 1 s in all at full scale)."""
+    """The median of a few short runs of each workload (under a second in all at full scale)."""
     reps = scale.pick(5, 5, 1)
     with mmap.mmap(-1, scale.pick(50_000, 50_000, 2_000) * RECORD_SIZE) as mm:
         mm.write(b"\x01" * len(mm))  # every page touched before any clock starts
