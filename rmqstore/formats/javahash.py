@@ -22,13 +22,36 @@ def _to_signed(h: int) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
+# ``hashCode`` of ASCII text is the text's bytes read as the digits of a base-31 numeral
+# (sum of b * 31**k), except that a byte is no base-31 digit. Each byte b is split into
+# b // 31 and b % 31 (both digits, b < 128), and ``int(..., 31)`` reads the two numerals in C.
+_BASE31 = b"0123456789abcdefghijklmnopqrstu"
+_LOW = bytes(_BASE31[b % 31] for b in range(256))
+_HIGH = bytes(_BASE31[b // 31 % 31] for b in range(256))
+_NUMERAL = 2048  # bytes read at a time: int() refuses numerals of over 4,300 digits
+_NUMERAL_SHIFT = pow(31, _NUMERAL, 1 << 32)
+
+
+def _ascii_hash(data: bytes) -> int:
+    """``hashCode`` of ASCII bytes, unsigned (h * 31**n + tail's hash, numeral by numeral)."""
+    if not data:
+        return 0
+    if len(data) <= _NUMERAL:
+        return (int(data.translate(_LOW), 31) + 31 * int(data.translate(_HIGH), 31)) & _MASK
+    h = 0
+    for at in range(0, len(data), _NUMERAL):
+        part = data[at : at + _NUMERAL]
+        shift = _NUMERAL_SHIFT if len(part) == _NUMERAL else pow(31, len(part), 1 << 32)
+        low, high = int(part.translate(_LOW), 31), int(part.translate(_HIGH), 31)
+        h = (h * shift + low + 31 * high) & _MASK
+    return h
+
+
 def java_hash(s: str) -> int:
     """``String.hashCode()``: h = 31*h + unit over UTF-16 units, as signed int32."""
-    h = 0
     if s.isascii():
-        for ch in s.encode("ascii"):
-            h = (31 * h + ch) & _MASK
-        return _to_signed(h)
+        return _to_signed(_ascii_hash(s.encode("ascii")))
+    h = 0
     data = s.encode("utf-16-be")
     for i in range(0, len(data), 2):
         h = (31 * h + (data[i] << 8 | data[i + 1])) & _MASK
@@ -37,8 +60,15 @@ def java_hash(s: str) -> int:
 
 def index_hash(key: str) -> int:
     """Index-file key hash: ``Math.abs(hashCode)``, 0 when that overflows."""
-    h = java_hash(key)
-    return 0 if h == _MIN_INT else abs(h)
+    if key.isascii() and key:  # a query's key: the short way, inlined
+        data = key.encode("ascii")
+        h = _ascii_hash(data) if len(data) > _NUMERAL else \
+            (int(data.translate(_LOW), 31) + 31 * int(data.translate(_HIGH), 31)) & _MASK
+    else:
+        h = java_hash(key) & _MASK
+    if h < 0x8000_0000:
+        return h
+    return 0 if h == 0x8000_0000 else (1 << 32) - h  # |int32|; MIN_VALUE's overflows: 0
 
 
 def tags_code(tags: str | None) -> int:

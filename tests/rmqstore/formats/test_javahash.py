@@ -104,6 +104,20 @@ def test_index_hashes_agree_with_index_hash(keys):
     assert [java_hash(k) for k in keys] == [_reference_hash(k) for k in keys]
 
 
+@settings(max_examples=100, deadline=None)
+@given(st.text(alphabet=st.characters(max_codepoint=127), max_size=5000))
+def test_java_hash_of_ascii_keys_of_any_length(key):
+    assert java_hash(key) == _reference_hash(key)
+    assert index_hash(key) == _reference_index_hash(key)
+
+
+@pytest.mark.parametrize("length", [0, 1, 2047, 2048, 2049, 4096, 4301, 20_000])
+def test_java_hash_of_long_ascii_keys(length):
+    key = "".join(chr(i * 7 % 128) for i in range(length))  # every byte value, NUL and DEL too
+    assert java_hash(key) == _reference_hash(key)
+    assert index_hash(key) == _reference_index_hash(key)
+
+
 def test_index_hashes_mixed_batch_with_min_value_surrogates_and_long_keys():
     rng = random.Random(7)
     keys = ["polygenelubricants", "", "t#\U0001f600", "topic#中文", "Aa", "BB"]
