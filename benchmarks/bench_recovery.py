@@ -29,9 +29,8 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.query.budget import Budget, BudgetLimits
-from services.query.index_reader import PAUSE, POS_INF, IndexCatalog
+from services.query.index_reader import PAUSE, POS_INF, IndexCatalog, KeyWalk
 from services.query.listing import SETTLE_NS
-from services.query.lookup import KeyWalk
 
 MIB = 1024 * 1024
 

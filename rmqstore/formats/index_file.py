@@ -22,6 +22,9 @@ from rmqstore.formats.javahash import index_hash
 
 HEADER = struct.Struct(">qqqqii")
 HEADER_SIZE = HEADER.size  # 40
+# the header's begin ts, end ts and index count, the other fields skipped
+SPAN = struct.Struct(">qq16x4xi")
+assert SPAN.size == HEADER_SIZE
 SLOT = struct.Struct(">i")
 SLOT_SIZE = SLOT.size  # 4
 ENTRY = struct.Struct(">iqii")
@@ -73,7 +76,7 @@ class IndexFile:
         self.buf = buf
         self.slots = slots
         self.entries = entries
-        self._entry_base = HEADER_SIZE + SLOT_SIZE * slots
+        self.entry_base = HEADER_SIZE + SLOT_SIZE * slots  # where entry 0 begins
         h = HEADER.unpack_from(buf, 0)
         self.header = IndexHeader(*h)
 
@@ -82,11 +85,16 @@ class IndexFile:
         self.header = IndexHeader(*HEADER.unpack_from(self.buf, 0))
         return self.header
 
+    def read_span(self) -> tuple[int, int, int]:
+        """(begin ts, end ts, index count) as the header holds them now (``header`` is left
+        as it was): what a reader needs per query, read in one go."""
+        return SPAN.unpack_from(self.buf, 0)
+
     def slot(self, n: int) -> int:
         return SLOT.unpack_from(self.buf, HEADER_SIZE + SLOT_SIZE * n)[0]
 
     def entry(self, n: int) -> tuple[int, int, int, int]:
-        return ENTRY.unpack_from(self.buf, self._entry_base + ENTRY_SIZE * n)
+        return ENTRY.unpack_from(self.buf, self.entry_base + ENTRY_SIZE * n)
 
     @property
     def is_full(self) -> bool:
@@ -125,7 +133,7 @@ class IndexFile:
         n = self.slot(key_hash % self.slots)
         if n <= 0 or n > count:
             return hits, hops
-        base, entry, buf = self._entry_base, ENTRY, self.buf
+        base, entry, buf = self.entry_base, ENTRY, self.buf
         while len(hits) < max_hits:
             if max_hops is not None and hops >= max_hops:
                 break
@@ -197,7 +205,7 @@ class IndexFile:
         old[(old <= 0) | (old > count)] = 0  # RocketMQ treats such a slot as empty
         prev = count + chains.prev.astype(np.int64)
         prev[first] = old
-        start = self._entry_base + ENTRY_SIZE * count
+        start = self.entry_base + ENTRY_SIZE * count
         written = np.frombuffer(self.buf, dtype=ENTRY_DTYPE, count=n, offset=start)
         written["hash"] = hashes
         written["phy"] = phys

@@ -11,7 +11,7 @@ class BudgetLimits:
     millis: int = 5_000
 
 
-@dataclass
+@dataclass(slots=True)
 class Budget:
     limits: BudgetLimits
     hops: int = 0

@@ -22,8 +22,8 @@ from rmqstore.formats.index_file import (
     ENTRY_SIZE,
     HEADER_SIZE,
     SLOT,
+    SLOT_SIZE,
     IndexFile,
-    IndexHeader,
     file_size,
 )
 from rmqstore.layout import is_index_file_name
@@ -50,69 +50,73 @@ class IndexEntry(NamedTuple):
 PAUSE = IndexEntry("", 0, 0, 0, NEG_INF, POS_INF)  # not an entry: a point to let others run
 
 
-class ChainWalk:
-    """Entries of one slot chain of one file, newest first, from ``start`` (or the slot head).
+class KeyWalk:
+    """Entries of one key hash over index files (names newest first), newest first, whose
+    store time may lie in [begin, end].
 
-    ``hops`` counts entries read; ``next_number`` is where a walk stopped early would resume
-    (0 when the chain is done); both are up to date whenever the walk yields and once it
-    ends. Every ``PAUSE_EVERY`` hops it yields ``PAUSE`` (by identity) instead of an entry,
+    ``start`` is (file, entry) to resume at: in that file the walk begins at that entry (0:
+    at the key's slot); callers resuming pass that file and older ones only. Every hop counts
+    against the budget; when the budget runs out the walk ends with ``cut_at`` set to where
+    a next page would resume. Every
+    ``PAUSE_EVERY`` hops of the budget it yields ``PAUSE`` (by identity) instead of an entry,
     so that a long walk on an event loop can let other queries run.
     """
 
-    def __init__(self, index: IndexFile, name: str, key_hash: int, begin: int,
-                 start: int | None = None, budget: Budget | None = None,
-                 header: IndexHeader | None = None) -> None:
-        """``header``: the file's header, if the caller has just read it."""
-        self.index = index
-        self.budget = budget
-        self.cut = False  # True when the budget, not the chain, ended the walk
-        self.name = name
-        self.key_hash = key_hash
-        self.begin = begin
-        hdr = header or index.read_header()
-        self.count = hdr.index_count
-        self.begin_ts = hdr.begin_timestamp
-        if start is None:
-            start = index.slot(key_hash % index.slots) if self.count > 1 else 0
-        self.next_number = start if 0 < start < index.entries else 0
-        self.hops = 0
+    def __init__(self, catalog: "IndexCatalog", names: list[str], key_hash: int, begin: int,
+                 end: int, budget: Budget, start: tuple[str, int] | None = None) -> None:
+        self.catalog, self.names, self.key_hash = catalog, names, key_hash
+        self.begin, self.end, self.budget, self.start = begin, end, budget, start
+        self.cut_at: tuple[str, int] | None = None  # where the budget stopped the walk
 
     def __iter__(self) -> Iterator[IndexEntry]:
-        idx, budget = self.index, self.budget
-        buf, base, unpack = idx.buf, HEADER_SIZE + SLOT.size * idx.slots, ENTRY.unpack_from
-        name, key_hash, begin, count, begin_ts = (
-            self.name, self.key_hash, self.begin, self.count, self.begin_ts
-        )
-        max_hops = budget.limits.hops if budget is not None else POS_INF
-        n, hops = self.next_number, self.hops
-        while n > 0:
-            if hops % PAUSE_EVERY == 0 and hops:
-                self.next_number, self.hops = n, hops
-                yield PAUSE
-            if budget is not None:
-                spent = budget.hops
-                if spent >= max_hops or (spent % 256 == 255 and budget.exhausted):
-                    self.cut = True
-                    break
-                budget.hops = spent + 1
-            kh, phy, diff, prev = unpack(buf, base + ENTRY_SIZE * n)
-            hops += 1
-            if diff < 0:
-                n = 0
-                break
-            number, n = n, (prev if 0 < prev < n else 0)
-            if number >= count:  # written after the header we read: not trusted yet
+        key_hash, begin, end, budget = self.key_hash, self.begin, self.end, self.budget
+        max_hops, names, start = budget.limits.hops, self.names, self.start
+        unpack, slot = ENTRY.unpack_from, SLOT.unpack_from
+        for i, name in enumerate(names):
+            index = self.catalog.open(name)
+            if index is None:
                 continue
-            t = begin_ts + diff * 1000
-            latest = POS_INF if number == 1 else t + SLACK_MS
-            if latest < begin:  # chains run back in time: nothing older can match
+            begin_ts, end_ts, count = index.read_span()
+            if count <= 1 or begin_ts > end:
+                continue  # empty, or every entry is newer than the range
+            if end_ts + SLACK_MS < begin:
+                return  # this file and all older ones end before the range
+            if start is not None and name == start[0] and start[1] > 0:
+                n = start[1]
+            else:
+                n = slot(index.buf, HEADER_SIZE + SLOT_SIZE * (key_hash % index.slots))[0]
+            if not 0 < n < index.entries:
                 n = 0
-                break
-            if kh == key_hash:
-                self.next_number, self.hops = n, hops
-                yield IndexEntry(name, number, kh, phy,
-                                 NEG_INF if diff == 0 or number == 1 else t, latest)
-        self.next_number, self.hops = n, hops
+            buf, base = index.buf, index.entry_base
+            spent = budget.hops  # counted here, written back wherever the walk stops
+            while n > 0:
+                if spent & 255 == 255 or spent >= max_hops:  # now and then: budget, pause
+                    budget.hops = spent
+                    if spent >= max_hops or budget.exhausted:
+                        self.cut_at = (name, n)
+                        return
+                    if spent % PAUSE_EVERY == PAUSE_EVERY - 1:
+                        yield PAUSE
+                spent += 1
+                kh, phy, diff, prev = unpack(buf, base + ENTRY_SIZE * n)
+                if diff < 0:
+                    break
+                number, n = n, (prev if 0 < prev < n else 0)
+                if number >= count:  # written after the header we read: not trusted yet
+                    continue
+                t = begin_ts + diff * 1000
+                latest = POS_INF if number == 1 else t + SLACK_MS
+                if latest < begin:  # chains run back in time: nothing older can match
+                    break
+                if kh == key_hash:
+                    earliest = NEG_INF if diff == 0 or number == 1 else t
+                    if earliest <= end:
+                        budget.hops = spent
+                        yield IndexEntry(name, number, kh, phy, earliest, latest)
+            budget.hops = spent
+            if i + 1 < len(names) and budget.exhausted:
+                self.cut_at = (names[i + 1], 0)
+                return
 
 
 class IndexCatalog:

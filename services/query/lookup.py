@@ -27,7 +27,7 @@ from rmqstore.formats.properties import MAX_PROPERTIES_LENGTH
 from rmqstore.layout import StoreLayout, validate_topic
 from services.query import cursor as cursor_fmt
 from services.query.budget import Budget, BudgetLimits
-from services.query.index_reader import PAUSE, POS_INF, ChainWalk, IndexCatalog, IndexEntry
+from services.query.index_reader import PAUSE, POS_INF, IndexCatalog, IndexEntry, KeyWalk
 from services.query.record_source import RecordSource, read_some, record_at
 
 DEFAULT_LIMIT = 64
@@ -54,43 +54,6 @@ def record_matches(rec: commitlog.Record, topic: str, key: str, begin: int, end:
     if rec.topic != topic or not begin <= rec.store_timestamp <= end or not key:
         return False
     return rec.uniq_key == key or key in rec.keys.split(" ")
-
-
-class KeyWalk:
-    """Candidates of one key over the index files newest first, with the stop position."""
-
-    def __init__(self, catalog: IndexCatalog, names: list[str], key_hash: int, begin: int,
-                 end: int, budget: Budget, start: cursor_fmt.Position | None) -> None:
-        self.catalog, self.names, self.key_hash = catalog, names, key_hash
-        self.begin, self.end, self.budget, self.start = begin, end, budget, start
-        self.cut_at: tuple[str, int] | None = None  # where the budget stopped the walk
-
-    def __iter__(self) -> Iterator[IndexEntry]:
-        for i, name in enumerate(self.names):
-            index = self.catalog.open(name)
-            if index is None:
-                continue
-            hdr = index.read_header()
-            if hdr.index_count <= 1 or hdr.begin_timestamp > self.end:
-                continue  # empty, or every entry is newer than the range
-            if hdr.end_timestamp + 999 < self.begin:
-                return  # this file and all older ones end before the range
-            start = None
-            if self.start is not None and name == self.start.file and self.start.entry > 0:
-                start = self.start.entry
-            walk = ChainWalk(index, name, self.key_hash, self.begin, start, self.budget, hdr)
-            for e in walk:
-                if e.latest >= self.begin and e.earliest <= self.end:  # PAUSE passes
-                    yield e
-            if walk.cut:
-                if walk.next_number > 0:
-                    self.cut_at = (name, walk.next_number)
-                elif i + 1 < len(self.names):
-                    self.cut_at = (self.names[i + 1], 0)
-                return
-            if i + 1 < len(self.names) and self.budget.exhausted:
-                self.cut_at = (self.names[i + 1], 0)
-                return
 
 
 class KeyLookup:
@@ -144,7 +107,7 @@ class KeyLookup:
             names = [n for n in names if n <= start.file]
         last_phy = start.last_phy if start is not None else POS_INF
         walk = KeyWalk(self.catalog, names, index_hash(build_key(topic, key)), begin, end,
-                       budget, start)
+                       budget, (start.file, start.entry) if start is not None else None)
         entries = iter(walk)
         seen = last_phy
         done = False
