@@ -136,10 +136,11 @@ def fresh_segment(data: int, segment: int) -> dict:
 
 
 def index_walk(keys: int) -> list[dict]:
-    """Lookups of random keys among ``keys`` in one index file (two keys a slot): the format
-    module's chain walk over the file in memory, and the query service's own lookup (the
-    index half of a query by key, before any record is fetched) over the file on disk."""
-    slots, entries = keys // 2, keys + 1
+    """Lookups of random keys among ``keys`` in one index file (two keys a slot, room for as
+    many again, as the file a writer is filling has): the format module's chain walk over the
+    file in memory, and the query service's own lookup (the index half of a query by key,
+    before any record is fetched) over the file on disk."""
+    slots, entries = keys // 2, 2 * keys
     buf = bytearray(ixf.file_size(slots, entries))
     f = ixf.IndexFile(buf, slots, entries)
     names = [f"Topic#order-{i}" for i in range(keys)]

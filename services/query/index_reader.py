@@ -11,8 +11,10 @@ time before the file's begin is clamped to 0) and entry #1 (RocketMQ measures it
 previous file's end, then overwrites the begin with it; spec §6.3 Q2).
 """
 
+import functools
 import mmap
 import os
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
@@ -36,6 +38,7 @@ SLACK_MS = 999  # an entry's time is its store time truncated to the second
 NEG_INF = -(2**63)
 POS_INF = 2**63 - 1
 PAUSE_EVERY = 4096  # hops between pauses of a walk
+CHECK_NS = 1_000_000  # the index directory is looked at at least this often while queried
 
 
 class IndexEntry(NamedTuple):
@@ -48,6 +51,7 @@ class IndexEntry(NamedTuple):
 
 
 PAUSE = IndexEntry("", 0, 0, 0, NEG_INF, POS_INF)  # not an entry: a point to let others run
+_entry = functools.partial(tuple.__new__, IndexEntry)  # an IndexEntry of a tuple, made in C
 
 
 class KeyWalk:
@@ -112,7 +116,7 @@ class KeyWalk:
                     earliest = NEG_INF if diff == 0 or number == 1 else t
                     if earliest <= end:
                         budget.hops = spent
-                        yield IndexEntry(name, number, kh, phy, earliest, latest)
+                        yield _entry((name, number, kh, phy, earliest, latest))
             budget.hops = spent
             if i + 1 < len(names) and budget.exhausted:
                 self.cut_at = (names[i + 1], 0)
@@ -122,14 +126,15 @@ class KeyWalk:
 class IndexCatalog:
     """The index files of a store, mapped read-only and cached by name.
 
-    The directory is listed again only when it has changed (``listing.Listing``). A file
-    replaced or removed changes the directory, so between listings a mapped file is used
-    without asking the filesystem again.
+    The directory is looked at when a new file may have come (``names``) and listed again
+    only when it has changed (``listing.Listing``). A file replaced or removed changes the
+    directory, so between listings a mapped file is used without asking the filesystem
+    again.
     """
 
     def __init__(self, index_dir: Path, slots: int, entries: int) -> None:
         self.dir = Path(index_dir)
-        self._listing = Listing(str(self.dir))  # a stat per query: a str costs less than a Path
+        self._listing = Listing(str(self.dir))  # a str costs less than a Path
         self._prefix = os.path.join(self.dir, "")  # names are joined to it as strings: per query
         self.slots = slots
         self.entries = entries
@@ -137,16 +142,42 @@ class IndexCatalog:
         self._files = MappedFiles(self._index)
         self._names: list[str] = []
         self._opened: dict[str, IndexFile] = {}  # mapped since the last listing
+        self._checked_ns = 0  # monotonic time of the last look at the directory
+        self._tail: IndexFile | None = None  # the newest file with entries, at that look
 
     def names(self) -> list[str]:
-        """Index file names, newest first (names sort by time). When the directory has
-        changed, the mappings of files no longer there are dropped."""
+        """Index file names, newest first (names sort by time).
+
+        The directory is looked at only when a new file may have come, and in any case once
+        every ``CHECK_NS``: writers (ours, and RocketMQ's) add a file only once the newest
+        file with entries is full, or when there is none (a file emptied in place counts as
+        a change too). Other changes (a rebuild's output swapped in, files removed by hand)
+        are seen within ``CHECK_NS``. When the directory has changed, the mappings of files
+        no longer there are dropped.
+        """
+        now, tail = time.monotonic_ns(), self._tail
+        if tail is not None and now < self._checked_ns + CHECK_NS \
+                and 1 < tail.read_span()[2] < tail.entries:
+            return self._names  # the newest file with entries still has room
+        self._checked_ns = now
         if self._listing.refresh():
             listing = self._listing.names or []
             self._names = sorted((n for n in listing if is_index_file_name(n)), reverse=True)
             self._opened = {}
             self._files.forget_except(self._prefix + n for n in self._names)
+        self._tail = self._newest_with_entries()
         return self._names
+
+    def _newest_with_entries(self) -> IndexFile | None:
+        """The newest file with entries: the one writers fill (files newer than it are
+        empty); None if there is none, or a file listed could not be mapped."""
+        for name in self._names:
+            index = self.open(name)
+            if index is None:
+                return None  # gone, or still being made: look again on the next query
+            if index.read_span()[2] > 1:
+                return index
+        return None
 
     def check_all(self) -> int:
         """Open every index file now (fails loudly on a size mismatch); returns the count."""

@@ -1,22 +1,33 @@
-"""The index catalog lists the directory again only when it changed, and always sees a file
-added, replaced or removed."""
+"""The index catalog looks at the directory when a new file may have come (the newest file
+with entries is full, or there is none) and at least every CHECK_NS, lists it again only
+when it changed, and then sees every file added, replaced or removed."""
 
 import os
 import time
 
 import numpy as np
+import pytest
 
 from rmqstore.formats import index_file as ixf
-from services.query import listing
+from services.query import index_reader, listing
 from services.query.index_reader import IndexCatalog
 
 SLOTS, ENTRIES = 16, 8
 
 
-def _index_file(path, first_ms: int, phy: int) -> None:
+@pytest.fixture
+def check_every_query(monkeypatch):
+    """The catalog looks at the directory on every query, as if a new file may always come."""
+    monkeypatch.setattr(index_reader, "CHECK_NS", 0)
+
+
+def _index_file(path, first_ms: int, phy: int, count: int = 1) -> None:
+    """An index file of ``count`` entries (``ENTRIES - 1`` fill it), the first at ``phy``."""
     buf = bytearray(ixf.file_size(SLOTS, ENTRIES))
     ixf.IndexFile(buf, SLOTS, ENTRIES).put_many(
-        np.array([7], np.int64), np.array([phy], np.int64), np.array([first_ms], np.int64))
+        np.full(count, 7, np.int64),
+        phy + np.arange(count, dtype=np.int64),
+        first_ms + np.arange(count, dtype=np.int64))
     path.write_bytes(buf)
 
 
@@ -46,13 +57,14 @@ def _changes_seen(tmp_path, catalog: IndexCatalog, pause: float) -> None:
     assert _phys(catalog) == {a: 300}
 
 
-def test_changes_right_after_each_other_are_seen(tmp_path):
+def test_changes_right_after_each_other_are_seen(tmp_path, check_every_query):
     catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
     _changes_seen(tmp_path, catalog, 0)
     catalog.close()
 
 
-def test_a_settled_directory_is_not_listed_again_until_it_changes(tmp_path, monkeypatch):
+def test_a_settled_directory_is_not_listed_again_until_it_changes(tmp_path, check_every_query,
+                                                                  monkeypatch):
     monkeypatch.setattr(listing, "SETTLE_NS", 50_000_000)
     catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
     _changes_seen(tmp_path, catalog, 0.06)
@@ -64,7 +76,7 @@ def test_a_settled_directory_is_not_listed_again_until_it_changes(tmp_path, monk
     catalog.close()
 
 
-def test_a_missing_directory_has_no_files(tmp_path):
+def test_a_missing_directory_has_no_files(tmp_path, check_every_query):
     catalog = IndexCatalog(tmp_path / "index", SLOTS, ENTRIES)
     assert catalog.names() == []
     (tmp_path / "index").mkdir()
@@ -73,7 +85,7 @@ def test_a_missing_directory_has_no_files(tmp_path):
     catalog.close()
 
 
-def test_a_change_that_leaves_the_directory_time_as_it_was_is_seen(tmp_path):
+def test_a_change_that_leaves_the_directory_time_as_it_was_is_seen(tmp_path, check_every_query):
     # a coarse clock: a change in the same tick as the listing does not move the mtime
     catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
     a, b = "20231114221320000", "20231114221330000"
@@ -86,7 +98,8 @@ def test_a_change_that_leaves_the_directory_time_as_it_was_is_seen(tmp_path):
     catalog.close()
 
 
-def test_a_directory_swapped_for_an_older_one_is_listed_again(tmp_path, monkeypatch):
+def test_a_directory_swapped_for_an_older_one_is_listed_again(tmp_path, check_every_query,
+                                                              monkeypatch):
     monkeypatch.setattr(listing, "SETTLE_NS", 50_000_000)
     index, staged = tmp_path / "index", tmp_path / "staged"
     index.mkdir()
@@ -101,4 +114,68 @@ def test_a_directory_swapped_for_an_older_one_is_listed_again(tmp_path, monkeypa
     os.rename(index, tmp_path / "old")
     os.rename(staged, index)  # as a rebuild swaps its output in
     assert _phys(catalog) == {"20231114221330000": 200}
+    catalog.close()
+
+
+def test_a_file_added_once_the_newest_is_full_is_seen_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(index_reader, "CHECK_NS", 3600 * 10**9)
+    a, b = "20231114221320000", "20231114221330000"
+    _index_file(tmp_path / a, 1_700_000_000_000, 100, ENTRIES - 1)
+    catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
+    assert _phys(catalog) == {a: 100}
+    _index_file(tmp_path / b, 1_700_000_010_000, 200)  # the writer rolled to a new file
+    assert _phys(catalog) == {b: 200, a: 100}
+    catalog.close()
+
+
+def test_a_first_file_is_seen_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(index_reader, "CHECK_NS", 3600 * 10**9)
+    catalog = IndexCatalog(tmp_path / "index", SLOTS, ENTRIES)
+    assert catalog.names() == []
+    (tmp_path / "index").mkdir()
+    assert catalog.names() == []
+    _index_file(tmp_path / "index" / "20231114221320000", 1_700_000_000_000, 5)
+    assert _phys(catalog) == {"20231114221320000": 5}
+    catalog.close()
+
+
+def test_an_empty_newer_file_does_not_hide_that_the_newest_with_entries_is_full(
+        tmp_path, monkeypatch):
+    # files emptied in place by a truncation stay as spares, named after the current one
+    monkeypatch.setattr(index_reader, "CHECK_NS", 3600 * 10**9)
+    a, spare, c = "20231114221320000", "20231114221330000", "20231114221340000"
+    _index_file(tmp_path / a, 1_700_000_000_000, 100, ENTRIES - 1)
+    (tmp_path / spare).write_bytes(bytes(ixf.file_size(SLOTS, ENTRIES)))
+    catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
+    assert catalog.names() == [spare, a]
+    _index_file(tmp_path / c, 1_700_000_020_000, 300)
+    assert catalog.names() == [c, spare, a]
+    catalog.close()
+
+
+def test_while_the_newest_has_room_other_changes_are_seen_within_the_check_interval(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(index_reader, "CHECK_NS", 200_000_000)
+    a, b = "20231114221320000", "20231114221330000"
+    _index_file(tmp_path / a, 1_700_000_000_000, 100)
+    catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
+    assert catalog.names() == [a]
+    _index_file(tmp_path / b, 1_700_000_010_000, 200)  # put there by hand, say
+    deadline = time.monotonic() + 0.2
+    while b not in catalog.names():
+        assert time.monotonic() < deadline + 0.05, "not seen within the check interval"
+        time.sleep(0.01)
+    assert _phys(catalog) == {b: 200, a: 100}
+    catalog.close()
+
+
+def test_while_the_newest_has_room_a_query_costs_no_look_at_the_directory(
+        tmp_path, monkeypatch):
+    monkeypatch.setattr(index_reader, "CHECK_NS", 3600 * 10**9)
+    a, b = "20231114221320000", "20231114221330000"
+    _index_file(tmp_path / a, 1_700_000_000_000, 100, ENTRIES - 2)  # one entry short
+    catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
+    assert catalog.names() == [a]
+    _index_file(tmp_path / b, 1_700_000_010_000, 200)  # no writer adds a file now
+    assert catalog.names() == [a]
     catalog.close()
