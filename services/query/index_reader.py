@@ -61,9 +61,9 @@ class KeyWalk:
     ``start`` is (file, entry) to resume at: in that file the walk begins at that entry (0:
     at the key's slot); callers resuming pass that file and older ones only. Every hop counts
     against the budget; when the budget runs out the walk ends with ``cut_at`` set to where
-    a next page would resume. Every
-    ``PAUSE_EVERY`` hops of the budget it yields ``PAUSE`` (by identity) instead of an entry,
-    so that a long walk on an event loop can let other queries run.
+    a next page would resume. Every ``PAUSE_EVERY`` hops of the budget it yields ``PAUSE``
+    (by identity) instead of an entry, so that a long walk on an event loop can let other
+    queries run.
     """
 
     def __init__(self, catalog: "IndexCatalog", names: list[str], key_hash: int, begin: int,
@@ -205,5 +205,5 @@ class IndexCatalog:
         return IndexFile(mm, self.slots, self.entries)
 
     def close(self) -> None:
-        self._opened = {}
+        self._opened, self._tail = {}, None
         self._files.close()
