@@ -60,12 +60,7 @@ def java_hash(s: str) -> int:
 
 def index_hash(key: str) -> int:
     """Index-file key hash: ``Math.abs(hashCode)``, 0 when that overflows."""
-    if key.isascii() and key:  # a query's key: the short way, inlined
-        data = key.encode("ascii")
-        h = _ascii_hash(data) if len(data) > _NUMERAL else \
-            (int(data.translate(_LOW), 31) + 31 * int(data.translate(_HIGH), 31)) & _MASK
-    else:
-        h = java_hash(key) & _MASK
+    h = _ascii_hash(key.encode("ascii")) if key.isascii() else java_hash(key) & _MASK
     if h < 0x8000_0000:
         return h
     return 0 if h == 0x8000_0000 else (1 << 32) - h  # |int32|; MIN_VALUE's overflows: 0
