@@ -9,9 +9,16 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from rmqstore.dispatch import DispatchRecord
 from rmqstore.formats import index_file as ixf
+from rmqstore.formats.index_file import build_key
+from rmqstore.formats.javahash import index_hash
+from rmqstore.layout import StoreLayout
+from services.indexer.batch import Columns
+from services.indexer.index_builder import IndexBuilder
 from services.query import index_reader, listing
-from services.query.index_reader import IndexCatalog
+from services.query.budget import Budget, BudgetLimits
+from services.query.index_reader import PAUSE, POS_INF, IndexCatalog, KeyWalk
 
 SLOTS, ENTRIES = 16, 8
 
@@ -179,4 +186,48 @@ def test_while_the_newest_has_room_a_query_costs_no_look_at_the_directory(
     assert catalog.names() == [a]
     _index_file(tmp_path / b, 1_700_000_010_000, 200)  # no writer adds a file now
     assert catalog.names() == [a]
+    catalog.close()
+
+
+def _found(catalog: IndexCatalog, key: str) -> set[int]:
+    walk = KeyWalk(catalog, catalog.names(), index_hash(build_key("T", key)), 0, POS_INF,
+                   Budget(BudgetLimits()))
+    return {e.phy_offset for e in walk if e is not PAUSE}
+
+
+def test_every_key_the_real_builder_has_applied_is_found_at_once(tmp_path, monkeypatch):
+    """The index builder rolls (and after a truncation reuses emptied files) while the
+    catalog, told to look at the directory on its own only once an hour, serves lookups:
+    every key applied is found right after ``apply`` returns."""
+    monkeypatch.setattr(index_reader, "CHECK_NS", 3600 * 10**9)
+    layout = StoreLayout.of(tmp_path)
+    builder = IndexBuilder(layout, slots=3, entries=9)  # 8 keys a file
+    catalog = IndexCatalog(layout.index_dir, 3, 9)
+    applied: dict[str, set[int]] = {}
+
+    def apply(first: int, count: int, later_ms: int = 0) -> None:
+        records = [DispatchRecord("T", 0, i, 100 * i, 100, 0,
+                                  1_700_000_000_000 + 10 * i + later_ms, f"k{i % 11} u{i}",
+                                  "", 0, 0)
+                   for i in range(first, first + count)]
+        builder.apply(Columns.from_records(records))
+        for r in records:
+            for k in r.keys.split(" "):
+                applied.setdefault(k, set()).add(r.phy_offset)
+        for k, offsets in applied.items():
+            assert offsets <= _found(catalog, k), (k, first)
+
+    for first in range(0, 60, 3):
+        apply(first, 3)
+    rolled = builder.rolls
+    builder.truncate(100 * 30)  # files past the cut are emptied in place and kept as spares
+    applied = {k: {o for o in v if o < 100 * 30} for k, v in applied.items()}
+    for first in range(30, 60, 5):  # the same records again: the spares are filled again
+        apply(first, 5)
+    builder.truncate(100 * 45)
+    applied = {k: {o for o in v if o < 100 * 45} for k, v in applied.items()}
+    for first in range(45, 90, 5):  # other records (later store times): new files
+        apply(first, 5, later_ms=5)
+    assert rolled >= 10 and builder.rolls > rolled
+    builder.close()
     catalog.close()
