@@ -19,15 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
-from rmqstore.formats.index_file import (
-    ENTRY,
-    ENTRY_SIZE,
-    HEADER_SIZE,
-    SLOT,
-    SLOT_SIZE,
-    IndexFile,
-    file_size,
-)
+from rmqstore.formats.index_file import ENTRY, ENTRY_SIZE, IndexFile, file_size
 from rmqstore.layout import is_index_file_name
 from services.query.budget import Budget
 from services.query.errors import IndexConfigError
@@ -75,7 +67,7 @@ class KeyWalk:
     def __iter__(self) -> Iterator[IndexEntry]:
         key_hash, begin, end, budget = self.key_hash, self.begin, self.end, self.budget
         max_hops, names, start = budget.limits.hops, self.names, self.start
-        unpack, slot = ENTRY.unpack_from, SLOT.unpack_from
+        unpack = ENTRY.unpack_from
         for i, name in enumerate(names):
             index = self.catalog.open(name)
             if index is None:
@@ -88,7 +80,7 @@ class KeyWalk:
             if start is not None and name == start[0] and start[1] > 0:
                 n = start[1]
             else:
-                n = slot(index.buf, HEADER_SIZE + SLOT_SIZE * (key_hash % index.slots))[0]
+                n = index.slot(key_hash % index.slots)
             if not 0 < n < index.entries:
                 n = 0
             buf, base = index.buf, index.entry_base
