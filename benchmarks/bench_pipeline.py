@@ -62,21 +62,26 @@ def stored_and_indexed(count: int, producers: int, columns: bool = False) -> dic
         w, cq, ix = _node(d)
         try:
             procs = {"writer": w, "cq": cq, "index": ix}
-            cpu = {k: cpu_seconds(p.proc.pid) for k, p in procs.items()}
-            put = over_grpc(w.address, 1024, producers, count, True, WINDOW, columns)
-            end = (
-                commitlog_pb2_grpc.CommitLogStub(channel(w.address))
-                .GetOffsets(commitlog_pb2.GetOffsetsRequest())
-                .max_offset
-            )
+            writer = commitlog_pb2_grpc.CommitLogStub(channel(w.address))
             stubs = [_progress(cq.address), _progress(ix.address)]
-            while any(
-                s.GetProgress(indexer_pb2.GetProgressRequest()).built_offset < end for s in stubs
-            ):
-                time.sleep(0.005)
-            built_at = time.time()
+            writer.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connected before the puts
+            for s in stubs:
+                s.GetProgress(indexer_pb2.GetProgressRequest())
+            cpu = {k: cpu_seconds(p.proc.pid) for k, p in procs.items()}
+
+            def built() -> tuple[int, float, dict[str, float]]:
+                """Once every put is answered: the commitlog's end, when both builders had
+                built up to it, and each process's CPU time until then."""
+                end = writer.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+                request = indexer_pb2.GetProgressRequest()
+                while any(s.GetProgress(request).built_offset < end for s in stubs):
+                    time.sleep(0.001)
+                at = time.time()
+                return end, at, {k: cpu_seconds(p.proc.pid) - cpu[k] for k, p in procs.items()}
+
+            put = over_grpc(w.address, 1024, producers, count, True, WINDOW, columns, after=built)
+            end, built_at, cpu = put["_after"]
             built = built_at - put["_start"]
-            cpu = {k: cpu_seconds(p.proc.pid) - cpu[k] for k, p in procs.items()}
             while any(
                 s.GetProgress(indexer_pb2.GetProgressRequest()).durable_offset < end for s in stubs
             ):

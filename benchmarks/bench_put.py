@@ -4,6 +4,7 @@ import asyncio
 import multiprocessing as mp
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -122,12 +123,15 @@ async def _stream(address: str, reqs: list, window: int, lat: list[float], q, go
 def over_grpc(
     address: str, body_size: int, producers: int, count: int, stream: bool = False,
     window: int = 1, columns: bool = False, server: int | None = None,
+    after: Callable[[], object] | None = None,
 ) -> dict:
     """Producers in their own processes start together; the rate is over the common span.
 
     ``stream``: each producer sends its batches over one PutStream instead of PutBatch calls,
     with up to ``window`` batches unanswered. ``columns``: batches as MessageColumns.
-    ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts.
+    ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts;
+    ``after()`` runs as soon as every producer has its last answer, before their processes
+    are joined (their exit takes tens of ms), and its result is ``_after``.
     CPU time per message: the producers' together, and the ``server`` process's (a pid) from
     the start until the last answer.
     """
@@ -153,6 +157,7 @@ def over_grpc(
     for r in res:
         if isinstance(r, Exception):
             raise r
+    followed = after() if after else None
     for p in ps:
         p.join()
     n = sum(r[0] for r in res)
@@ -168,6 +173,7 @@ def over_grpc(
         "_start": start,
         "_end": end,
         "_n": n,
+        "_after": followed,
     }
 
 
