@@ -43,17 +43,30 @@ def _result(r: PutResult) -> commitlog_pb2.PutResult:
     )
 
 
-def _columns(s: Stored) -> commitlog_pb2.PutResultColumns:
-    return commitlog_pb2.PutResultColumns(
-        msg_id=s.msg_ids(),
-        unique_key=s.unique_keys,
-        phy_offset=s.phy_offsets,
-        queue_offset=s.queue_offsets,
-        size=s.sizes,
-        store_timestamp=s.store_timestamp,
-        topic=s.topics,
-        queue_id=s.queue_ids,
-    )
+def _columns(s: Stored) -> dict[str, Any]:
+    """A PutResultColumns' fields, for a constructor to build the message where it goes (a
+    message built apart is copied again when set: 14 us of a 100-message reply's 26)."""
+    return {
+        "msg_id": s.msg_ids(),
+        "unique_key": s.unique_keys,
+        "phy_offset": s.phy_offsets,
+        "queue_offset": s.queue_offsets,
+        "size": s.sizes,
+        "store_timestamp": s.store_timestamp,
+        "topic": s.topics,
+        "queue_id": s.queue_ids,
+    }
+
+
+def _add_results(response: commitlog_pb2.PutBatchResponse, s: Stored) -> None:
+    add = response.results.add  # filled in place: no per-result message copied
+    ts = s.store_timestamp
+    for msg_id, uniq, phy, qo, size, topic, qid in zip(
+        s.msg_ids(), s.unique_keys, s.phy_offsets, s.queue_offsets, s.sizes, s.topics,
+        s.queue_ids, strict=True,
+    ):  # fmt: skip
+        add(msg_id=msg_id, unique_key=uniq, phy_offset=phy, queue_offset=qo, size=size,
+            store_timestamp=ts, topic=topic, queue_id=qid)  # fmt: skip
 
 
 def _batch(request: commitlog_pb2.PutBatchRequest):
@@ -140,7 +153,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
             async def answer(request) -> commitlog_pb2.PutStreamReply:
                 stored = await self._acknowledge(self._append(request))
-                return commitlog_pb2.PutStreamReply(response=self._response(request, stored))
+                return self._reply(request, stored)
 
             async for reply in self._stream(
                 "put", self._put_streams, request_iterator, answer, commitlog_pb2.PutStreamReply
@@ -153,7 +166,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             if isinstance(appended, StoreError):
                 raise appended
             stored = await self._acknowledge(appended)
-            return commitlog_pb2.PutStreamReply(response=self._response(request, stored))
+            return self._reply(request, stored)
 
         ahead = appended_ahead(request_iterator, self._append)
         try:
@@ -188,15 +201,16 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         if request.columnar_results:
             return commitlog_pb2.PutBatchResponse(columns=_columns(s))
         response = commitlog_pb2.PutBatchResponse()
-        add = response.results.add  # filled in place: no per-result message copied
-        ts = s.store_timestamp
-        for msg_id, uniq, phy, qo, size, topic, qid in zip(
-            s.msg_ids(), s.unique_keys, s.phy_offsets, s.queue_offsets, s.sizes, s.topics,
-            s.queue_ids, strict=True,
-        ):  # fmt: skip
-            add(msg_id=msg_id, unique_key=uniq, phy_offset=phy, queue_offset=qo, size=size,
-                store_timestamp=ts, topic=topic, queue_id=qid)  # fmt: skip
+        _add_results(response, s)
         return response
+
+    def _reply(self, request, s: Stored) -> commitlog_pb2.PutStreamReply:
+        """``_response`` inside a stream's reply, built there rather than copied into it."""
+        if request.columnar_results:
+            return commitlog_pb2.PutStreamReply(response={"columns": _columns(s)})
+        reply = commitlog_pb2.PutStreamReply()
+        _add_results(reply.response, s)
+        return reply
 
     @grpc_errors
     async def ReadRecords(self, request, context):
