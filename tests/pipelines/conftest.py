@@ -5,7 +5,6 @@ import pytest
 
 @pytest.fixture(scope="session")
 def spark():
-    pytest.importorskip("pyspark")
     from pipelines.spark import create_session
 
     session = create_session("local[2]", app_name="rmqstore-tests", shuffle_partitions=2)

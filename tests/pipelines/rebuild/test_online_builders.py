@@ -12,13 +12,13 @@ from rmqstore import dispatch
 from rmqstore.formats import commitlog_segment, consume_queue
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
+from services.indexer import batch as batch_mod
+from services.indexer import consume_queue_builder as cq_builder
+from services.indexer import index_builder as ix_builder
 from tests.pipelines.oracle import read_tree
 
 pytestmark = pytest.mark.spark
 
-cq_builder = pytest.importorskip("services.indexer.consume_queue_builder")
-ix_builder = pytest.importorskip("services.indexer.index_builder")
-batch_mod = pytest.importorskip("services.indexer.batch")
 
 
 def online_build(commitlog_dir: Path, root: Path, settings: RebuildSettings,

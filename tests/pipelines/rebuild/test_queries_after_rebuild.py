@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from pipelines.rebuild.job import RebuildSettings, rebuild
+from services.query import app as app_mod
 from tests.aio import run
+from tests.services.query import golden_model as model
+from tests.services.query import segment_source as source_mod
 
 pytestmark = [pytest.mark.spark, pytest.mark.golden]
 
-app_mod = pytest.importorskip("services.query.app")
-source_mod = pytest.importorskip("tests.services.query.segment_source")
-model = pytest.importorskip("tests.services.query.golden_model")
 
 
 def _app(store: Path, config: dict):
