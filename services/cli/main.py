@@ -4,6 +4,8 @@ import argparse
 import importlib
 import sys
 
+from services.cli.errors import CliError
+
 # module name -> it defines register(subparsers) adding one or more subcommands
 COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline")
 
@@ -28,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args) or 0)
+    except CliError as e:
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return e.code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
