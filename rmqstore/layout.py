@@ -4,6 +4,7 @@
 <root>/consumequeue/<topic>/<queueId>/<20-digit byte offset>
 <root>/index/<yyyyMMddHHmmssSSS>             index files
 <root>/checkpoint  <root>/abort  <root>/lock
+<root>/config/delayOffset.json                delivery progress per delay level (RocketMQ's)
 <root>/rmqstore/<builder>.progress           our builders' durable progress (not RocketMQ's)
 """
 
@@ -92,6 +93,13 @@ class StoreLayout:
     @property
     def lock(self) -> Path:
         return self.root / "lock"
+
+    @property
+    def delay_offset(self) -> Path:
+        return self.root / "config" / "delayOffset.json"
+
+    def schedule_queue_dir(self, level: int) -> Path:
+        return self.consumequeue_dir / SCHEDULE_TOPIC / str(level - 1)
 
     def progress(self, builder: str) -> Path:
         return self.root / "rmqstore" / f"{builder}.progress"

@@ -5,13 +5,15 @@ import logging
 import sys
 from pathlib import Path
 
-from rmqstore import metrics, tls
+from rmqstore import delay, metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
+from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
+from services.commitlog.retention import Retention
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 
 log = logging.getLogger("rmqstore.commitlog")
@@ -38,6 +40,36 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
         "puts join it for up to this long: fewer, larger dispatch batches (0 = send at once; "
         "default: %(default)s)",
     )
+    add_background_flags(p)
+
+
+def add_background_flags(p: argparse.ArgumentParser) -> None:
+    """Delayed delivery and retention (the writer runs both)."""
+    p.add_argument(
+        "--delay-levels",
+        default=WriterConfig.delay_levels,
+        help="delay of each level, RocketMQ's messageDelayLevel (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-delivery", dest="delivery", action="store_false",
+        help="do not deliver delayed messages (they stay in the schedule topic)",
+    )  # fmt: skip
+    p.add_argument(
+        "--retention-hours", type=float, default=WriterConfig.retention_hours,
+        help="keep commitlog segments at least this long (fractions allowed; "
+        "default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--delete-when", default=WriterConfig.delete_when,
+        help="hour of day (0-23, local time) when expired segments are deleted, or 'always' "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--disk-max-used-ratio", type=float, default=WriterConfig.disk_max_used_ratio,
+        help="percent of the disk in use above which expired segments are deleted at any "
+        f"hour; above {WriterConfig.disk_forced_ratio:g} the oldest go even unexpired "
+        "(default: %(default)s)",
+    )  # fmt: skip
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
@@ -52,6 +84,11 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
         cluster_name=args.cluster_name,
         warmup=args.warmup,
         dispatch_linger_ms=args.dispatch_linger_ms,
+        delay_levels=args.delay_levels,
+        delivery=args.delivery,
+        retention_hours=args.retention_hours,
+        delete_when=args.delete_when,
+        disk_max_used_ratio=args.disk_max_used_ratio,
     )
 
 
@@ -67,26 +104,37 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         credentials = tls.server_credentials(args)
-        engine = CommitLogEngine(config_from(args))
+        config = config_from(args)
+        delay.use_levels(config.delay_levels)  # before any message is built or dispatched
+        engine = CommitLogEngine(config)
     except (StoreError, ValueError, OSError) as e:
         log.error("cannot open the store: %s", e)
         print(f"error: {e}", file=sys.stderr)
         return 2
+    delivery = DeliveryService(engine) if config.delivery else None
+    retention = Retention(engine)
     registry = metrics.new_registry("commitlog")
-    observer = WriterObserver(engine, registry)
+    observer = WriterObserver(engine, registry, delivery, retention)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
     # calls run on one event loop; each builder's dispatch stream waits for records in a
     # worker thread (64 subscribers at most, see the engine), nothing else does
     service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
     service.add(
         add_to_server,
-        CommitLogServicer(engine, observer, service.run_blocking),
+        CommitLogServicer(engine, observer, service.run_blocking, delivery, retention),
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
     )
 
+    if delivery is not None:
+        delivery.start()
+    retention.start()
+
     def stop() -> None:
         service.stop()
+        if delivery is not None:
+            delivery.close()
+        retention.close()
         engine.close()
         if metrics_server is not None:
             metrics_server.stop()

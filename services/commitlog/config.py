@@ -3,6 +3,7 @@
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqstore import delay
 from rmqstore.formats.commitlog import DEFAULT_MAX_MESSAGE_SIZE
 from rmqstore.formats.hosts import Host, parse_host
 
@@ -23,6 +24,13 @@ class WriterConfig:
     preallocate: bool = True
     snapshot_interval_ms: int = 10_000  # checkpoint file and queue-offset snapshot
     dispatch_linger_ms: float = 5.0  # a subscriber near the head waits this long for more
+    delay_levels: str = delay.DEFAULT_LEVELS  # RocketMQ's messageDelayLevel
+    delivery: bool = True  # run the delivery service (delayed messages)
+    retention_hours: float = 72.0  # RocketMQ's fileReservedTime
+    delete_when: str = "4"  # hour of day (0-23) of the daily deletion pass, or "always"
+    disk_max_used_ratio: float = 75.0  # percent: above it, expired segments go at once
+    disk_forced_ratio: float = 85.0  # percent: above it, the oldest segments go expired or not
+    retention_interval_s: float = 10.0  # RocketMQ's cleanResourceInterval
 
     def __post_init__(self) -> None:
         if self.flush not in ("async", "sync"):
@@ -38,6 +46,18 @@ class WriterConfig:
         if not 1 <= self.queues_per_topic <= 65536:
             raise ValueError("--queues-per-topic must be in 1..65536")
         parse_host(self.store_host)
+        delay.parse_levels(self.delay_levels)
+        if not self.retention_hours >= 0:
+            raise ValueError("--retention-hours must be 0 or more")
+        if self.delete_when != "always" and not (
+            self.delete_when.isdigit() and 0 <= int(self.delete_when) <= 23
+        ):
+            raise ValueError(f"--delete-when must be an hour 0..23 or 'always', not "
+                             f"{self.delete_when!r}")  # fmt: skip
+        if not 0 < self.disk_max_used_ratio <= 100 or not 0 < self.disk_forced_ratio <= 100:
+            raise ValueError("--disk-max-used-ratio must be in (0, 100]")
+        if self.retention_interval_s <= 0:
+            raise ValueError("the retention interval must be positive")
 
     @property
     def host(self) -> Host:

@@ -170,6 +170,12 @@ class CommitLogEngine:
             columns = self.builder.build_columns(messages, now)
         else:
             columns = self.builder.build_batch(messages, now)
+        return self.append_columns(columns, now_ms)
+
+    def append_columns(self, columns: tuple, now_ms: int | None = None) -> tuple[Stored, int]:
+        """Append records already built (``messages.Columns``: the delivery service's
+        re-puts come this way), all or none."""
+        now = now_ms or _now_ms()
         if not columns:
             return Stored(self.builder.store_host, [], [], [], now, [], [], []), 0
         with self._lock:
@@ -347,16 +353,29 @@ class CommitLogEngine:
         out = []
         total = 0
         for off in offsets:
-            seg, pos, size = self._record_at(off)
-            if size == 0:
-                raise InvalidArgumentError(f"offset {off} is an end-of-segment marker")
-            total += size
-            if total > max_bytes:
-                raise ResourceExhaustedError(
-                    f"{len(offsets)} records are more than {max_bytes} bytes: ask for fewer"
-                )
-            out.append(bytes(seg.map[pos : pos + size]))
+            try:
+                seg, pos, size = self._record_at(off)
+                if size == 0:
+                    raise InvalidArgumentError(f"offset {off} is an end-of-segment marker")
+                total += size
+                if total > max_bytes:
+                    raise ResourceExhaustedError(
+                        f"{len(offsets)} records are more than {max_bytes} bytes: ask for fewer"
+                    )
+                out.append(bytes(seg.map[pos : pos + size]))
+            except ValueError:  # its segment was deleted (and unmapped) meanwhile
+                raise OffsetOutOfRangeError(
+                    f"offset {off} is below the store's minimum offset {self.min_offset}"
+                ) from None
         return out
+
+    def delete_oldest_segment(self) -> Segment | None:
+        """Retention: delete the oldest segment, unless it is the one being written."""
+        with self._lock:
+            segs = self.segments.segments
+            if len(segs) < 2 or segs[0] is self._head or segs[0].end > self.max_offset:
+                return None
+            return self.segments.retire_first()
 
     # -- dispatch ------------------------------------------------------------------------
     def check_subscribe_offset(self, offset: int) -> None:

@@ -23,8 +23,9 @@ from rmqstore.layout import SCHEDULE_TOPIC, validate_topic
 from services.commitlog.config import WriterConfig
 
 RESERVED = frozenset(
-    (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
-)
+    (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID,
+     delay.TIMER_DELIVER_MS)
+)  # fmt: skip
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 
 
@@ -152,6 +153,8 @@ class MessageBuilder:
         level = m.delay_level
         if level < 0:
             raise MessageIllegalError(f"delay level {level} is negative")
+        if m.deliver_at_ms and level:
+            raise MessageIllegalError("give a delay level or a delivery time, not both")
         tags, keys, uniq = m.tags, m.keys, m.unique_key
         if "\x01" in tags or "\x02" in tags:
             _check_text("tags", tags)
@@ -162,8 +165,8 @@ class MessageBuilder:
         if not uniq and not m.without_unique_key:
             uniq = self.uniq.next(now_ms)
         delay_ms = 0
-        if m.properties or level > 0:
-            prop_str, topic, queue_id, delay_ms = self._general_properties(m, uniq)
+        if m.properties or level > 0 or m.deliver_at_ms:
+            prop_str, topic, queue_id, delay_ms = self._general_properties(m, uniq, now_ms)
             if delay_ms:
                 topic_bytes = topic.encode()
         else:
@@ -220,6 +223,7 @@ class MessageBuilder:
                 topic_bytes is None
                 or born is None
                 or m.delay_level
+                or m.deliver_at_ms
                 or m.properties
                 or not 0 <= queue_id < queues
                 or len(body) > max_body
@@ -277,6 +281,7 @@ class MessageBuilder:
             m.topic != topic
             or m.born_host != born_text
             or m.delay_level
+            or m.deliver_at_ms
             or m.sys_flag
             or m.flag
             or m.reconsume_times
@@ -413,8 +418,11 @@ class MessageBuilder:
                 self._parts_cache[(tags, has_keys)] = parts
         return parts
 
-    def _general_properties(self, m, uniq: str) -> tuple[str, str, int, int]:
-        """User properties and/or delay: (properties, stored topic, stored queue, delay ms)."""
+    def _general_properties(
+        self, m, uniq: str, now_ms: int | None
+    ) -> tuple[str, str, int, int]:
+        """User properties and/or delay: (properties, stored topic, stored queue, delay ms).
+        A delivery time is parked on the largest level not beyond it (see rmqstore.delay)."""
         cfg = self.config
         props: dict[str, str] = {}
         if m.tags:
@@ -429,6 +437,13 @@ class MessageBuilder:
             _check_text(f"property {prop.name!r}", prop.name + prop.value)
             props[prop.name] = prop.value
         level = m.delay_level
+        if m.deliver_at_ms:
+            if m.deliver_at_ms < 0:
+                raise MessageIllegalError(f"delivery time {m.deliver_at_ms} is negative")
+            now = now_ms if now_ms is not None else int(time.time() * 1000)
+            level = delay.level_for(m.deliver_at_ms - now)
+            if level:
+                props[delay.TIMER_DELIVER_MS] = str(m.deliver_at_ms)
         tx = commitlog.transaction_type(m.sys_flag)
         delayed = level > 0 and tx in (
             commitlog.TRANSACTION_NOT_TYPE,

@@ -5,21 +5,31 @@ from collections import Counter as Tally
 
 from prometheus_client import CollectorRegistry
 
-from rmqstore.metrics import WriterMetrics, on_scrape
+from rmqstore.metrics import BackgroundMetrics, WriterMetrics, on_scrape
+from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import CommitLogEngine
+from services.commitlog.retention import Retention
 from services.commitlog.stored import Stored
 
 
 class WriterObserver:
-    def __init__(self, engine: CommitLogEngine, registry: CollectorRegistry | None) -> None:
+    def __init__(
+        self, engine: CommitLogEngine, registry: CollectorRegistry | None,
+        delivery: DeliveryService | None = None, retention: Retention | None = None,
+    ) -> None:  # fmt: skip
         self.engine = engine
+        self.delivery, self.retention = delivery, retention
         self._flushes_seen = 0
         self._bytes_seen = 0
+        self._seen: dict[str, int] = {}
         if registry is None:
             self.m: WriterMetrics | None = None
             return
         on_scrape(registry, self.refresh)  # before the metrics it fills
         self.m = metrics = WriterMetrics(registry)
+        self.bg = BackgroundMetrics(registry)
+        if delivery is not None:
+            delivery.observers.append(self._lateness)
         metrics.segment_size.set(engine.config.segment_size)
         metrics.recovery_duration.set(engine.recovery_seconds)
         metrics.recovery_scanned_bytes.set(engine.recovered.scanned_bytes)
@@ -85,3 +95,32 @@ class WriterObserver:
             m.subscriber_acked_offset.labels(builder=name).set(e.acks.get(name, 0))
         for name, n in e.active_subscriptions().items():
             m.subscribers.labels(builder=name).set(n)
+        self.refresh_background()
+
+    def _lateness(self, lateness_ms: list[int]) -> None:
+        for ms in lateness_ms:
+            self.bg.lateness.observe(max(ms, 0) / 1000)
+
+    def _count(self, counter, name: str, total: int) -> None:
+        counter.inc(max(total - self._seen.get(name, 0), 0))
+        self._seen[name] = total
+
+    def refresh_background(self) -> None:
+        bg = self.bg
+        if self.delivery is not None:
+            d = self.delivery.status()
+            self._count(bg.delivered, "delivered", d["delivered"])
+            self._count(bg.parked, "parked", d["parked"])
+            self._count(bg.skipped, "skipped", d["skipped"])
+            self._count(bg.possible_duplicates, "dups", d["possible_duplicates"])
+            bg.lag.set(d["lag_ms"] / 1000)
+            dues = [lv["next_delivery_ms"] for lv in d["levels"] if lv["next_delivery_ms"]]
+            bg.next_delivery.set(min(dues) / 1000 if dues else 0)
+            for lv in d["levels"]:
+                bg.pending.labels(level=str(lv["level"])).set(lv["pending"])
+        if self.retention is not None:
+            r = self.retention.status()
+            self._count(bg.deleted_bytes, "deleted_bytes", r["deleted_bytes"])
+            self._count(bg.deleted_segments, "deleted_segments", r["deleted_segments"])
+            bg.disk_used_ratio.set(r["disk_used_ratio"])
+            bg.oldest_segment_age.set(r["oldest_segment_age_seconds"])

@@ -138,6 +138,7 @@ class SegmentQueue:
         self.warmup = warmup
         self.preallocate = preallocate
         self.segments: list[Segment] = []
+        self.retired: list[Segment] = []  # deleted, mapping not closed yet
         self._prealloc: threading.Thread | None = None
         self._prealloc_error: BaseException | None = None
         directory.mkdir(parents=True, exist_ok=True)
@@ -197,12 +198,29 @@ class SegmentQueue:
         return self.segments[-1] if self.segments else None
 
     def find(self, offset: int) -> Segment:
-        if not self.segments or not self.segments[0].start <= offset < self.segments[-1].end:
-            raise OffsetOutOfRangeError(f"offset {offset} is outside the commitlog segments")
-        i = (offset - self.segments[0].start) // self.size
-        seg = self.segments[i]
+        segments = self.segments  # one snapshot: retention replaces the list, never edits it
+        if not segments or not segments[0].start <= offset < segments[-1].end:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is outside the commitlog segments (below the store's "
+                "minimum offset, or past its end)"
+            )
+        seg = segments[(offset - segments[0].start) // self.size]
         assert seg.start <= offset < seg.end
         return seg
+
+    def retire_first(self) -> Segment:
+        """Take the oldest segment out (the caller holds the append lock and made sure it is
+        not the last) and delete its file. Its mapping stays open for readers that found it
+        a moment ago: ``close_retired`` closes it later."""
+        seg = self.segments[0]
+        self.segments = self.segments[1:]
+        seg.path.unlink(missing_ok=True)
+        self.retired.append(seg)
+        return seg
+
+    def close_retired(self) -> None:
+        while self.retired:
+            self.retired.pop().close()
 
     def ensure_file(self, start: int) -> None:
         """Make sure the segment file starting at ``start`` exists (raises DiskFullError)."""
@@ -316,3 +334,4 @@ class SegmentQueue:
         for seg in self.segments:
             seg.close()
         self.segments.clear()
+        self.close_retired()

@@ -18,8 +18,10 @@ from rmqstore.errors import MessageIllegalError, ResourceExhaustedError, StoreEr
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
+from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import DURABLE_TIMEOUT_S, CommitLogEngine, flush_timeout
 from services.commitlog.observe import WriterObserver
+from services.commitlog.retention import Retention
 from services.commitlog.stored import PutResult, Stored
 
 MAX_READ_STREAMS = 8
@@ -81,9 +83,12 @@ def _batch(request: commitlog_pb2.PutBatchRequest):
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(
         self, engine: CommitLogEngine, observer: WriterObserver | None,
-        run_blocking: RunBlocking,
+        run_blocking: RunBlocking, delivery: DeliveryService | None = None,
+        retention: Retention | None = None,
     ) -> None:  # fmt: skip
         self.engine = engine
+        self.delivery = delivery
+        self.retention = retention
         self.observer = observer or WriterObserver(engine, None)
         self._run_blocking = run_blocking
         self._read_streams = threading.BoundedSemaphore(MAX_READ_STREAMS)
@@ -271,6 +276,18 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     async def Ack(self, request, context):
         self.engine.ack(request.subscriber, request.durable_offset)
         return commitlog_pb2.AckResponse()
+
+    @grpc_errors
+    async def GetStatus(self, request, context):
+        out = commitlog_pb2.WriterStatus()
+        if self.delivery is not None:
+            d = await self._run_blocking(self.delivery.status)
+            levels = d.pop("levels")
+            out.delivery.CopyFrom(commitlog_pb2.DeliveryStatus(**d))
+            out.delivery.levels.extend(commitlog_pb2.DelayLevelStatus(**lv) for lv in levels)
+        if self.retention is not None:
+            out.retention.CopyFrom(commitlog_pb2.RetentionStatus(**self.retention.status()))
+        return out
 
 
 SUBSCRIBE_METHOD = (

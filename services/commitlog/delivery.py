@@ -1,0 +1,303 @@
+"""Delayed delivery: schedule-topic messages put again into their real queue when due.
+
+One thread in the writer's process, as RocketMQ's schedule service. For each delay level it
+reads its schedule queue (``SCHEDULE_TOPIC_XXXX`` / level - 1) from the level's offset; a unit
+is due when its tags code (store time + the level's delay) has passed. A step takes up to
+``STEP`` due units of one level and:
+
+1. records the step's range in ``rmqstore/delivery.progress`` (the unpersisted step);
+2. appends the due records again, all at once (``reput``): to their real queue, or parked
+   once more on the schedule topic when they carry a delivery time (``TIMER_DELIVER_MS``)
+   not reached yet and a level short enough exists;
+3. writes the level's new offset to ``config/delayOffset.json`` (RocketMQ's format).
+
+A kill between 2 and 3 delivers that step again on restart: at most one step per level is
+duplicated, and those are counted (``possible_duplicates``). A due unit whose delivery time
+is nearer than the shortest level waits at the head of its level until that time.
+"""
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+from rmqstore import delay
+from rmqstore.durable import replace_file
+from rmqstore.errors import CorruptRecordError, MessageIllegalError, StoreError
+from rmqstore.formats import commitlog
+from rmqstore.formats import delay_offset as offsets_fmt
+from rmqstore.layout import SCHEDULE_TOPIC
+from services.commitlog import reput
+from services.commitlog.engine import CommitLogEngine
+from services.commitlog.schedule_queue import PRE_BLANK_SIZE, ScheduleQueue
+
+log = logging.getLogger(__name__)
+STEP = 512  # due units appended (and persisted) at once
+POLL_S = 0.1  # look for new units at least this often (RocketMQ: 100 ms)
+ERROR_BACKOFF_S = 1.0
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@dataclass
+class LevelState:
+    level: int
+    queue: ScheduleQueue
+    offset: int = 0  # next unit to deliver (persisted in delayOffset.json)
+    next_due: int = 0  # delivery time of the unit at offset (0: none waiting)
+    delivered: int = 0
+    parked: int = 0
+
+
+@dataclass
+class DeliveryStats:
+    delivered: int = 0  # appended to their real queue
+    parked: int = 0  # parked again (delivery time not reached)
+    skipped: int = 0  # unusable (no REAL_TOPIC, record gone below the minimum offset, ...)
+    possible_duplicates: int = 0  # delivered again after an unclean stop (last step)
+    steps: int = 0
+    persists: int = 0
+
+
+class DeliveryService:
+    def __init__(self, engine: CommitLogEngine) -> None:
+        self.engine = engine
+        self.layout = engine.layout
+        self.stats = DeliveryStats()
+        self.levels = {
+            lv: LevelState(lv, ScheduleQueue(self.layout.schedule_queue_dir(lv)))
+            for lv in range(1, delay.MAX_LEVEL + 1)
+        }
+        self.observers: list = []  # called with (lateness ms list) after each step
+        self._lock = threading.Lock()  # one step at a time (thread, or a test's run_once)
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(target=self._run, name="delivery", daemon=True)
+        self._load()
+
+    # -- progress ------------------------------------------------------------------------
+    @property
+    def _inflight_path(self):
+        return self.layout.progress("delivery")
+
+    def _load(self) -> None:
+        table = self._read_table()
+        for lv, st in self.levels.items():
+            # clamped into the queue, as RocketMQ does; its end is the writer's own counter
+            # (the builder may not have written the queue that far yet)
+            low = st.queue.min_offset()
+            high = self.engine.queue_table.get((SCHEDULE_TOPIC, lv - 1), 0)
+            st.offset = min(max(table.get(lv, 0), low), max(high, low))
+        inflight = self._read_inflight()
+        if inflight:
+            last = self.levels.get(int(inflight["level"]))
+            if last is not None:
+                st = last
+                again = int(inflight["to"]) - max(st.offset, int(inflight["from"]))
+                if again > 0:
+                    self.stats.possible_duplicates += again
+                    log.warning(
+                        "level %d: the last step before an unclean stop (%d messages) may be "
+                        "delivered twice", st.level, again,
+                    )  # fmt: skip
+
+    def _read_table(self) -> dict[int, int]:
+        path = self.layout.delay_offset
+        for p in (path, path.with_name(path.name + ".bak")):
+            try:
+                return offsets_fmt.decode(p.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                continue
+            except (CorruptRecordError, UnicodeDecodeError) as e:
+                log.error("%s unreadable (%s); trying the backup", p, e)
+        return {}
+
+    def _read_inflight(self) -> dict | None:
+        try:
+            data = json.loads(self._inflight_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        return data if isinstance(data, dict) and "level" in data else None
+
+    def offsets(self) -> dict[int, int]:
+        return {lv: st.offset for lv, st in self.levels.items()}
+
+    def persist(self) -> None:
+        replace_file(self.layout.delay_offset, offsets_fmt.encode(self.offsets()).encode())
+        self.stats.persists += 1
+
+    # -- delivering ----------------------------------------------------------------------
+    def run_once(self, now_ms: int | None = None) -> int:
+        """Deliver everything due; returns the earliest delivery time still waiting (0: none
+        known)."""
+        with self._lock:
+            earliest = 0
+            for st in self.levels.values():
+                while not self._stop:
+                    moved = self._step(st, now_ms or _now_ms())
+                    if not moved:
+                        break
+                if st.next_due and (not earliest or st.next_due < earliest):
+                    earliest = st.next_due
+            return earliest
+
+    def _step(self, st: LevelState, now: int) -> int:
+        """Deliver up to STEP due units of one level; returns how many units it moved past."""
+        units = st.queue.read(st.offset, STEP)
+        st.next_due = 0
+        level_ms = delay.delay_ms(st.level)
+        due: list[tuple[int, int, int]] = []
+        for phy, size, code in units:
+            at = now if code > now + level_ms else code  # the clock went back: due now
+            if size == PRE_BLANK_SIZE and phy == 0:
+                at = 0
+            if at > now:
+                st.next_due = at
+                break
+            due.append((phy, size, at))
+        if not due:
+            return 0
+        records = self._records([phy for phy, size, _ in due if size != PRE_BLANK_SIZE])
+        columns, lateness, taken = [], [], 0
+        for phy, _size, at in due:
+            rec = records.get(phy)
+            if rec is None:
+                taken += 1  # gone (retention), not a record, or a pre-blank unit
+                self.stats.skipped += phy != 0
+                continue
+            entry = self._reput(rec, now)
+            if entry is None:  # its delivery time is nearer than any level: wait at the head
+                st.next_due = int(rec.property_map[delay.TIMER_DELIVER_MS])
+                break
+            if entry is not False:
+                columns.append(entry)
+                if entry[2] != SCHEDULE_TOPIC:  # not parked again
+                    lateness.append(now - self._due_time(rec, at))
+            taken += 1
+        if not taken:
+            return 0
+        start = st.offset
+        self._write_inflight(st.level, start, start + taken)
+        if columns:
+            _stored, end = self.engine.append_columns(tuple(zip(*columns, strict=True)))
+            self.engine.wait_durable(end)
+        st.offset = start + taken
+        self.persist()
+        parked = sum(1 for c in columns if c[2] == SCHEDULE_TOPIC)
+        st.delivered += len(columns) - parked
+        st.parked += parked
+        self.stats.delivered += len(columns) - parked
+        self.stats.parked += parked
+        self.stats.steps += 1
+        for observe in self.observers:
+            observe(lateness)
+        return taken
+
+    @staticmethod
+    def _due_time(rec: commitlog.Record, at: int) -> int:
+        target = rec.property_map.get(delay.TIMER_DELIVER_MS, "")
+        return max(at, int(target)) if target.isdigit() else at
+
+    def _records(self, phys: list[int]) -> dict[int, commitlog.Record]:
+        """The records at ``phys`` that can still be read and decoded."""
+        out: dict[int, commitlog.Record] = {}
+        try:
+            raws = list(zip(phys, self.engine.read(phys), strict=True))
+        except StoreError:  # one of them is gone or bad: one by one
+            raws = []
+            for phy in phys:
+                try:
+                    raws.append((phy, self.engine.read([phy])[0]))
+                except StoreError as e:
+                    log.warning("schedule record at %d unreadable: %s", phy, e)
+        for phy, raw in raws:
+            try:
+                out[phy] = commitlog.decode(raw)
+            except CorruptRecordError as e:
+                log.warning("schedule record at %d corrupt: %s", phy, e)
+        return out
+
+    def _reput(self, rec: commitlog.Record, now: int):
+        """The columns entry for a due record; None: wait (delivery time nearer than any
+        level); False: skip it (counted)."""
+        target = rec.property_map.get(delay.TIMER_DELIVER_MS, "")
+        builder = self.engine.builder
+        try:
+            if target.isdigit() and int(target) > now:
+                level = delay.level_for(int(target) - now)
+                return reput.parked(builder, rec, level) if level else None
+            topic, queue_id = reput.real_destination(rec)
+            return reput.delivered(builder, rec, topic, queue_id)
+        except (MessageIllegalError, CorruptRecordError) as e:
+            log.warning("schedule record at %d not delivered: %s", rec.physical_offset, e)
+            self.stats.skipped += 1
+            return False
+
+    def _write_inflight(self, level: int, start: int, end: int) -> None:
+        data = json.dumps({"level": level, "from": start, "to": end}).encode()
+        replace_file(self._inflight_path, data)
+
+    # -- thread --------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop:
+            try:
+                earliest = self.run_once()
+            except (StoreError, OSError) as e:
+                log.error("delivery step failed: %s; retrying in %.0f s", e, ERROR_BACKOFF_S)
+                self._wake.wait(ERROR_BACKOFF_S)
+                continue
+            wait = POLL_S
+            if earliest:
+                wait = min(wait, max(earliest - _now_ms(), 0) / 1000)
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread, persist the offsets and forget the in-flight step (clean stop)."""
+        self._stop = True
+        self._wake.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+        with self._lock:
+            try:
+                self.persist()
+                self._inflight_path.unlink(missing_ok=True)
+            except OSError as e:
+                log.warning("could not persist delay offsets at shutdown: %s", e)
+            for st in self.levels.values():
+                st.queue.close()
+
+    # -- status --------------------------------------------------------------------------
+    def status(self, now_ms: int | None = None) -> dict:
+        """Pending messages and the next delivery time per level, the delivery lag."""
+        now = now_ms or _now_ms()
+        levels = []
+        lag = 0
+        with self._lock:
+            for lv, st in self.levels.items():
+                pending = max(st.queue.end(st.offset) - st.offset, 0)
+                head = st.queue.read(st.offset, 1)
+                next_due = head[0][2] if head else 0
+                if next_due and next_due <= now:
+                    lag = max(lag, now - next_due)
+                if pending or st.delivered or st.parked:
+                    levels.append({
+                        "level": lv, "delay_ms": delay.delay_ms(lv), "pending": pending,
+                        "offset": st.offset, "next_delivery_ms": next_due,
+                        "delivered": st.delivered, "parked": st.parked,
+                    })  # fmt: skip
+        s = self.stats
+        return {
+            "enabled": True, "levels": levels, "lag_ms": lag, "delivered": s.delivered,
+            "parked": s.parked, "skipped": s.skipped,
+            "possible_duplicates": s.possible_duplicates,
+        }  # fmt: skip

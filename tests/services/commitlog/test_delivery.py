@@ -1,0 +1,111 @@
+"""The delivery service on a store RocketMQ wrote: due schedule records put again as RocketMQ's
+schedule service puts them, progress read from and written to RocketMQ's delayOffset.json."""
+
+import shutil
+
+import pytest
+
+from rmqstore import delay
+from rmqstore.formats import commitlog, delay_offset
+from rmqstore.formats import properties as P
+from rmqstore.layout import SCHEDULE_TOPIC
+from rmqstore.v1 import common_pb2
+from services.commitlog.config import WriterConfig
+from services.commitlog.delivery import DeliveryService
+from services.commitlog.engine import CommitLogEngine
+
+# RocketMQ's own file: level 5's only message delivered already, level 3's not
+ROCKETMQ_FILE = (
+    '{\n\t"offsetTable":{1:0,2:0,3:0,4:0,5:1,6:0,7:0,8:0,9:0,10:0,11:0,12:0,13:0,14:0,'
+    "15:0,16:0,17:0,18:0\n\t}\n}"
+)
+
+
+@pytest.fixture
+def golden_copy(tmp_path, golden_store):
+    store = tmp_path / "store"
+    shutil.copytree(golden_store, store)
+    (store / "config").mkdir()
+    (store / "config" / "delayOffset.json").write_text(ROCKETMQ_FILE)
+    return store
+
+
+def _records_after(engine, start):
+    out, off = [], start
+    while off < engine.max_offset:
+        seg = engine.segments.find(off)
+        size, magic = commitlog.peek(seg.map, off - seg.start)
+        if magic == commitlog.BLANK_MAGIC:
+            off = seg.end
+            continue
+        out.append(commitlog.decode(engine.read([off])[0]))
+        off += size
+    return out
+
+
+def test_golden_delayed_message_is_delivered_as_rocketmq_delivers_it(
+    golden_copy, golden_expected
+):
+    engine = CommitLogEngine(WriterConfig(store=golden_copy, segment_size=65536))
+    try:
+        start = engine.max_offset
+        service = DeliveryService(engine)
+        assert service.offsets()[3] == 0 and service.offsets()[5] == 1  # RocketMQ's file read
+        service.run_once()
+        delivered = _records_after(engine, start)
+    finally:
+        engine.close()
+    (level3,) = [
+        m["stored"] for m in golden_expected["messages"]
+        if m["stored"]["topic"] == SCHEDULE_TOPIC and m["stored"]["queueId"] == 2
+    ]  # fmt: skip
+    assert len(delivered) == 1  # level 5's was delivered before, by RocketMQ
+    rec = delivered[0]
+    assert (rec.topic, rec.queue_id) == ("TopicA", 1)
+    # the stored properties string, serialized again: DELAY, REAL_TOPIC, REAL_QID stay
+    assert rec.properties == level3["propertiesString"]
+    assert rec.property_map[P.DELAY] == "3"
+    assert rec.body_crc == level3["bodyCRC"] and rec.born_timestamp == level3["bornTimestamp"]
+    assert rec.sys_flag & ~commitlog.V6_BITS == level3["sysFlag"] & ~commitlog.V6_BITS
+    table = delay_offset.decode((golden_copy / "config" / "delayOffset.json").read_text())
+    assert table == {**dict.fromkeys(range(1, 19), 0), 3: 1, 5: 1}
+    assert (golden_copy / "config" / "delayOffset.json").read_text() == delay_offset.encode(table)
+
+
+def test_nothing_is_delivered_before_its_time(golden_copy):
+    engine = CommitLogEngine(WriterConfig(store=golden_copy, segment_size=65536))
+    try:
+        service = DeliveryService(engine)
+        start = engine.max_offset
+        assert service.run_once(now_ms=1_700_000_063_582) == 1_700_000_063_583  # 1 ms early
+        assert engine.max_offset == start
+        status = service.status(now_ms=1_700_000_063_582)
+        (lv,) = status["levels"]
+        assert (lv["level"], lv["pending"], lv["next_delivery_ms"]) == (3, 1, 1_700_000_063_583)
+        service.run_once(now_ms=1_700_000_063_583)
+        assert engine.max_offset > start and service.status()["delivered"] == 1
+    finally:
+        engine.close()
+
+
+def test_a_delivery_time_is_parked_on_the_largest_level_not_beyond_it(tmp_path):
+    delay.use_levels("1s 5s 10s")
+    try:
+        engine = CommitLogEngine(WriterConfig(store=tmp_path, delay_levels="1s 5s 10s"))
+        try:
+            now = 1_800_000_000_000
+            msgs = [
+                common_pb2.Message(topic="T", body=b"a", deliver_at_ms=now + 7_000),
+                common_pb2.Message(topic="T", body=b"b", deliver_at_ms=now + 60_000),
+                common_pb2.Message(topic="T", body=b"c", deliver_at_ms=now + 500),
+            ]
+            stored = engine.put(msgs, now_ms=now)
+            assert [(r.topic, r.queue_id) for r in stored] == [
+                (SCHEDULE_TOPIC, 1), (SCHEDULE_TOPIC, 2), ("T", 0)]  # fmt: skip
+            rec = commitlog.decode(engine.read([stored[0].phy_offset])[0])
+            assert rec.property_map[delay.TIMER_DELIVER_MS] == str(now + 7_000)
+            assert rec.property_map[P.DELAY] == "2"
+        finally:
+            engine.close()
+    finally:
+        delay.use_levels(delay.DEFAULT_LEVELS)
