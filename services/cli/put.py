@@ -2,7 +2,7 @@
 
 Input: flags (``--topic --body/--body-file --keys --tags --count``) or ``--file`` with one JSON
 message per line (fields: topic, queueId, body | bodyB64, tags, keys, uniqKey, properties,
-flag, sysFlag, bornTimestamp, bornHost, delayLevel, reconsumeTimes, preparedTxOfMsg,
+flag, sysFlag, bornTimestamp, bornHost, delayLevel, deliverAt, reconsumeTimes, preparedTxOfMsg,
 waitStoreMsgOK). ``{i}`` in --keys/--body expands to the message number.
 """
 
@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import grpc
 
 from rmqstore import tls
+from rmqstore.times import TimeFormatError, parse_time
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.cli import producers, put_stream
 
@@ -48,6 +49,7 @@ def message_from_json(d: dict, earlier: list | None = None) -> common_pb2.Messag
         born_timestamp=int(d.get("bornTimestamp", 0)),
         born_host=d.get("bornHost") or "",
         delay_level=int(d.get("delayLevel", 0)),
+        deliver_at_ms=parse_time(str(d["deliverAt"])) if "deliverAt" in d else 0,
         reconsume_times=int(d.get("reconsumeTimes", 0)),
         prepared_transaction_offset=ptx,
         no_wait_store=not d.get("waitStoreMsgOK", True),
@@ -92,6 +94,7 @@ def _generated(args: argparse.Namespace, start: int, count: int) -> Iterator[com
             tags=args.tags or "",
             keys=(args.keys or "").replace("{i}", str(i)),
             delay_level=args.delay_level,
+            deliver_at_ms=args.deliver_at or 0,
         )
 
 
@@ -192,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
         if getattr(args, flag) < 1:
             print(f"error: --{flag} must be at least 1", file=sys.stderr)
             return 2
-    if args.columns and (args.file or args.json or args.delay_level):
+    if args.columns and (args.file or args.json or args.delay_level or args.deliver_at):
         print("error: --columns sends generated plain messages: not with --file, --json "
               "or --delay-level", file=sys.stderr)  # fmt: skip
         return 2
@@ -261,6 +264,13 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _delivery_time(text: str) -> int:
+    try:
+        return parse_time(text)
+    except TimeFormatError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("put", help="send messages to the commitlog writer (and measure)")
     p.add_argument("--commitlog", default="127.0.0.1:8100", help="writer address")
@@ -275,6 +285,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--body-file")
     p.add_argument("--body-size", type=int, default=128)
     p.add_argument("--delay-level", type=int, default=0)
+    p.add_argument(
+        "--deliver-at", type=_delivery_time, metavar="TIME",
+        help="deliver at this time (epoch ms, ISO-8601 with a zone, or +30s, +2h...) instead "
+        "of a delay level",
+    )  # fmt: skip
     p.add_argument("--count", type=int, default=1)
     p.add_argument(
         "--producers",

@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 
-from services.commitlog.config import WriterConfig
+from services.commitlog.config import WriterConfig, add_background_flags, background_args
 
 SERVICES = (  # name, module, extra args, port slot
     ("commitlog", "services.commitlog", (), 0),
@@ -53,6 +53,7 @@ def _command(name: str, module: str, extra: tuple, args: argparse.Namespace, por
             str(args.queues_per_topic),
             "--dispatch-linger-ms",
             str(args.dispatch_linger_ms),
+            *background_args(args),
         ]
     elif name == "consume-queue":
         cmd += ["--commitlog", writer, "--cq-entries-per-file", str(args.cq_entries_per_file)]
@@ -147,6 +148,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="how long the writer lets more puts join a short dispatch batch (0 = off; "
         "default: %(default)s)",
     )
+    add_background_flags(p)
     p.add_argument("--index-slots", type=int, default=5_000_000)
     p.add_argument("--index-entries", type=int, default=20_000_000)
     p.add_argument("--cq-entries-per-file", type=int, default=300_000)

@@ -9,7 +9,7 @@ from rmqstore import delay, metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import commitlog_pb2
-from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
+from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig, add_background_flags
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
@@ -43,35 +43,6 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
     add_background_flags(p)
 
 
-def add_background_flags(p: argparse.ArgumentParser) -> None:
-    """Delayed delivery and retention (the writer runs both)."""
-    p.add_argument(
-        "--delay-levels",
-        default=WriterConfig.delay_levels,
-        help="delay of each level, RocketMQ's messageDelayLevel (default: %(default)s)",
-    )
-    p.add_argument(
-        "--no-delivery", dest="delivery", action="store_false",
-        help="do not deliver delayed messages (they stay in the schedule topic)",
-    )  # fmt: skip
-    p.add_argument(
-        "--retention-hours", type=float, default=WriterConfig.retention_hours,
-        help="keep commitlog segments at least this long (fractions allowed; "
-        "default: %(default)s)",
-    )  # fmt: skip
-    p.add_argument(
-        "--delete-when", default=WriterConfig.delete_when,
-        help="hour of day (0-23, local time) when expired segments are deleted, or 'always' "
-        "(default: %(default)s)",
-    )  # fmt: skip
-    p.add_argument(
-        "--disk-max-used-ratio", type=float, default=WriterConfig.disk_max_used_ratio,
-        help="percent of the disk in use above which expired segments are deleted at any "
-        f"hour; above {WriterConfig.disk_forced_ratio:g} the oldest go even unexpired "
-        "(default: %(default)s)",
-    )  # fmt: skip
-
-
 def config_from(args: argparse.Namespace) -> WriterConfig:
     return WriterConfig(
         store=Path(args.store),
@@ -89,6 +60,7 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
         retention_hours=args.retention_hours,
         delete_when=args.delete_when,
         disk_max_used_ratio=args.disk_max_used_ratio,
+        retention_interval_s=args.retention_check_seconds,
     )
 
 

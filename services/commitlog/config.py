@@ -1,5 +1,6 @@
 """Writer settings, from flags (see ``__main__``); validated on construction."""
 
+import argparse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -62,3 +63,47 @@ class WriterConfig:
     @property
     def host(self) -> Host:
         return parse_host(self.store_host)
+
+
+def add_background_flags(p: argparse.ArgumentParser) -> None:
+    """Delayed delivery and retention (the writer runs both)."""
+    p.add_argument(
+        "--delay-levels",
+        default=WriterConfig.delay_levels,
+        help="delay of each level, RocketMQ's messageDelayLevel (default: %(default)s)",
+    )
+    p.add_argument(
+        "--no-delivery", dest="delivery", action="store_false",
+        help="do not deliver delayed messages (they stay in the schedule topic)",
+    )  # fmt: skip
+    p.add_argument(
+        "--retention-hours", type=float, default=WriterConfig.retention_hours,
+        help="keep commitlog segments at least this long (fractions allowed; "
+        "default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--delete-when", default=WriterConfig.delete_when,
+        help="hour of day (0-23, local time) when expired segments are deleted, or 'always' "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--disk-max-used-ratio", type=float, default=WriterConfig.disk_max_used_ratio,
+        help="percent of the disk in use above which expired segments are deleted at any "
+        f"hour; above {WriterConfig.disk_forced_ratio:g} the oldest go even unexpired "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--retention-check-seconds", type=float, default=WriterConfig.retention_interval_s,
+        help="how often retention looks for segments to delete (default: %(default)s)",
+    )  # fmt: skip
+
+
+
+def background_args(args: argparse.Namespace) -> list[str]:
+    """The flags of ``add_background_flags`` as parsed, as the writer's command line."""
+    out = [
+        "--delay-levels", args.delay_levels, "--retention-hours", str(args.retention_hours),
+        "--delete-when", args.delete_when, "--disk-max-used-ratio", str(args.disk_max_used_ratio),
+        "--retention-check-seconds", str(args.retention_check_seconds),
+    ]  # fmt: skip
+    return out if args.delivery else [*out, "--no-delivery"]

@@ -3,17 +3,18 @@
 One thread in the writer's process, as RocketMQ's schedule service. For each delay level it
 reads its schedule queue (``SCHEDULE_TOPIC_XXXX`` / level - 1) from the level's offset; a unit
 is due when its tags code (store time + the level's delay) has passed. A step takes up to
-``STEP`` due units of one level and:
+``STEP`` due units of all levels and:
 
-1. records the step's range in ``rmqstore/delivery.progress`` (the unpersisted step);
-2. appends the due records again, all at once (``reput``): to their real queue, or parked
-   once more on the schedule topic when they carry a delivery time (``TIMER_DELIVER_MS``)
-   not reached yet and a level short enough exists;
-3. writes the level's new offset to ``config/delayOffset.json`` (RocketMQ's format).
+1. records the step's range of each level in ``rmqstore/delivery.progress``;
+2. appends the due records again, all at once, in delivery-time order over all levels
+   (``reput``): to their real queue, or parked once more on the schedule topic when they
+   carry a delivery time (``TIMER_DELIVER_MS``) not reached yet and a level short enough
+   exists;
+3. writes the levels' new offsets to ``config/delayOffset.json`` (RocketMQ's format).
 
-A kill between 2 and 3 delivers that step again on restart: at most one step per level is
-duplicated, and those are counted (``possible_duplicates``). A due unit whose delivery time
-is nearer than the shortest level waits at the head of its level until that time.
+A kill between 1 and 3 delivers that step again on restart: at most one step (``STEP``
+messages) is duplicated, and those are counted (``possible_duplicates``). A due unit whose
+delivery time is nearer than the shortest level waits at the head of its level until then.
 """
 
 import json
@@ -21,6 +22,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
+from typing import Literal
 
 from rmqstore import delay
 from rmqstore.durable import replace_file
@@ -91,18 +93,15 @@ class DeliveryService:
             low = st.queue.min_offset()
             high = self.engine.queue_table.get((SCHEDULE_TOPIC, lv - 1), 0)
             st.offset = min(max(table.get(lv, 0), low), max(high, low))
-        inflight = self._read_inflight()
-        if inflight:
-            last = self.levels.get(int(inflight["level"]))
-            if last is not None:
-                st = last
-                again = int(inflight["to"]) - max(st.offset, int(inflight["from"]))
-                if again > 0:
-                    self.stats.possible_duplicates += again
-                    log.warning(
-                        "level %d: the last step before an unclean stop (%d messages) may be "
-                        "delivered twice", st.level, again,
-                    )  # fmt: skip
+        for lv, (start, stop) in self._read_inflight().items():
+            last = self.levels.get(lv)
+            again = stop - max(last.offset, start) if last is not None else 0
+            if again > 0:
+                self.stats.possible_duplicates += again
+                log.warning(
+                    "level %d: %d messages of the last step before an unclean stop may be "
+                    "delivered twice", lv, again,
+                )  # fmt: skip
 
     def _read_table(self) -> dict[int, int]:
         path = self.layout.delay_offset
@@ -115,12 +114,13 @@ class DeliveryService:
                 log.error("%s unreadable (%s); trying the backup", p, e)
         return {}
 
-    def _read_inflight(self) -> dict | None:
+    def _read_inflight(self) -> dict[int, tuple[int, int]]:
+        """The ranges of the last step, per level, unless the last stop was clean."""
         try:
             data = json.loads(self._inflight_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        return data if isinstance(data, dict) and "level" in data else None
+            return {int(lv): (int(r[0]), int(r[1])) for lv, r in data.items()}
+        except (FileNotFoundError, ValueError, TypeError, AttributeError, IndexError):
+            return {}
 
     def offsets(self) -> dict[int, int]:
         return {lv: st.offset for lv, st in self.levels.items()}
@@ -134,67 +134,82 @@ class DeliveryService:
         """Deliver everything due; returns the earliest delivery time still waiting (0: none
         known)."""
         with self._lock:
-            earliest = 0
-            for st in self.levels.values():
-                while not self._stop:
-                    moved = self._step(st, now_ms or _now_ms())
-                    if not moved:
-                        break
-                if st.next_due and (not earliest or st.next_due < earliest):
-                    earliest = st.next_due
-            return earliest
+            while not self._stop and self._step(now_ms or _now_ms()):
+                pass
+            dues = [st.next_due for st in self.levels.values() if st.next_due]
+            return min(dues) if dues else 0
 
-    def _step(self, st: LevelState, now: int) -> int:
-        """Deliver up to STEP due units of one level; returns how many units it moved past."""
-        units = st.queue.read(st.offset, STEP)
+    def _due_units(self, st: LevelState, now: int) -> list[tuple[int, int, int, int]]:
+        """The level's due units from its offset: (delivery time, level, commitlog offset,
+        size), in queue order; sets ``next_due`` to the first unit not due yet."""
         st.next_due = 0
         level_ms = delay.delay_ms(st.level)
-        due: list[tuple[int, int, int]] = []
-        for phy, size, code in units:
+        out = []
+        for phy, size, code in st.queue.read(st.offset, STEP):
             at = now if code > now + level_ms else code  # the clock went back: due now
             if size == PRE_BLANK_SIZE and phy == 0:
                 at = 0
             if at > now:
                 st.next_due = at
                 break
-            due.append((phy, size, at))
+            out.append((at, st.level, phy, size))
+        return out
+
+    def _step(self, now: int) -> int:
+        """Deliver up to STEP due units of all levels, in delivery-time order, as one append;
+        returns how many units it moved past."""
+        due = sorted(u for st in self.levels.values() for u in self._due_units(st, now))[:STEP]
         if not due:
             return 0
-        records = self._records([phy for phy, size, _ in due if size != PRE_BLANK_SIZE])
-        columns, lateness, taken = [], [], 0
-        for phy, _size, at in due:
-            rec = records.get(phy)
-            if rec is None:
-                taken += 1  # gone (retention), not a record, or a pre-blank unit
-                self.stats.skipped += phy != 0
+        records = self._records([phy for _at, _lv, phy, size in due if size != PRE_BLANK_SIZE])
+        columns, lateness = [], []
+        taken: dict[int, int] = {}  # level -> units moved past (a prefix of its queue)
+        parked: dict[int, int] = {}  # level -> units parked again
+        delivered: dict[int, int] = {}
+        held: set[int] = set()  # levels whose head waits for its delivery time
+        for at, lv, phy, _size in due:
+            if lv in held:
                 continue
-            entry = self._reput(rec, now)
+            rec = records.get(phy)
+            entry: tuple | None | Literal[False] = False
+            if rec is not None:
+                entry = self._reput(rec, now)
             if entry is None:  # its delivery time is nearer than any level: wait at the head
-                st.next_due = int(rec.property_map[delay.TIMER_DELIVER_MS])
-                break
-            if entry is not False:
+                assert rec is not None
+                self.levels[lv].next_due = int(rec.property_map[delay.TIMER_DELIVER_MS])
+                held.add(lv)
+                continue
+            if rec is None:  # gone (retention), not a record, or a pre-blank unit
+                self.stats.skipped += phy != 0
+            elif entry is not False:
                 columns.append(entry)
-                if entry[2] != SCHEDULE_TOPIC:  # not parked again
+                if entry[2] == SCHEDULE_TOPIC:
+                    parked[lv] = parked.get(lv, 0) + 1
+                else:
                     lateness.append(now - self._due_time(rec, at))
-            taken += 1
+                    delivered[lv] = delivered.get(lv, 0) + 1
+            taken[lv] = taken.get(lv, 0) + 1
         if not taken:
             return 0
-        start = st.offset
-        self._write_inflight(st.level, start, start + taken)
+        ranges = {lv: (self.levels[lv].offset, self.levels[lv].offset + n)
+                  for lv, n in taken.items()}  # fmt: skip
+        self._write_inflight(ranges)
         if columns:
             _stored, end = self.engine.append_columns(tuple(zip(*columns, strict=True)))
             self.engine.wait_durable(end)
-        st.offset = start + taken
+        for lv, (_start, stop) in ranges.items():
+            self.levels[lv].offset = stop
         self.persist()
-        parked = sum(1 for c in columns if c[2] == SCHEDULE_TOPIC)
-        st.delivered += len(columns) - parked
-        st.parked += parked
-        self.stats.delivered += len(columns) - parked
-        self.stats.parked += parked
+        for lv, n in parked.items():
+            self.levels[lv].parked += n
+        self.stats.parked += sum(parked.values())
+        self.stats.delivered += len(lateness)
+        for lv, n in delivered.items():
+            self.levels[lv].delivered += n
         self.stats.steps += 1
         for observe in self.observers:
             observe(lateness)
-        return taken
+        return sum(taken.values())
 
     @staticmethod
     def _due_time(rec: commitlog.Record, at: int) -> int:
@@ -220,7 +235,7 @@ class DeliveryService:
                 log.warning("schedule record at %d corrupt: %s", phy, e)
         return out
 
-    def _reput(self, rec: commitlog.Record, now: int):
+    def _reput(self, rec: commitlog.Record, now: int) -> tuple | None | Literal[False]:
         """The columns entry for a due record; None: wait (delivery time nearer than any
         level); False: skip it (counted)."""
         target = rec.property_map.get(delay.TIMER_DELIVER_MS, "")
@@ -236,8 +251,8 @@ class DeliveryService:
             self.stats.skipped += 1
             return False
 
-    def _write_inflight(self, level: int, start: int, end: int) -> None:
-        data = json.dumps({"level": level, "from": start, "to": end}).encode()
+    def _write_inflight(self, ranges: dict[int, tuple[int, int]]) -> None:
+        data = json.dumps({str(lv): list(r) for lv, r in ranges.items()}).encode()
         replace_file(self._inflight_path, data)
 
     # -- thread --------------------------------------------------------------------------

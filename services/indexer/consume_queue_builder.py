@@ -193,6 +193,16 @@ class ConsumeQueueBuilder(progress.FlushedOutput):
         self._cut(phy_end)
         self.flush()
 
+    def delete_below(self, phy_min: int) -> int:
+        """Retention: delete the segments that only point below the commitlog's minimum."""
+        deleted = 0
+        for key, q in self.queues.items():
+            n = q.delete_below(phy_min)
+            if n:
+                self._dirty.add(key)
+                deleted += n
+        return deleted
+
     def max_offset_in_queue(self, topic: str, queue_id: int) -> int:
         q = self.queues.get((topic, queue_id))
         return q.end if q else 0

@@ -172,6 +172,28 @@ class QueueFiles:
         seg.file.dirty = True
         self.end = start
 
+    def delete_below(self, phy_min: int) -> int:
+        """Delete segments, oldest first and never the last, whose last unit points below
+        ``phy_min`` (the commitlog's new minimum: RocketMQ's deleteExpiredFileByOffset);
+        returns how many were deleted."""
+        deleted = 0
+        while len(self.on_disk) > 1:
+            number = self.on_disk[0]
+            path = self.dir / segment_name(number * self.file_size)
+            with open(path, "rb") as f:  # every segment but the last is full
+                f.seek(self.file_size - cq.UNIT_SIZE)
+                last = cq.decode(f.read(cq.UNIT_SIZE))
+            if last.commitlog_offset >= phy_min:
+                break
+            seg = self.open.pop(number, None)
+            if seg is not None:
+                seg.close()
+            path.unlink()
+            self.on_disk.pop(0)
+            self.dir_dirty = True
+            deleted += 1
+        return deleted
+
     def truncate(self, phy_end: int) -> None:
         """Cut every unit pointing at or past ``phy_end``; delete segments left empty."""
         while self.on_disk:

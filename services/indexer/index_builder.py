@@ -96,6 +96,8 @@ class IndexBuilder(progress.FlushedOutput):
         listed = stored.extra.get("files")
         if listed is None:  # a record without the list: files sort by creation time
             listed = names[: names.index(name) + 1] if name is not None else []
+        # files older than every file left were deleted by retention (delete_below)
+        listed = [n for n in listed if n in names or n == name or (names and n > names[0])]
         missing = [n for n in listed if n not in names]
         if missing:
             raise ProgressFileError(
@@ -247,6 +249,21 @@ class IndexBuilder(progress.FlushedOutput):
         dirs = [self.dir, self.dir.parent] if self._dir_dirty else []
         self._dir_dirty = False
         return progress.FlushTicket(self._progress_record(), paths, dirs, self._generation)
+
+    def delete_below(self, phy_min: int) -> int:
+        """Retention: delete the files, oldest first and never the newest, whose last entry
+        points below the commitlog's minimum (RocketMQ's deleteExpiredFile)."""
+        deleted = 0
+        while len(self.file_names) > 1:
+            h = self._open(self.file_names[0])
+            end = h.header.end_phy_offset
+            h.close()
+            if end >= phy_min:
+                break
+            (self.dir / self.file_names.pop(0)).unlink()
+            self._dir_dirty = True
+            deleted += 1
+        return deleted
 
     def truncate(self, phy_end: int) -> None:
         """Drop entries of records at or past ``phy_end`` (the commitlog was cut there).

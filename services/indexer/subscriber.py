@@ -28,6 +28,7 @@ log = logging.getLogger(__name__)
 MIN_BACKOFF = 0.05
 MAX_BACKOFF = 2.0
 RPC_TIMEOUT = 5.0
+RETENTION_LOOK_S = 1.0  # how often a builder asks for the writer's minimum offset
 
 
 class Builder(Protocol):
@@ -47,6 +48,7 @@ class Builder(Protocol):
     def begin_flush(self) -> FlushTicket: ...
     def finish_flush(self, ticket: FlushTicket) -> int: ...
     def truncate(self, phy_end: int) -> None: ...
+    def delete_below(self, phy_min: int) -> int: ...
     def close(self) -> None: ...
 
 
@@ -68,6 +70,8 @@ class Subscriber:
         self.progress_lock = threading.Lock()
         self.connected = False
         self.writer_max_offset = 0
+        self.writer_min_offset = 0
+        self.deleted_files = 0  # deleted below the writer's minimum (retention)
         self.acked_offset = -1
         self.batches = 0
         self.reconnects = 0
@@ -192,8 +196,33 @@ class Subscriber:
 
     # -- flushing ------------------------------------------------------------------------
     def _flush_loop(self) -> None:
+        last_look = 0.0
         while not self._stop.wait(self.flush_interval):
             self.flush_and_ack()
+            if time.monotonic() - last_look >= RETENTION_LOOK_S:
+                last_look = time.monotonic()
+                self.follow_retention()
+
+    def follow_retention(self) -> int:
+        """Delete our files wholly below the writer's minimum offset (it deletes commitlog
+        segments); returns how many files went."""
+        if not self.connected:
+            return 0
+        try:
+            low = self._stub.GetOffsets(
+                commitlog_pb2.GetOffsetsRequest(), timeout=RPC_TIMEOUT
+            ).min_offset
+        except grpc.RpcError:
+            return 0
+        if low <= self.writer_min_offset:
+            return 0
+        self.writer_min_offset = low
+        with self.lock:
+            deleted = self.builder.delete_below(low)
+        if deleted:
+            self.deleted_files += deleted
+            log.info("%s: deleted %d files below offset %d", self.builder.name, deleted, low)
+        return deleted
 
     def flush_and_ack(self) -> int:
         with self.lock:
