@@ -330,7 +330,11 @@ class CommitLogEngine:
     # -- reading -------------------------------------------------------------------------
     def _record_at(self, offset: int) -> tuple[Segment, int, int]:
         """(segment, position, size) of the record starting at ``offset``, checked."""
-        if not self.min_offset <= offset < self.max_offset:
+        if offset < self.min_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is below the store's minimum offset {self.min_offset}"
+            )
+        if offset >= self.max_offset:
             raise OffsetOutOfRangeError(
                 f"offset {offset} is outside the commitlog [{self.min_offset}, {self.max_offset})"
             )

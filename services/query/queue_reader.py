@@ -63,9 +63,14 @@ class QueueView:
             return
         last = segments[-1]
         self.max_offset = last.first + _valid_prefix(last)
-        first = segments[0]
-        n = first.capacity if len(segments) > 1 else self.max_offset - first.first
-        self.min_offset = first.first + _first_message(first, n, commitlog_min)
+        # the first message still in the commitlog: past whole segments the builder has not
+        # deleted yet after a retention pass
+        for seg in segments:
+            n = seg.capacity if seg is not last else self.max_offset - seg.first
+            skip = _first_message(seg, n, commitlog_min)
+            self.min_offset = seg.first + skip
+            if skip < n:
+                break
 
     def segment_of(self, offset: int) -> Segment | None:
         for seg in reversed(self.segments):

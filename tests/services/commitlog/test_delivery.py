@@ -109,3 +109,19 @@ def test_a_delivery_time_is_parked_on_the_largest_level_not_beyond_it(tmp_path):
             engine.close()
     finally:
         delay.use_levels(delay.DEFAULT_LEVELS)
+
+
+def test_the_unpersisted_step_of_an_unclean_stop_is_counted_as_possible_duplicates(golden_copy):
+    # a step of level 3's one message was under way (recorded) when the writer died
+    (golden_copy / "rmqstore").mkdir(exist_ok=True)
+    (golden_copy / "rmqstore" / "delivery.progress").write_text('{"3": [0, 1]}')
+    engine = CommitLogEngine(WriterConfig(store=golden_copy, segment_size=65536))
+    try:
+        service = DeliveryService(engine)
+        assert service.stats.possible_duplicates == 1
+        service.run_once()
+        assert service.status()["possible_duplicates"] == 1
+        service.close()
+        assert not (golden_copy / "rmqstore" / "delivery.progress").exists()  # clean stop
+    finally:
+        engine.close()
