@@ -55,8 +55,8 @@ def test_levels_arrive_in_delivery_time_order_and_are_found_there(cluster):
             due[r.unique_key] = r.store_timestamp + LEVEL_MS[level]
     # a delivery time 7 s ahead (parked on level 3, again on 3, then on 1, then delivered)
     target = int(time.time() * 1000) + 7000
-    (timed,) = _put(cluster, "Delayed", [
-        common_pb2.Message(topic="Delayed", body=b"timed", keys="timed", deliver_at_ms=target)])  # fmt: skip
+    timed_msg = common_pb2.Message(topic="Delayed", body=b"t", keys="timed", deliver_at_ms=target)
+    (timed,) = _put(cluster, "Delayed", [timed_msg])
     assert timed.queue_id == 2  # level 3: the largest not beyond 7 s
     due[timed.unique_key] = target
     got = _pulled(cluster, "Delayed", lambda m: len(m) >= 31)
