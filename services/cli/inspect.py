@@ -10,7 +10,8 @@ Kinds (detected from the path, or forced with ``--kind``):
                    counts come from ``--index-slots``/``--index-entries`` or are inferred from the
                    file size (RocketMQ's defaults, or its 1 slot : 4 entries ratio).
 * ``checkpoint``   the ``checkpoint`` file.
-* ``store``        a store directory: segments, min/max offset, queues, index files, checkpoint.
+* ``store``        a store directory: segments, min/max offset, queues, index files, checkpoint,
+                   delayed delivery per level and retention (``inspect_background``).
 
 Files are only ever opened read-only. Human-readable output by default, JSON lines with
 ``--json``. Exit status: 0, 1 when a commitlog segment holds a corrupt record, 2 on bad input.
@@ -40,6 +41,7 @@ from rmqstore.formats import index_file as ix
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.layout import is_index_file_name
 from rmqstore.segments import parse_segment_name
+from services.cli.inspect_background import delivery_rows, retention_row
 
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "store")
 Row = dict[str, Any]
@@ -344,6 +346,8 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
     if (root / "checkpoint").is_file():
         with read_only(root / "checkpoint") as buf:
             yield checkpoint_row(buf, root / "checkpoint")
+    yield from delivery_rows(root)
+    yield retention_row(root)
     yield {"type": "markers", "abort": (root / "abort").exists(),
            "lock": (root / "lock").exists()}
 

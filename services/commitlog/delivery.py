@@ -30,9 +30,9 @@ from rmqstore.errors import CorruptRecordError, MessageIllegalError, StoreError
 from rmqstore.formats import commitlog
 from rmqstore.formats import delay_offset as offsets_fmt
 from rmqstore.layout import SCHEDULE_TOPIC
+from rmqstore.schedule_queue import PRE_BLANK_SIZE, ScheduleQueue
 from services.commitlog import reput
 from services.commitlog.engine import CommitLogEngine
-from services.commitlog.schedule_queue import PRE_BLANK_SIZE, ScheduleQueue
 
 log = logging.getLogger(__name__)
 STEP = 512  # due units appended (and persisted) at once
