@@ -19,9 +19,11 @@ delivery time is nearer than the shortest level waits at the head of its level u
 
 import json
 import logging
+import os
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from rmqstore import delay
@@ -126,8 +128,19 @@ class DeliveryService:
         return {lv: st.offset for lv, st in self.levels.items()}
 
     def persist(self) -> None:
-        replace_file(self.layout.delay_offset, offsets_fmt.encode(self.offsets()).encode())
+        self._replace(self.layout.delay_offset, offsets_fmt.encode(self.offsets()).encode())
         self.stats.persists += 1
+
+    def _replace(self, path: Path, data: bytes) -> None:
+        """Atomically; durably too under sync flush (a kill -9 keeps the page cache either
+        way, as it keeps the commitlog's unflushed records under async flush)."""
+        if self.engine.config.flush == "sync":
+            replace_file(path, data)
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
 
     # -- delivering ----------------------------------------------------------------------
     def run_once(self, now_ms: int | None = None) -> int:
@@ -161,7 +174,9 @@ class DeliveryService:
         due = sorted(u for st in self.levels.values() for u in self._due_units(st, now))[:STEP]
         if not due:
             return 0
-        records = self._records([phy for _at, _lv, phy, size in due if size != PRE_BLANK_SIZE])
+        records = self._records(
+            [(phy, size) for _at, _lv, phy, size in due if size != PRE_BLANK_SIZE]
+        )
         columns, lateness = [], []
         taken: dict[int, int] = {}  # level -> units moved past (a prefix of its queue)
         parked: dict[int, int] = {}  # level -> units parked again
@@ -216,23 +231,20 @@ class DeliveryService:
         target = rec.property_map.get(delay.TIMER_DELIVER_MS, "")
         return max(at, int(target)) if target.isdigit() else at
 
-    def _records(self, phys: list[int]) -> dict[int, commitlog.Record]:
-        """The records at ``phys`` that can still be read and decoded."""
+    def _records(self, units: list[tuple[int, int]]) -> dict[int, commitlog.Record]:
+        """The records of (commitlog offset, size) units that can still be read, decoded and
+        checked (a unit whose record is gone or garbled is left out, and logged)."""
         out: dict[int, commitlog.Record] = {}
-        try:
-            raws = list(zip(phys, self.engine.read(phys), strict=True))
-        except StoreError:  # one of them is gone or bad: one by one
-            raws = []
-            for phy in phys:
-                try:
-                    raws.append((phy, self.engine.read([phy])[0]))
-                except StoreError as e:
-                    log.warning("schedule record at %d unreadable: %s", phy, e)
-        for phy, raw in raws:
+        for phy, size in units:
             try:
-                out[phy] = commitlog.decode(raw)
-            except CorruptRecordError as e:
-                log.warning("schedule record at %d corrupt: %s", phy, e)
+                rec = commitlog.decode(self.engine.read_sized(phy, size), check_crc=False)
+            except StoreError as e:  # OffsetOutOfRange (retention), CorruptRecord
+                log.warning("schedule record at %d unusable: %s", phy, e)
+                continue
+            if rec.physical_offset != phy:
+                log.warning("schedule unit points at %d, which holds no record of its own", phy)
+                continue
+            out[phy] = rec
         return out
 
     def _reput(self, rec: commitlog.Record, now: int) -> tuple | None | Literal[False]:
@@ -253,7 +265,7 @@ class DeliveryService:
 
     def _write_inflight(self, ranges: dict[int, tuple[int, int]]) -> None:
         data = json.dumps({str(lv): list(r) for lv, r in ranges.items()}).encode()
-        replace_file(self._inflight_path, data)
+        self._replace(self._inflight_path, data)
 
     # -- thread --------------------------------------------------------------------------
     def start(self) -> None:

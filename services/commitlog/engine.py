@@ -373,6 +373,22 @@ class CommitLogEngine:
                 ) from None
         return out
 
+    def read_sized(self, offset: int, size: int) -> bytes:
+        """The ``size`` bytes at ``offset`` (a record whose size a consume-queue unit gives;
+        the caller decodes and checks it); OffsetOutOfRangeError if not in the commitlog."""
+        if not self.min_offset <= offset <= self.max_offset - size or size <= 0:
+            raise OffsetOutOfRangeError(
+                f"{size} bytes at {offset} are outside the commitlog "
+                f"[{self.min_offset}, {self.max_offset})"
+            )
+        try:
+            seg = self.segments.find(offset)
+            return bytes(seg.map[offset - seg.start : offset - seg.start + size])
+        except ValueError:  # its segment was deleted (and unmapped) meanwhile
+            raise OffsetOutOfRangeError(
+                f"offset {offset} is below the store's minimum offset {self.min_offset}"
+            ) from None
+
     def delete_oldest_segment(self) -> Segment | None:
         """Retention: delete the oldest segment, unless it is the one being written."""
         with self._lock:

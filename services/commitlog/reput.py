@@ -18,6 +18,19 @@ from rmqstore.layout import SCHEDULE_TOPIC, validate_topic
 from services.commitlog.messages import MessageBuilder
 
 TRANSACTION_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"  # never delivered (RocketMQ drops it)
+_VALID: set[str] = set()  # real topics checked already
+_ORDERS: dict[tuple[str, ...], list[str]] = {}  # property names -> HashMap order
+
+
+def encode_properties(props: dict[str, str]) -> str:
+    """``properties.encode`` of a parsed map (its HashMap order cached by its names)."""
+    names = tuple(props)
+    order = _ORDERS.get(names)
+    if order is None:
+        order = P.hashmap_order(names)
+        if len(_ORDERS) < 10_000:
+            _ORDERS[names] = order
+    return P.PROPERTY_SEPARATOR.join(f"{k}{P.NAME_VALUE_SEPARATOR}{props[k]}" for k in order)
 
 
 def real_destination(rec: commitlog.Record) -> tuple[str, int]:
@@ -25,7 +38,10 @@ def real_destination(rec: commitlog.Record) -> tuple[str, int]:
     props = rec.property_map
     topic, qid = props.get(P.REAL_TOPIC, ""), props.get(P.REAL_QID, "")
     try:
-        validate_topic(topic)
+        if topic not in _VALID:
+            validate_topic(topic)
+            if len(_VALID) < 100_000:
+                _VALID.add(topic)
     except Exception as e:
         where = rec.physical_offset
         raise MessageIllegalError(f"REAL_TOPIC of the record at {where}: {e}") from None
@@ -50,7 +66,7 @@ def delivered(builder: MessageBuilder, rec: commitlog.Record, topic: str, queue_
     """The columns entry (see messages.Prepared) of a due record put to its real queue."""
     props = rec.property_map
     record, size, topic, queue_id, sys_flag = _prepare(
-        builder, rec, topic, queue_id, P.encode(props)
+        builder, rec, topic, queue_id, encode_properties(props)
     )
     return (
         record, size, topic, queue_id, sys_flag, tags_code(props.get(P.TAGS)),
@@ -64,7 +80,7 @@ def parked(builder: MessageBuilder, rec: commitlog.Record, level: int) -> tuple:
     props = dict(rec.property_map)
     props[P.DELAY] = str(level)
     record, size, topic, queue_id, sys_flag = _prepare(
-        builder, rec, SCHEDULE_TOPIC, level - 1, P.encode(props)
+        builder, rec, SCHEDULE_TOPIC, level - 1, encode_properties(props)
     )
     return (
         record, size, topic, queue_id, sys_flag, 0, props.get(P.KEYS, ""),

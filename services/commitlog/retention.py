@@ -43,8 +43,10 @@ class RetentionStats:
 
 
 def disk_used_ratio(path) -> float:
+    """As ``df`` shows it: used / (used + available to us), so 1.0 is when writes fail."""
     usage = shutil.disk_usage(path)
-    return usage.used / usage.total if usage.total else 0.0
+    room = usage.used + usage.free
+    return usage.used / room if room else 0.0
 
 
 class Retention:
