@@ -41,7 +41,8 @@ def _queues(layout: StoreLayout) -> dict[str, list[tuple[int, int]]]:
 def test_golden_messages_put_anew_build_rocketmq_queues(tmp_path, golden_dir, golden_expected):
     store = tmp_path / "store"
     writer = procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
-                         "--commitlog-segment-size", "65536", "--store-host", "198.51.100.7:10911")
+                         "--commitlog-segment-size", "65536", "--store-host", "198.51.100.7:10911",
+                         "--no-delivery")  # the delayed ones stay as RocketMQ stored them
     cq_b = start_builder("consume-queue", store, writer.address, "--cq-entries-per-file",
                          str(GOLDEN_CQ_ENTRIES))
     ix_b = start_builder("index", store, writer.address, "--index-slots", str(GOLDEN_SLOTS),

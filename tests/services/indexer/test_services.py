@@ -84,7 +84,8 @@ def test_builders_started_before_the_writer_rebuild_the_golden_files(tmp_path, g
             assert health.status == health_pb2.HealthCheckResponse.SERVING
             assert not progress(b).connected
         writer = procs.start("services.commitlog", "--store", str(store), "--listen",
-                             writer_addr, "--commitlog-segment-size", "65536")
+                             writer_addr, "--commitlog-segment-size", "65536",
+                             "--no-delivery")  # the golden files as RocketMQ left them
         end = golden_expected["commitlogMaxOffset"]
         for b in (cqb, ixb):
             wait_durable(b, end)
@@ -260,7 +261,7 @@ def test_outputs_are_cut_when_the_writer_ends_below_them(tmp_path, golden_store,
         feed(b, [r for r in golden_records if r.phy_offset < cut], 50)
         b.close()
     writer = procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
-                         "--commitlog-segment-size", "65536")
+                         "--commitlog-segment-size", "65536", "--no-delivery")
     cqb = start_builder("consume-queue", store, writer.address,
                         "--cq-entries-per-file", str(GOLDEN_CQ_ENTRIES))
     ixb = start_builder("index", store, writer.address, "--index-slots", str(GOLDEN_SLOTS),

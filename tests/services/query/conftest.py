@@ -37,6 +37,7 @@ def golden_services(golden_store: Path, tmp_path_factory: pytest.TempPathFactory
     writer = procs.start(
         "services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
         "--commitlog-segment-size", str(GOLDEN_SEGMENT_SIZE),
+        "--no-delivery",  # the golden store as RocketMQ left it (its delayed ones are due)
     )
     try:
         query = procs.start(
