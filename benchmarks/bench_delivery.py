@@ -114,7 +114,7 @@ def _watch(layout: StoreLayout, count: int, timeout: float) -> dict[int, int]:
                 raise AssertionError(f"only {len(seen)} of {count} delivered in time")
             now = int(time.time() * 1000)
             for q, queue in enumerate(queues):
-                units = queue.read(next_offset[q], 100_000)
+                units = queue.read(next_offset[q], 2048)
                 next_offset[q] += len(units)
                 for phy, _size, _code in units:
                     seen.setdefault(phy, now)
