@@ -146,11 +146,12 @@ class DeliveryService:
     def run_once(self, now_ms: int | None = None) -> int:
         """Deliver everything due; returns the earliest delivery time still waiting (0: none
         known)."""
-        with self._lock:
-            while not self._stop and self._step(now_ms or _now_ms()):
-                pass
-            dues = [st.next_due for st in self.levels.values() if st.next_due]
-            return min(dues) if dues else 0
+        while not self._stop:
+            with self._lock:  # per step: a status call waits one step at most
+                if not self._step(now_ms or _now_ms()):
+                    break
+        dues = [st.next_due for st in self.levels.values() if st.next_due]
+        return min(dues) if dues else 0
 
     def _due_units(self, st: LevelState, now: int) -> list[tuple[int, int, int, int]]:
         """The level's due units from its offset: (delivery time, level, commitlog offset,
