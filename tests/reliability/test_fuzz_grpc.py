@@ -76,6 +76,7 @@ def hostile_messages(draw) -> common_pb2.Message:
         born_host=draw(st.one_of(st.just(""), st.sampled_from(
             ("10.1.2.3:80", "[::1]:9876", "[fe80::1]:1", "1.2.3.4:65535")), TEXT)),
         delay_level=draw(st.one_of(st.just(0), st.integers(-3, 20))),
+        deliver_at_ms=draw(st.one_of(st.just(0), INT64)),
         reconsume_times=draw(INT32),
         prepared_transaction_offset=draw(INT64),
         no_wait_store=draw(st.booleans()),
