@@ -1,0 +1,77 @@
+"""Builders delete their files wholly below the commitlog's new minimum offset (retention),
+and start again afterwards from what is left."""
+
+from rmqstore.formats import consume_queue as cq
+from rmqstore.layout import StoreLayout
+from services.indexer.consume_queue_builder import ConsumeQueueBuilder
+from services.indexer.index_builder import IndexBuilder
+from tests.services.indexer.helpers import (
+    GOLDEN_CQ_ENTRIES,
+    GOLDEN_ENTRIES,
+    GOLDEN_SLOTS,
+    dispatch_records,
+    feed,
+    index_files,
+)
+
+LOW = 65536  # the golden commitlog's second segment: its first is deleted
+
+
+def _queue_files(store):
+    out = {}
+    for qdir in sorted((store / "consumequeue").glob("*/*")):
+        out[qdir] = sorted(p for p in qdir.iterdir())
+    return out
+
+
+def test_consume_queue_files_below_the_minimum_go_and_the_queues_reopen(tmp_path, golden_store):
+    records = dispatch_records(golden_store)
+    layout = StoreLayout.of(tmp_path)
+    b = ConsumeQueueBuilder(layout, GOLDEN_CQ_ENTRIES)
+    feed(b, records, 64)
+    b.flush()
+    before = _queue_files(tmp_path)
+    ends = {k: q.end for k, q in b.queues.items()}
+    deleted = b.delete_below(LOW)
+    b.close()
+    after = _queue_files(tmp_path)
+    assert deleted == sum(len(v) for v in before.values()) - sum(len(v) for v in after.values())
+    assert deleted > 0
+    for qdir, files in after.items():
+        assert files, f"{qdir}: a queue's last file is never deleted"
+        for p in files[:-1]:  # every file left but the last points at or past the minimum
+            last = cq.units(p.read_bytes())[-1]
+            assert int(last["offset"]) >= LOW
+        assert files == before[qdir][len(before[qdir]) - len(files):]  # the oldest went
+    again = ConsumeQueueBuilder(layout, GOLDEN_CQ_ENTRIES)
+    assert {k: q.end for k, q in again.queues.items()} == ends
+    again.close()
+
+
+def test_index_files_below_the_minimum_go_never_the_newest(tmp_path, golden_store):
+    records = dispatch_records(golden_store)
+    layout = StoreLayout.of(tmp_path)
+    b = IndexBuilder(layout, GOLDEN_SLOTS, GOLDEN_ENTRIES)
+    feed(b, records, 64)
+    b.flush()
+    first, newest = index_files(layout.index_dir)
+    assert b.delete_below(10**9) == 1  # everything is below: the newest stays all the same
+    assert index_files(layout.index_dir) == [newest] and not first.exists()
+    b.close()  # progress now lists only the newest; a record from before lists both
+    reopened = IndexBuilder(layout, GOLDEN_SLOTS, GOLDEN_ENTRIES)
+    assert reopened.file_names == [newest.name]
+    assert reopened.durable_offset == records[-1].phy_offset + records[-1].size
+    reopened.close()
+
+
+def test_an_index_progress_record_naming_deleted_files_still_opens(tmp_path, golden_store):
+    records = dispatch_records(golden_store)
+    layout = StoreLayout.of(tmp_path)
+    b = IndexBuilder(layout, GOLDEN_SLOTS, GOLDEN_ENTRIES)
+    feed(b, records, 64)
+    b.close()  # its progress lists both files
+    first, newest = index_files(layout.index_dir)
+    first.unlink()  # deleted by retention before the progress was written again
+    reopened = IndexBuilder(layout, GOLDEN_SLOTS, GOLDEN_ENTRIES)
+    assert reopened.file_names == [newest.name]
+    reopened.close()
