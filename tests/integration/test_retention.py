@@ -92,8 +92,9 @@ def _files_below(store, low: int) -> list[str]:
 
 def test_old_segments_and_their_files_go_while_traffic_goes_on(cluster):
     rng = random.Random(0)
+    old = []
     for b in range(30):  # 3,000 messages of ~1.1 KiB: about three 1 MiB segments
-        _put(cluster, f"old{b}", 100, rng)
+        old += _put(cluster, f"old{b}", 100, rng)
     traffic = Traffic(cluster)
     traffic.start()
     try:
@@ -122,6 +123,13 @@ def test_old_segments_and_their_files_go_while_traffic_goes_on(cluster):
     gone = cluster.query.QueryByKey(query_pb2.QueryByKeyRequest(topic=TOPIC, key="old0-0"),
                                     timeout=30)  # fmt: skip
     assert len(gone.messages) == 0
+    for mid in (old[0][1].msg_id, old[0][1].unique_key):  # by id: not found, not an error
+        try:
+            resp = cluster.query.QueryById(query_pb2.QueryByIdRequest(id=mid, topic=TOPIC),
+                                           timeout=30)  # fmt: skip
+            assert len(resp.messages) == 0
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.NOT_FOUND, (e.code(), e.details())
     with pytest.raises(grpc.RpcError) as err:
         cluster.writer.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[0]), timeout=10)
     assert "minimum offset" in err.value.details()
