@@ -83,7 +83,13 @@ def main(argv: list[str] | None = None) -> int:
         log.error("cannot open the store: %s", e)
         print(f"error: {e}", file=sys.stderr)
         return 2
-    delivery = DeliveryService(engine) if config.delivery else None
+    try:
+        delivery = DeliveryService(engine) if config.delivery else None
+    except StoreError as e:
+        engine.close()
+        log.error("cannot start delayed delivery: %s", e)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     retention = Retention(engine)
     registry = metrics.new_registry("commitlog")
     observer = WriterObserver(engine, registry, delivery, retention)

@@ -106,14 +106,23 @@ class DeliveryService:
                 )  # fmt: skip
 
     def _read_table(self) -> dict[int, int]:
+        """The file's offsets (or its ``.bak``, as RocketMQ falls back); none if neither
+        exists. An unreadable file stops the start: starting from 0 would deliver every
+        message still in the schedule queues again."""
         path = self.layout.delay_offset
+        errors = []
         for p in (path, path.with_name(path.name + ".bak")):
             try:
                 return offsets_fmt.decode(p.read_text(encoding="utf-8"))
             except FileNotFoundError:
                 continue
-            except (CorruptRecordError, UnicodeDecodeError) as e:
-                log.error("%s unreadable (%s); trying the backup", p, e)
+            except (CorruptRecordError, UnicodeDecodeError, OSError) as e:
+                errors.append(f"{p}: {e}")
+        if errors:
+            raise StoreError(
+                "cannot read the delivery progress (" + "; ".join(errors) + "): repair the "
+                "file, or remove it to deliver every message still in the schedule topic again"
+            )
         return {}
 
     def _read_inflight(self) -> dict[int, tuple[int, int]]:

@@ -6,6 +6,7 @@ import shutil
 import pytest
 
 from rmqstore import delay
+from rmqstore.errors import StoreError
 from rmqstore.formats import commitlog, delay_offset
 from rmqstore.formats import properties as P
 from rmqstore.layout import SCHEDULE_TOPIC
@@ -123,5 +124,17 @@ def test_the_unpersisted_step_of_an_unclean_stop_is_counted_as_possible_duplicat
         assert service.status()["possible_duplicates"] == 1
         service.close()
         assert not (golden_copy / "rmqstore" / "delivery.progress").exists()  # clean stop
+    finally:
+        engine.close()
+
+
+def test_an_unreadable_progress_file_stops_the_start_instead_of_delivering_again(golden_copy):
+    (golden_copy / "config" / "delayOffset.json").write_text('{"offsetTable":{3:')
+    engine = CommitLogEngine(WriterConfig(store=golden_copy, segment_size=65536))
+    try:
+        with pytest.raises(StoreError, match="remove it to deliver every message"):
+            DeliveryService(engine)
+        (golden_copy / "config" / "delayOffset.json.bak").write_text(ROCKETMQ_FILE)
+        assert DeliveryService(engine).offsets()[5] == 1  # RocketMQ's backup, as it falls back
     finally:
         engine.close()
