@@ -147,8 +147,12 @@ def _rebuild_queue_table(segments: SegmentQueue,
     not counted from the right place are read again (without CRCs)."""
     start = segments.min_offset
     table: dict[tuple[str, int], int] = {}
-    if snap is not None and segments.min_offset <= snap[0] <= out.end:
-        start, table = snap[0], dict(snap[1])
+    if snap is not None and snap[0] <= out.end:
+        # a snapshot older than the first segment left (retention deleted the rest) still
+        # holds the counters of queues with no record left; the records' own queue offsets
+        # raise the others below
+        table = dict(snap[1])
+        start = max(snap[0], segments.min_offset)
     found: dict[int, segment_scan.Heads | segment_scan.ScanEnd] = {}
     parts = []
     for seg in segments.segments:

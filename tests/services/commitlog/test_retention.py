@@ -88,3 +88,30 @@ def test_a_read_of_a_deleted_segment_gets_a_clear_answer(engine):
         engine.read([first.start])
     r.run_once()  # closes the mappings of the segments deleted a pass ago
     assert not engine.segments.retired
+
+
+def test_a_snapshot_older_than_the_first_segment_left_still_counts_idle_queues(tmp_path):
+    """Retention deleted the segment the queue snapshot points into, then the writer died:
+    a queue with no record left keeps its next queue offset (from the snapshot)."""
+    cfg = WriterConfig(store=tmp_path, segment_size=SEGMENT, snapshot_interval_ms=3_600_000)
+    e = CommitLogEngine(cfg)
+    e.put([common_pb2.Message(topic="Idle", body=b"x") for _ in range(3)])
+    e.close()  # the snapshot: offset in the first segment, Idle/0 -> 3
+    e = CommitLogEngine(cfg)
+    for i in range(40):
+        e.put([common_pb2.Message(topic="Busy", body=bytes(6000), keys=f"k{i}")])
+    _acked(e)
+    _age_segments(e, 100 * HOUR)
+    assert "00000000000000000000" in _retention(e).run_once()
+    e.flusher.stop()  # then it dies: no snapshot, no clean close
+    e.segments.close()
+    e._store_lock.release()
+    e = CommitLogEngine(cfg)
+    try:
+        assert not e.last_exit_clean and e.min_offset > 0
+        (r,) = e.put([common_pb2.Message(topic="Idle", body=b"y")])
+        assert r.queue_offset == 3
+        (b,) = e.put([common_pb2.Message(topic="Busy", body=b"z")])
+        assert b.queue_offset == 40
+    finally:
+        e.close()
