@@ -48,12 +48,18 @@ def test_consume_queue_files_below_the_minimum_go_and_the_queues_reopen(tmp_path
     again.close()
 
 
-def test_index_files_below_the_minimum_go_never_the_newest(tmp_path, golden_store):
+def _indexed(tmp_path, golden_store) -> tuple[StoreLayout, IndexBuilder, list]:
+    """An index builder that has indexed every golden record (two files)."""
     records = dispatch_records(golden_store)
     layout = StoreLayout.of(tmp_path)
     b = IndexBuilder(layout, GOLDEN_SLOTS, GOLDEN_ENTRIES)
     feed(b, records, 64)
     b.flush()
+    return layout, b, records
+
+
+def test_index_files_below_the_minimum_go_never_the_newest(tmp_path, golden_store):
+    layout, b, records = _indexed(tmp_path, golden_store)
     first, newest = index_files(layout.index_dir)
     assert b.delete_below(10**9) == 1  # everything is below: the newest stays all the same
     assert index_files(layout.index_dir) == [newest] and not first.exists()
@@ -65,10 +71,7 @@ def test_index_files_below_the_minimum_go_never_the_newest(tmp_path, golden_stor
 
 
 def test_an_index_progress_record_naming_deleted_files_still_opens(tmp_path, golden_store):
-    records = dispatch_records(golden_store)
-    layout = StoreLayout.of(tmp_path)
-    b = IndexBuilder(layout, GOLDEN_SLOTS, GOLDEN_ENTRIES)
-    feed(b, records, 64)
+    layout, b, _records = _indexed(tmp_path, golden_store)
     b.close()  # its progress lists both files
     first, newest = index_files(layout.index_dir)
     first.unlink()  # deleted by retention before the progress was written again
