@@ -23,9 +23,10 @@ from rmqstore.layout import SCHEDULE_TOPIC, validate_topic
 from services.commitlog.config import WriterConfig
 
 RESERVED = frozenset(
-    (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID,
-     delay.TIMER_DELIVER_MS)
-)  # fmt: skip
+    (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
+)
+# TIMER_DELIVER_MS may come as a property (a RocketMQ 5 client's delivery time, with the
+# delay level it was parked on); ``deliver_at_ms`` sets it instead and picks the level
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 
 

@@ -138,3 +138,18 @@ def test_an_unreadable_progress_file_stops_the_start_instead_of_delivering_again
         assert DeliveryService(engine).offsets()[5] == 1  # RocketMQ's backup, as it falls back
     finally:
         engine.close()
+
+
+def test_a_delivery_time_given_as_a_property_with_its_level_is_kept(tmp_path):
+    """As a RocketMQ 5 proxy sends it: a delay level and TIMER_DELIVER_MS as a property."""
+    engine = CommitLogEngine(WriterConfig(store=tmp_path))
+    try:
+        at = 1_800_000_004_000
+        m = common_pb2.Message(topic="T", body=b"p", delay_level=2, properties=[
+            common_pb2.Property(name=delay.TIMER_DELIVER_MS, value=str(at))])  # fmt: skip
+        (r,) = engine.put([m], now_ms=1_800_000_000_000)
+        assert (r.topic, r.queue_id) == (SCHEDULE_TOPIC, 1)
+        rec = commitlog.decode(engine.read([r.phy_offset])[0])
+        assert rec.property_map[delay.TIMER_DELIVER_MS] == str(at)
+    finally:
+        engine.close()
