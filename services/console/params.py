@@ -28,6 +28,14 @@ def text(q: Mapping[str, str], name: str, required: bool = False) -> str:
     return value
 
 
+def raw(q: Mapping[str, str], name: str) -> str:
+    """As given (a key may hold spaces); only its length is checked here."""
+    value = q.get(name, "")
+    if len(value) > MAX_TEXT:
+        raise ParamError(f"{name} is longer than {MAX_TEXT} characters")
+    return value
+
+
 def topic(q: Mapping[str, str], required: bool = True) -> str:
     value = text(q, "topic", required)
     return checked_topic(value) if value else value

@@ -53,8 +53,8 @@ async def messages(request: web.Request) -> Answer:
     form = {k: q.get(k, "") for k in ("topic", "key", "begin", "end", "max", "cursor")}
     if not q.get("topic") and not q.get("key"):
         return Answer({}, "messages.html", {"form": form, "searched": False})
-    topic = params.topic(q)
-    key = params.text(q, "key", required=True)
+    topic = params.text(q, "topic", required=True)  # the query service checks both
+    key = params.raw(q, "key")
     begin = params.time_ms(q, "begin", 0) or 0
     end = params.time_ms(q, "end", 0) or 0
     size = params.page_size(q)
