@@ -127,7 +127,7 @@ def _rows(n: int, put: dict, console: ServiceProcess, query: ServiceProcess, cal
             cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and json.loads(out.stdout)["count"] == 1, out.stderr
 
-    rows = []
+    rows: list[dict] = []
     for name, fn, base in (("key search: CLI path in process", key_cli_path, None),
                            ("key search page (console)", key_page, 0),
                            ("key search /api/v1 (console)", key_api, 0),

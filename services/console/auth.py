@@ -167,7 +167,7 @@ class Authenticator:
 
     # -- checks --------------------------------------------------------------------------
     def basic_credentials(self, header: str) -> tuple[str, str] | None:
-        if len(header) > MAX_CREDENTIALS or not header[:6].lower() == "basic ":
+        if len(header) > MAX_CREDENTIALS or header[:6].lower() != "basic ":
             return None
         try:
             user, _, password = base64.b64decode(header[6:].strip(), validate=True) \

@@ -136,7 +136,8 @@ async def browse(backend: Backend, req: BrowseRequest) -> BrowsePage:
         st.position = m.queue_offset if req.newest_first else m.queue_offset + 1
     page.messages = [m for _k, _s, m in taken]
     more = len(candidates) > len(taken) or any(
-        not s.done and (s.position > s.min_offset if req.newest_first else s.position < s.max_offset)
+        not s.done
+        and (s.position > s.min_offset if req.newest_first else s.position < s.max_offset)
         for s in live)
     if more:
         page.cursor = encode_cursor({s.queue: s.position for s in states})

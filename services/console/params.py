@@ -6,8 +6,8 @@ Times take every form of :mod:`rmqstore.times` (epoch ms, ISO-8601 with a zone, 
 
 from collections.abc import Mapping
 
-from rmqstore.layout import validate_topic
 from rmqstore.errors import StoreError
+from rmqstore.layout import validate_topic
 from rmqstore.times import TimeFormatError, parse_time
 
 MAX_PAGE = 200  # messages one page may ask for

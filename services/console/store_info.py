@@ -70,7 +70,7 @@ def _disk_bytes(path: Path) -> tuple[int, int]:
 
 
 def _index_files(layout: StoreLayout, entries: int) -> list[dict[str, Any]]:
-    rows = []
+    rows: list[dict[str, Any]] = []
     if not layout.index_dir.is_dir():
         return rows
     for path in sorted(layout.index_dir.iterdir()):

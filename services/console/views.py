@@ -11,10 +11,10 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from rmqstore.errors import StoreError
 from rmqstore.formats.msgid import decode_offset_msg_id, uniq_key_parts, uniq_key_time
 from rmqstore.layout import StoreLayout
 from rmqstore.message_json import id_fields, key_fields, with_messages
-from rmqstore.errors import StoreError
 from services.console import body, browse, params, store_info
 from services.console.backend import Backend, BackendError
 

@@ -8,7 +8,7 @@ from urllib.parse import quote, urlencode
 
 import pytest
 
-from rmqstore.message_json import id_fields, key_fields, with_messages
+from rmqstore.message_json import key_fields, with_messages
 from rmqstore.v1 import query_pb2
 from services.console.security import CSP
 from tests import procs
