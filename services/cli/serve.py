@@ -7,6 +7,7 @@ Ctrl-C or SIGTERM stops them all (builders first, writer last).
 
 import argparse
 import importlib.util
+import ipaddress
 import signal
 import subprocess
 import sys
@@ -26,6 +27,13 @@ SERVICES = (  # name, module, extra args, port slot
 
 def _exists(module: str) -> bool:
     return importlib.util.find_spec(f"{module}.__main__") is not None
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _command(name: str, module: str, extra: tuple, args: argparse.Namespace, ports: dict) -> list:
@@ -93,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop_all)
     signal.signal(signal.SIGINT, stop_all)
     for name, module, extra, _slot in SERVICES:
+        if name == "console" and not _loopback(args.host):
+            print(f"{name:14s} not started: without authentication it serves loopback only "
+                  "(run python -m services.console with --auth basic or proxy-header)",
+                  flush=True)
+            continue
         if not _exists(module):
             print(f"{name:14s} not available in this build", flush=True)
             continue

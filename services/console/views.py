@@ -51,7 +51,7 @@ def _link(path: str, **query: Any) -> str:
 async def messages(request: web.Request) -> Answer:
     q = request.query
     form = {k: q.get(k, "") for k in ("topic", "key", "begin", "end", "max", "cursor")}
-    if not q.get("topic") and not q.get("key"):
+    if not q.get("topic") and not q.get("key") and not request.path.startswith("/api/"):
         return Answer({}, "messages.html", {"form": form, "searched": False})
     topic = params.text(q, "topic", required=True)  # the query service checks both
     key = params.raw(q, "key")

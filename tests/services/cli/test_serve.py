@@ -109,3 +109,10 @@ def test_serve_passes_the_writer_options_on():
     assert options["--dispatch-linger-ms"] == "0.0"
     assert options["--queues-per-topic"] == "4"
     assert options["--listen"] == "127.0.0.1:9000"
+
+
+def test_serve_starts_the_console_only_on_loopback():
+    from services.cli.serve import _loopback
+
+    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3")

@@ -188,6 +188,8 @@ def test_bad_input_gets_a_clear_error(console):
     r = get(f"{console}/messages?topic=TopicA&key=k&cursor=garbage")
     assert r.status == 400 and 'role="alert"' in r.text
     assert get(f"{console}/messages", method="POST").status == 405
+    r = get(f"{console}/api/v1/messages")
+    assert r.status == 400 and r.json()["error"] == "topic is required"
     assert get(f"{console}/topics/NoSuchTopic").status == 404
 
 
