@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="address or network whose identity header is trusted (repeatable)")
     p.add_argument("--identity-header", default="X-Forwarded-User",
                    help="header naming the user for --auth proxy-header")
+    p.add_argument("--secure-cookie", action="store_true",
+                   help="mark the session cookie Secure (TLS ends at a proxy in front)")
     p.add_argument("--max-window", type=int, default=DEFAULT_MAX_WINDOW_S,
                    help="widest time window (s) a page may browse without a key or id")
     p.add_argument("--index-entries", type=int, default=DEFAULT_ENTRIES,
@@ -108,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         host, port = _split(args.listen)
         auth = Authenticator.configure(args.auth, host, args.users_file, args.trusted_proxy,
                                        args.identity_header)
+        auth.secure_cookie = args.secure_cookie
     except (ValueError, AuthConfigError) as e:
         print(f"rmqstore console: {e}", file=sys.stderr)
         return 2

@@ -8,7 +8,8 @@ Users file: one user a line, ``#`` starts a comment::
 
 ``python -m services.console --hash-password NAME`` reads a password on stdin and prints the
 line. The session cookie is ``user.expiry.signature`` (HMAC-SHA256 under a key made at start,
-so a restart ends every session), HttpOnly, SameSite=Strict, Secure over HTTPS.
+so a restart ends every session), HttpOnly, SameSite=Strict, and Secure when the request
+came over TLS or ``--secure-cookie`` says TLS ends in front of the console.
 """
 
 import base64
@@ -116,6 +117,7 @@ class Authenticator:
     users: dict[str, UserHash] = field(default_factory=dict)
     proxies: list = field(default_factory=list)
     header: str = "X-Forwarded-User"
+    secure_cookie: bool = False  # mark the session cookie Secure (HTTPS in front)
     key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
 
     @classmethod

@@ -83,7 +83,8 @@ def authenticate(auth: Authenticator) -> Callable:
         request[USER_KEY] = creds[0]
         response = await handler(request)
         response.set_cookie(COOKIE, auth.session_cookie(creds[0]), max_age=SESSION_SECONDS,
-                            path="/", httponly=True, samesite="Strict", secure=request.secure)
+                            path="/", httponly=True, samesite="Strict",
+                            secure=request.secure or auth.secure_cookie)
         return response
 
     return middleware

@@ -55,6 +55,10 @@ def test_basic_auth_mounts_the_users_secret() -> None:
     c = _containers(objects)["console"]
     assert _arg(c, "--auth") == "basic"
     assert _arg(c, "--users-file") == "/etc/rmqstore/console/users"
+    assert "--secure-cookie" not in c["args"]  # no TLS Ingress in front
+    tls = {"console": {**BASIC["console"], "ingress": {"enabled": True, "tls": [
+        {"hosts": ["c.example"], "secretName": "c-tls"}]}}}
+    assert "--secure-cookie" in _containers(render(tls))["console"]["args"]
     volumes = one(objects, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "console-users", "secret": {"secretName": "console-users",
                                                 "defaultMode": 0o440}} in volumes

@@ -16,6 +16,9 @@ loopback, mounts the store read-only (topic listing, index file fill, disk use).
       "--auth" $c.auth -}}
 {{- if eq $c.auth "basic" }}
 {{- $args = concat $args (list "--users-file" "/etc/rmqstore/console/users") }}
+{{- if and $c.ingress.enabled $c.ingress.tls }}
+{{- $args = concat $args (list "--secure-cookie") }}
+{{- end }}
 {{- else }}
 {{- if not $c.trustedProxies }}{{ fail "console.auth proxy-header needs console.trustedProxies" }}{{ end }}
 {{- range $c.trustedProxies }}

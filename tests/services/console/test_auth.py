@@ -35,7 +35,7 @@ def test_auth_none_refuses_a_non_loopback_bind(served):
 
 
 def test_basic_refuses_wrong_credentials_and_admits_a_user(served, users_file):
-    proc = served.console("--auth", "basic", "--users-file", users_file)
+    proc = served.console("--auth", "basic", "--users-file", users_file, "--secure-cookie")
     base = f"http://{proc.address}"
     try:
         r = get(base + "/topics")
@@ -47,7 +47,7 @@ def test_basic_refuses_wrong_credentials_and_admits_a_user(served, users_file):
         r = get(base + "/topics", _basic("alice", "s3cret pass"))
         assert r.status == 200 and "Signed in as alice" in r.text
         cookie = r.headers["Set-Cookie"]
-        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+        assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Secure" in cookie
         session = cookie.split(";")[0]
         assert get(base + "/api/v1/store", {"Cookie": session}).status == 200
         name, value = session.split("=", 1)
