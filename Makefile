@@ -7,6 +7,8 @@ STORE ?= ./data/store
 PROTOS := $(wildcard protos/rmqstore/v1/*.proto)
 PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
 PYTEST_ARGS ?=
+CONSOLE_TESTS := tests/services/console
+AXE := $(CONSOLE_TESTS)/node_modules/axe-core/axe.min.js
 
 .DEFAULT_GOAL := help
 .PHONY: help setup protos system-deps run test soak bench lint fmt clean
@@ -25,16 +27,22 @@ rmqstore/v1/%_pb2.py: protos/rmqstore/v1/%.proto $(VENV)/.installed
 
 protos: $(PB2) ## generate Python code from protos/
 
-system-deps: ## install what Debian must provide (Java for Spark, Prometheus for its test)
+system-deps: $(AXE) ## install what Debian must provide (Java for Spark, Prometheus, Chromium)
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
 	  DEBIAN_FRONTEND=noninteractive $$( [ "$$(id -u)" = 0 ] || echo sudo ) \
 	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
+
+$(AXE): $(CONSOLE_TESTS)/package.json  # axe-core for the console's accessibility test
+	npm install --prefix $(CONSOLE_TESTS) --no-audit --no-fund --no-save --silent
+	touch $@
 
 setup: $(VENV)/.installed protos ## create .venv, install packages, generate protos
 

@@ -9,7 +9,6 @@ status from the service.
 """
 
 import argparse
-import base64
 import json
 import sys
 from typing import Any
@@ -17,35 +16,10 @@ from typing import Any
 import grpc
 
 from rmqstore import tls
+from rmqstore.message_json import id_fields, key_fields, message_json, pull_fields
 from rmqstore.v1 import common_pb2, query_pb2, query_pb2_grpc
 
 DEFAULT_QUERY = "127.0.0.1:8101"
-
-
-def message_json(m: common_pb2.StoredMessage) -> dict[str, Any]:
-    try:
-        body, encoding = m.body.decode("utf-8"), "text"
-    except UnicodeDecodeError:
-        body, encoding = base64.b64encode(m.body).decode(), "base64"
-    return {
-        "msgId": m.msg_id,
-        "uniqKey": m.unique_key,
-        "topic": m.topic,
-        "queueId": m.queue_id,
-        "queueOffset": m.queue_offset,
-        "phyOffset": m.phy_offset,
-        "size": m.size,
-        "storeTimestamp": m.store_timestamp,
-        "bornTimestamp": m.born_timestamp,
-        "bornHost": m.born_host,
-        "storeHost": m.store_host,
-        "sysFlag": m.sys_flag,
-        "keys": m.keys,
-        "tags": m.tags,
-        "properties": {p.name: p.value for p in m.properties},
-        "body": body,
-        "bodyEncoding": encoding,
-    }
 
 
 def _line(m: common_pb2.StoredMessage) -> str:
@@ -88,9 +62,7 @@ def run_query_key(args: argparse.Namespace) -> int:
         max_results=args.max, cursor=args.cursor or ""), args.timeout)
     if resp is None:
         return 2
-    doc = {"count": len(resp.messages), "truncated": resp.truncated, "cursor": resp.cursor,
-           "budgetExhausted": resp.budget_exhausted, "chainHops": resp.chain_hops}
-    _emit(args, doc, list(resp.messages))
+    _emit(args, key_fields(resp), list(resp.messages))
     return 0 if resp.messages else 1
 
 
@@ -99,7 +71,7 @@ def run_query_id(args: argparse.Namespace) -> int:
                  query_pb2.QueryByIdRequest(id=args.id, topic=args.topic or ""), args.timeout)
     if resp is None:
         return 2
-    _emit(args, {"count": len(resp.messages)}, list(resp.messages))
+    _emit(args, id_fields(resp), list(resp.messages))
     return 0 if resp.messages else 1
 
 
@@ -109,9 +81,7 @@ def run_pull(args: argparse.Namespace) -> int:
         tag_expression=args.tags or ""), args.timeout)
     if resp is None:
         return 2
-    doc = {"status": query_pb2.PullStatus.Name(resp.status), "nextOffset": resp.next_offset,
-           "minOffset": resp.min_offset, "maxOffset": resp.max_offset}
-    _emit(args, doc, list(resp.messages))
+    _emit(args, pull_fields(resp), list(resp.messages))
     return 0
 
 

@@ -1,11 +1,13 @@
 """``rmqstore serve``: run every service of one store node locally, as separate processes.
 
 Ports: writer N, query N+1, consume-queue builder N+2, index builder N+3 (``--port-base N``),
-their metrics on N+10..N+13. Ctrl-C or SIGTERM stops them all (builders first, writer last).
+their metrics on N+10..N+13; the console (HTTP, ``--auth none``: loopback only) on N+5.
+Ctrl-C or SIGTERM stops them all (builders first, writer last).
 """
 
 import argparse
 import importlib.util
+import ipaddress
 import signal
 import subprocess
 import sys
@@ -19,6 +21,7 @@ SERVICES = (  # name, module, extra args, port slot
     ("consume-queue", "services.indexer", ("consume-queue",), 2),
     ("index", "services.indexer", ("index",), 3),
     ("query", "services.query", (), 1),
+    ("console", "services.console", (), 5),
 )
 
 
@@ -26,8 +29,20 @@ def _exists(module: str) -> bool:
     return importlib.util.find_spec(f"{module}.__main__") is not None
 
 
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
 def _command(name: str, module: str, extra: tuple, args: argparse.Namespace, ports: dict) -> list:
     host = args.host
+    if name == "console":  # HTTP, no metrics port; reads through the query service
+        return [sys.executable, "-m", module, "--store", args.store, "--listen",
+                f"{host}:{ports[name]}", "--query", f"{host}:{ports['query']}",
+                "--commitlog", f"{host}:{ports['commitlog']}", "--index-entries",
+                str(args.index_entries)]
     cmd = [
         sys.executable,
         "-m",
@@ -75,6 +90,7 @@ def run(args: argparse.Namespace) -> int:
         "query": args.query_port or base + 1,
         "consume-queue": args.cq_port or base + 2,
         "index": args.index_port or base + 3,
+        "console": args.console_port or base + 5,
     }
     procs: list[tuple[str, subprocess.Popen]] = []
     stopping = threading.Event()
@@ -85,6 +101,11 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, stop_all)
     signal.signal(signal.SIGINT, stop_all)
     for name, module, extra, _slot in SERVICES:
+        if name == "console" and not _loopback(args.host):
+            print(f"{name:14s} not started: without authentication it serves loopback only "
+                  "(run python -m services.console with --auth basic or proxy-header)",
+                  flush=True)
+            continue
         if not _exists(module):
             print(f"{name:14s} not available in this build", flush=True)
             continue
@@ -97,8 +118,10 @@ def run(args: argparse.Namespace) -> int:
             procs.append((name, proc))
             stop_all()
             break
+        where = line.rsplit(" listening on ", 1)[1].strip()
         print(
-            f"{name:14s} grpc {line.rsplit(' listening on ', 1)[1].strip()}"
+            f"{name:14s} http://{where}/" if name == "console" else
+            f"{name:14s} grpc {where}"
             + (f"  metrics http://{args.host}:{ports[name] + 10}/metrics" if args.metrics else ""),
             flush=True,
         )
@@ -135,6 +158,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--query-port", type=int, default=0)
     p.add_argument("--cq-port", type=int, default=0)
     p.add_argument("--index-port", type=int, default=0)
+    p.add_argument("--console-port", type=int, default=0)
     p.add_argument("--no-metrics", dest="metrics", action="store_false")
     p.add_argument("--commitlog-segment-size", type=int, default=WriterConfig.segment_size)
     p.add_argument("--flush", choices=("async", "sync"), default="async")
