@@ -5,7 +5,9 @@ VENV := .venv
 BIN := $(VENV)/bin
 STORE ?= ./data/store
 PROTOS := $(wildcard protos/rmqstore/v1/*.proto)
-PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
+# RocketMQ 5's protocol (package apache.rocketmq.v2), for the proxy
+RMQ_PROTOS := $(wildcard protos/rmqstore/rocketmq/*.proto)
+PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS) $(RMQ_PROTOS))
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
@@ -21,6 +23,9 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 rmqstore/v1/%_pb2.py: protos/rmqstore/v1/%.proto $(VENV)/.installed
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $<
+
+rmqstore/rocketmq/%_pb2.py: protos/rmqstore/rocketmq/%.proto $(VENV)/.installed
 	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $<
 
 protos: $(PB2) ## generate Python code from protos/
@@ -58,4 +63,5 @@ fmt: setup ## format the code
 	$(BIN)/ruff format rmqstore services pipelines tests benchmarks
 
 clean: ## remove the venv and generated code
-	rm -rf $(VENV) rmqstore/v1/*_pb2*.py rmqstore/v1/*_pb2*.pyi
+	rm -rf $(VENV) rmqstore/v1/*_pb2*.py rmqstore/v1/*_pb2*.pyi rmqstore/rocketmq/*_pb2*.py \
+	  rmqstore/rocketmq/*_pb2*.pyi

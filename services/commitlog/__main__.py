@@ -8,10 +8,11 @@ from pathlib import Path
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import AsyncService, configure_logging
-from rmqstore.v1 import commitlog_pb2
+from rmqstore.v1 import commitlog_pb2, topics_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
+from services.commitlog import topics
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 
 log = logging.getLogger("rmqstore.commitlog")
@@ -68,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         credentials = tls.server_credentials(args)
         engine = CommitLogEngine(config_from(args))
+        topic_store = topics.TopicStore(Path(args.store), args.queues_per_topic)
     except (StoreError, ValueError, OSError) as e:
         log.error("cannot open the store: %s", e)
         print(f"error: {e}", file=sys.stderr)
@@ -83,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         CommitLogServicer(engine, observer, service.run_blocking),
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
+    )
+    service.add(
+        topics.add_to_server,
+        topics.TopicsServicer(topic_store, service.run_blocking),
+        topics_pb2.DESCRIPTOR,
+        "Topics",
     )
 
     def stop() -> None:

@@ -1,0 +1,92 @@
+"""Appends through the commitlog writer, batching concurrent sends into ``PutBatch``.
+
+Each send waits on a future; one task per batch slot takes whatever has queued up (at most
+``batch_max``) and puts it in one call, so under load many sends share a call and at rest a
+send goes out at once. The writer validates a whole batch before writing any of it: when it
+refuses one, every message of that batch is retried alone, so only the bad one fails.
+Messages that must be stored together (a commit and its op record) are one group.
+"""
+
+import asyncio
+from collections.abc import Callable, Sequence
+
+import grpc
+
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from services.proxy.status import BusinessError, Code
+
+Group = tuple[list[common_pb2.Message], asyncio.Future]
+
+
+def _error(e: grpc.aio.AioRpcError) -> BusinessError:
+    if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return BusinessError(Code.BAD_REQUEST, e.details() or "refused by the store")
+    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return BusinessError(Code.TOO_MANY_REQUESTS, e.details() or "store is full or busy")
+    return BusinessError(Code.INTERNAL_SERVER_ERROR, f"store unavailable: {e.details()}")
+
+
+class Appender:
+    def __init__(self, channel: grpc.aio.Channel, batch_max: int = 256, slots: int = 4) -> None:
+        self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
+        self.batch_max = batch_max
+        self._queue: asyncio.Queue[Group] = asyncio.Queue()
+        self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
+        self.batches = 0  # puts made (for tests and metrics)
+        self.on_batch: Callable[[int], None] | None = None  # called with each put's size
+
+    async def put(self, messages: Sequence[common_pb2.Message]) -> list[commitlog_pb2.PutResult]:
+        """Store ``messages`` (all or none of them); their results in order."""
+        future = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((list(messages), future))
+        return await future
+
+    async def read(self, offset: int) -> bytes:
+        try:
+            reply = await self.stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[offset]))
+        except grpc.aio.AioRpcError as e:
+            raise _error(e) from None
+        return reply.records[0]
+
+    async def _run(self) -> None:
+        while True:
+            groups = [await self._queue.get()]
+            count = len(groups[0][0])
+            while not self._queue.empty() and count < self.batch_max:
+                g = self._queue.get_nowait()
+                groups.append(g)
+                count += len(g[0])
+            await self._put(groups)
+
+    async def _put(self, groups: list[Group]) -> None:
+        messages = [m for ms, _f in groups for m in ms]
+        try:
+            reply = await self.stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=messages))
+        except grpc.aio.AioRpcError as e:
+            if e.code() == grpc.StatusCode.INVALID_ARGUMENT and len(groups) > 1:
+                for g in groups:  # find the bad one: each group alone
+                    await self._put([g])
+                return
+            for _ms, f in groups:
+                if not f.done():
+                    f.set_exception(_error(e))
+            return
+        except Exception as e:  # never leave a sender waiting
+            for _ms, f in groups:
+                if not f.done():
+                    f.set_exception(e)
+            return
+        self.batches += 1
+        if self.on_batch is not None:
+            self.on_batch(len(messages))
+        results = list(reply.results)
+        at = 0
+        for ms, f in groups:
+            if not f.done():
+                f.set_result(results[at : at + len(ms)])
+            at += len(ms)
+
+    async def close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
