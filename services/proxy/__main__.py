@@ -9,47 +9,12 @@ from rmqstore import metrics, tls
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
 from services.proxy.appender import Appender
-from services.proxy.config import ProxyConfig
+from services.proxy.config import ProxyConfig, add_flags
 from services.proxy.routes import Router
 from services.proxy.servicer import MessagingServicer, add_to_server
 from services.proxy.topics import TopicBook
 
 log = logging.getLogger("rmqstore.proxy")
-D = ProxyConfig()
-
-
-def add_proxy_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--advertise", default="", help="host:port clients dial (default: --listen)")
-    p.add_argument("--broker-name", default=D.broker_name)
-    p.add_argument(
-        "--no-auto-create-topics",
-        dest="auto_create_topics",
-        action="store_false",
-        help="refuse unknown topics (TOPIC_NOT_FOUND) instead of creating them",
-    )
-    p.add_argument("--max-body-size", type=int, default=D.max_body_size)
-    p.add_argument(
-        "--transaction-timeout",
-        type=float,
-        default=D.transaction_timeout_s,
-        help="seconds before an open transaction is first checked",
-    )
-    p.add_argument(
-        "--transaction-check-interval",
-        type=float,
-        default=D.transaction_check_interval_s,
-        help="seconds between checks, doubling up to 8x",
-    )
-    p.add_argument(
-        "--transaction-check-max",
-        type=int,
-        default=D.transaction_check_max,
-        help="checks before an unresolved transaction is rolled back",
-    )
-    p.add_argument("--access-key", default="")
-    p.add_argument("--secret-key", default="")  # fmt: skip
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m services.proxy", description=__doc__)
     p.add_argument("--store", default="", help="unused (the proxy keeps no files yet)")
@@ -57,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--commitlog", default="127.0.0.1:8100", help="the commitlog writer")
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--log-level", default="INFO")
-    add_proxy_flags(p)
+    add_flags(p)
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
     configure_logging(args.log_level)

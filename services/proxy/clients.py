@@ -19,6 +19,7 @@ class Client:
     group: str = ""
     topics: set[str] = field(default_factory=set)  # declared publishing topics
     last_seen: float = field(default_factory=time.monotonic)
+    started: bool = False  # made a call beyond QueryRoute and Telemetry
     # commands to push on the client's Telemetry stream; None ends the stream
     outbox: asyncio.Queue | None = None
 

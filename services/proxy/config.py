@@ -1,5 +1,7 @@
-"""Proxy settings, from flags (see ``__main__``); validated on construction."""
+"""Proxy settings, from flags (see ``__main__``; ``rmqstore serve`` forwards the same
+flags); validated on construction."""
 
+import argparse
 from dataclasses import dataclass
 
 from rmqstore.delay import LEVELS_MS
@@ -39,3 +41,45 @@ class ProxyConfig:
     def check_delay_s(self, checks_done: int) -> float:
         """Wait before the next check, after ``checks_done`` checks (>= 1): back-off."""
         return self.transaction_check_interval_s * min(2 ** (checks_done - 1), 8)
+
+
+D = ProxyConfig()
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The proxy's own flags (``python -m services.proxy`` and ``rmqstore serve``)."""
+    p.add_argument("--advertise", default="", help="host:port clients dial (default: where "
+                   "the proxy listens)")
+    p.add_argument("--broker-name", default=D.broker_name)
+    p.add_argument("--no-auto-create-topics", dest="auto_create_topics", action="store_false",
+                   help="refuse unknown topics (TOPIC_NOT_FOUND) instead of creating them")
+    p.add_argument("--max-body-size", type=int, default=D.max_body_size)
+    p.add_argument("--transaction-timeout", type=float, default=D.transaction_timeout_s,
+                   help="seconds before an open transaction is first checked (default: "
+                   "%(default)s)")
+    p.add_argument("--transaction-check-interval", type=float,
+                   default=D.transaction_check_interval_s,
+                   help="seconds between checks, doubling up to 8x (default: %(default)s)")
+    p.add_argument("--transaction-check-max", type=int, default=D.transaction_check_max,
+                   help="checks before an unresolved transaction is rolled back (default: "
+                   "%(default)s)")
+    p.add_argument("--access-key", default="", help="with --secret-key: require signed calls")
+    p.add_argument("--secret-key", default="")  # fmt: skip
+
+
+def forward(args: argparse.Namespace) -> list[str]:
+    """``add_flags``' values as command-line arguments again (for ``rmqstore serve``)."""
+    out = [
+        "--broker-name", args.broker_name,
+        "--max-body-size", str(args.max_body_size),
+        "--transaction-timeout", str(args.transaction_timeout),
+        "--transaction-check-interval", str(args.transaction_check_interval),
+        "--transaction-check-max", str(args.transaction_check_max),
+    ]  # fmt: skip
+    if args.advertise:
+        out += ["--advertise", args.advertise]
+    if not args.auto_create_topics:
+        out.append("--no-auto-create-topics")
+    if args.access_key:
+        out += ["--access-key", args.access_key, "--secret-key", args.secret_key]
+    return out

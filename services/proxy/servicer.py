@@ -19,7 +19,7 @@ from rmqstore.rocketmq import service_pb2_grpc
 from services.proxy import settings, status
 from services.proxy.appender import Appender
 from services.proxy.auth import Authenticator
-from services.proxy.clients import ClientRegistry
+from services.proxy.clients import Client, ClientRegistry
 from services.proxy.config import ProxyConfig
 from services.proxy.produce import TYPE_NAMES, Sender, now_ms
 from services.proxy.routes import Router
@@ -30,6 +30,7 @@ from services.proxy.transactions import Transactions
 log = logging.getLogger(__name__)
 add_to_server = service_pb2_grpc.add_MessagingServiceServicer_to_server
 CLIENT_ID = "x-mq-client-id"
+REPEAT_SETTINGS_S = (0.5, 1, 2, 4, 8)
 SOURCES = {pb.SOURCE_CLIENT: "client", pb.SOURCE_SERVER_CHECK: "check"}
 
 
@@ -64,10 +65,15 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         client_id = md.get(CLIENT_ID, "")
         if not client_id.strip():
             raise BusinessError(Code.CLIENT_ID_REQUIRED, f"{CLIENT_ID} header is missing")
+        if rpc not in ("QueryRoute", "Telemetry"):
+            known = self.clients.clients.get(client_id)
+            if known is not None:
+                known.started = True
         return client_id
 
     def _refused(self, rpc: str, e: BusinessError) -> pb.Status:
         self.metrics.errors.labels(rpc, status.name(e.code)).inc()
+        log.info("%s refused: %s %s", rpc, status.name(e.code), e)
         return status.of(e)
 
     async def QueryRoute(self, request, context):  # noqa: N802
@@ -109,14 +115,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         assert outbox is not None
 
         async def read() -> None:
+            first = True
             try:
                 async for command in request_iterator:
                     if command.HasField("settings"):
-                        c = self.clients.settings(client_id, command.settings)
-                        outbox.put_nowait(
-                            settings.reply(command.settings, self.config.max_body_size)
-                        )
-                        del c
+                        self.clients.settings(client_id, command.settings)
+                        answer = settings.reply(command.settings, self.config.max_body_size)
+                        outbox.put_nowait(answer)
+                        if first and command.settings.user_agent.language == pb.NODE_JS:
+                            repeats.append(asyncio.ensure_future(self._repeat(client, answer)))
+                        first = False
                     # thread stack traces and verify results are not asked for: ignored
             except asyncio.CancelledError:
                 raise
@@ -125,13 +133,25 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             finally:
                 outbox.put_nowait(None)
 
+        repeats: list[asyncio.Future] = []
         reader = asyncio.ensure_future(read())
         try:
             while (command := await outbox.get()) is not None:
                 yield command
         finally:
             reader.cancel()
+            for r in repeats:
+                r.cancel()
             self.clients.close_stream(client, outbox)
+
+    async def _repeat(self, client: Client, answer: spb.TelemetryCommand) -> None:
+        """Answer a Node.js client's first Settings again until it makes a call: its
+        ``startup()`` waits for a reply without noticing one that came before it began to
+        wait (its routes took longer than our answer), and would wait forever."""
+        for delay_s in REPEAT_SETTINGS_S:
+            await asyncio.sleep(delay_s)
+            if client.started or not client.push(answer):
+                return
 
     async def SendMessage(self, request, context):  # noqa: N802
         try:
@@ -176,6 +196,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         )
 
     async def EndTransaction(self, request, context):  # noqa: N802
+        log.debug("EndTransaction %s", request)
         try:
             self._caller(context, "EndTransaction")
             await self.transactions.end(
