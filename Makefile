@@ -11,7 +11,7 @@ PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS) $(RMQ_PROTOS))
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup protos system-deps run test soak bench lint fmt clean
+.PHONY: help setup protos system-deps test-deps run test soak bench lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -30,10 +30,12 @@ rmqstore/rocketmq/%_pb2.py: protos/rmqstore/rocketmq/%.proto $(VENV)/.installed
 
 protos: $(PB2) ## generate Python code from protos/
 
-system-deps: ## install what Debian must provide (Java for Spark, Prometheus for its test)
+system-deps: ## install what Debian must provide (Java for Spark, Prometheus for its test, Node.js)
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
@@ -41,18 +43,33 @@ system-deps: ## install what Debian must provide (Java for Spark, Prometheus for
 	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+# RocketMQ's official clients, run by the proxy's tests in processes of their own (never
+# installed into .venv: a client library is not a dependency of served code)
+CLIENTS := tests/clients
+
+$(CLIENTS)/.venv/.installed: $(CLIENTS)/requirements.txt
+	$(PY) -m venv $(CLIENTS)/.venv
+	$(CLIENTS)/.venv/bin/pip install -q -r $(CLIENTS)/requirements.txt
+	touch $@
+
+$(CLIENTS)/node_modules/.installed: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json
+	cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-deps: system-deps $(CLIENTS)/.venv/.installed $(CLIENTS)/node_modules/.installed ## the official RocketMQ 5 clients (Python, Node.js) for the tests
+
 setup: $(VENV)/.installed protos ## create .venv, install packages, generate protos
 
 run: setup ## start every service on ./data/store (Ctrl-C stops them)
 	$(BIN)/rmqstore serve --store $(STORE)
 
-test: setup system-deps ## the whole test suite (about 6 minutes on 2 cores)
+test: setup system-deps test-deps ## the whole test suite (about 6 minutes on 2 cores)
 	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)
 
 soak: setup system-deps ## long reliability suites
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
 
-bench: setup system-deps ## benchmarks; writes benchmarks/results/*.json and prints tables
+bench: setup system-deps test-deps ## benchmarks; writes benchmarks/results/*.json and prints tables
 	$(BIN)/python -m benchmarks
 
 lint: setup ## ruff and mypy

@@ -44,7 +44,7 @@ async function main() {
   {
     const key = `${prefix}-delay-0`;
     const at = new Date(Date.now() + 3000);
-    const r = await producer.send(msg(prefix + 'Delay', 'delayed', key, { deliveryTimestamp: at }));
+    const r = await producer.send(msg(prefix + 'Delay', 'delay', key, { deliveryTimestamp: at }));
     out({ kind: 'delay', topic: prefix + 'Delay', message_id: r.messageId, key });
   }
   for (const outcome of ['commit', 'rollback', 'check']) {

@@ -53,7 +53,7 @@ try:
     futures = []
     for i in range(5):
         key = f"{prefix}-async-{i}"
-        futures.append((key, producer.send_async(message(prefix + "Normal", f"async {i}", key))))
+        futures.append((key, producer.send_async(message(prefix + "Normal", f"normal async {i}", key))))
     for key, f in futures:
         out(kind="normal", topic=prefix + "Normal", message_id=f.result(30).message_id, key=key)
     for i in range(8):
@@ -65,7 +65,7 @@ try:
         out(kind="fifo", topic=prefix + "Fifo", message_id=r.message_id, key=key, group=group,
             seq=i)
     key = f"{prefix}-delay-0"
-    m = message(prefix + "Delay", "delayed", key)
+    m = message(prefix + "Delay", "delay", key)
     m.delivery_timestamp = int(time.time()) + 3  # seconds, as this client sends it
     r = producer.send(m)
     out(kind="delay", topic=prefix + "Delay", message_id=r.message_id, key=key)

@@ -22,7 +22,7 @@ def _free_base() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        if base + 13 < 65535 and all(_free(base + k) for k in (0, 1, 2, 3, 10, 11, 12, 13)):
+        if base + 14 < 65535 and all(_free(base + k) for k in (0, 1, 2, 3, 4, 10, 11, 12, 13, 14)):
             return base
 
 
