@@ -1,7 +1,8 @@
 """``rmqstore serve``: run every service of one store node locally, as separate processes.
 
 Ports: writer N, query N+1, consume-queue builder N+2, index builder N+3, proxy (RocketMQ 5
-protocol) N+4 (``--port-base N``), their metrics on N+10..N+14. Ctrl-C or SIGTERM stops them all (builders first, writer last).
+protocol) N+4 (``--port-base N``), their metrics on N+10..N+14. Ctrl-C or SIGTERM stops them
+all (builders first, writer last).
 """
 
 import argparse

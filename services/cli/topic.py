@@ -98,13 +98,26 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     c = verb("create", "create a topic (an existing one is left as it is)", run_create)
     c.add_argument("name")
-    c.add_argument("--queues", type=int, default=0, help="read and write queues (default: "
-                   "the writer's --queues-per-topic)")
-    c.add_argument("--perm", type=int, default=6, choices=(2, 4, 6),
-                   help="6 read+write, 4 read only, 2 write only")
-    c.add_argument("--type", default="", type=str.upper,
-                   choices=("", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"),
-                   help="message type the topic accepts (default: MIXED, every type)")
+    c.add_argument(
+        "--queues",
+        type=int,
+        default=0,
+        help="read and write queues (default: the writer's --queues-per-topic)",
+    )
+    c.add_argument(
+        "--perm",
+        type=int,
+        default=6,
+        choices=(2, 4, 6),
+        help="6 read+write, 4 read only, 2 write only",
+    )
+    c.add_argument(
+        "--type",
+        default="",
+        type=str.upper,
+        choices=("", "NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED"),
+        help="message type the topic accepts (default: MIXED, every type)",
+    )
     verb("list", "list the topics", run_list)
     d = verb("describe", "show one topic", run_describe)
     d.add_argument("name")

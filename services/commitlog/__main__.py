@@ -9,10 +9,10 @@ from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import commitlog_pb2, topics_pb2
+from services.commitlog import topics
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
-from services.commitlog import topics
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 
 log = logging.getLogger("rmqstore.commitlog")

@@ -64,7 +64,8 @@ class TopicStore:
         kind = (message_type or "MIXED").upper()
         if kind not in topics_json.MESSAGE_TYPES:
             raise InvalidArgumentError(
-                f"message type {message_type!r} is not one of {', '.join(topics_json.MESSAGE_TYPES)}"
+                f"message type {message_type!r} is not one of "
+                + ", ".join(topics_json.MESSAGE_TYPES)
             )
         with self._lock:
             existing = self.table.topics.get(name)

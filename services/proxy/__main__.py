@@ -15,6 +15,8 @@ from services.proxy.servicer import MessagingServicer, add_to_server
 from services.proxy.topics import TopicBook
 
 log = logging.getLogger("rmqstore.proxy")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m services.proxy", description=__doc__)
     p.add_argument("--store", default="", help="unused (the proxy keeps no files yet)")

@@ -48,21 +48,35 @@ D = ProxyConfig()
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     """The proxy's own flags (``python -m services.proxy`` and ``rmqstore serve``)."""
-    p.add_argument("--advertise", default="", help="host:port clients dial (default: where "
-                   "the proxy listens)")
+    p.add_argument(
+        "--advertise", default="", help="host:port clients dial (default: where the proxy listens)"
+    )
     p.add_argument("--broker-name", default=D.broker_name)
-    p.add_argument("--no-auto-create-topics", dest="auto_create_topics", action="store_false",
-                   help="refuse unknown topics (TOPIC_NOT_FOUND) instead of creating them")
+    p.add_argument(
+        "--no-auto-create-topics",
+        dest="auto_create_topics",
+        action="store_false",
+        help="refuse unknown topics (TOPIC_NOT_FOUND) instead of creating them",
+    )
     p.add_argument("--max-body-size", type=int, default=D.max_body_size)
-    p.add_argument("--transaction-timeout", type=float, default=D.transaction_timeout_s,
-                   help="seconds before an open transaction is first checked (default: "
-                   "%(default)s)")
-    p.add_argument("--transaction-check-interval", type=float,
-                   default=D.transaction_check_interval_s,
-                   help="seconds between checks, doubling up to 8x (default: %(default)s)")
-    p.add_argument("--transaction-check-max", type=int, default=D.transaction_check_max,
-                   help="checks before an unresolved transaction is rolled back (default: "
-                   "%(default)s)")
+    p.add_argument(
+        "--transaction-timeout",
+        type=float,
+        default=D.transaction_timeout_s,
+        help="seconds before an open transaction is first checked (default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-interval",
+        type=float,
+        default=D.transaction_check_interval_s,
+        help="seconds between checks, doubling up to 8x (default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-max",
+        type=int,
+        default=D.transaction_check_max,
+        help="checks before an unresolved transaction is rolled back (default: %(default)s)",
+    )
     p.add_argument("--access-key", default="", help="with --secret-key: require signed calls")
     p.add_argument("--secret-key", default="")  # fmt: skip
 

@@ -20,7 +20,7 @@ def endpoints(address: str) -> pb.Endpoints:
     return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=int(port))])
 
 
-def accepted_types(topic: TopicConfig) -> list[int]:
+def accepted_types(topic: TopicConfig) -> list:
     kind = topic.message_type
     return list(ALL_TYPES) if kind == "MIXED" else [pb.MessageType.Value(kind)]
 

@@ -18,7 +18,7 @@ def ok(message: str = "OK") -> pb.Status:
 
 
 def of(err: BusinessError) -> pb.Status:
-    return pb.Status(code=err.code, message=str(err))
+    return pb.Status(code=err.code, message=str(err))  # type: ignore[arg-type]
 
 
 def name(code: int) -> str:

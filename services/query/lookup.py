@@ -27,7 +27,6 @@ from rmqstore.formats.msgid import (
     decode_offset_msg_id,
     is_v5_id,
     month_start_ms,
-    v5_id_time,
 )
 from rmqstore.formats.properties import MAX_PROPERTIES_LENGTH
 from rmqstore.layout import StoreLayout, validate_topic

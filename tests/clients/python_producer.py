@@ -11,8 +11,14 @@ import sys
 import threading
 import time
 
-from rocketmq import (ClientConfiguration, Credentials, Message, Producer,
-                      TransactionChecker, TransactionResolution)
+from rocketmq import (
+    ClientConfiguration,
+    Credentials,
+    Message,
+    Producer,
+    TransactionChecker,
+    TransactionResolution,
+)
 
 endpoint, prefix = sys.argv[1], sys.argv[2]
 ak = sys.argv[3] if len(sys.argv) > 3 else ""
@@ -53,7 +59,9 @@ try:
     futures = []
     for i in range(5):
         key = f"{prefix}-async-{i}"
-        futures.append((key, producer.send_async(message(prefix + "Normal", f"normal async {i}", key))))
+        futures.append(
+            (key, producer.send_async(message(prefix + "Normal", f"normal async {i}", key)))
+        )
     for key, f in futures:
         out(kind="normal", topic=prefix + "Normal", message_id=f.result(30).message_id, key=key)
     for i in range(8):
@@ -62,8 +70,9 @@ try:
         m = message(prefix + "Fifo", f"fifo {i}", key)
         m.message_group = group
         r = producer.send(m)
-        out(kind="fifo", topic=prefix + "Fifo", message_id=r.message_id, key=key, group=group,
-            seq=i)
+        out(
+            kind="fifo", topic=prefix + "Fifo", message_id=r.message_id, key=key, group=group, seq=i
+        )
     key = f"{prefix}-delay-0"
     m = message(prefix + "Delay", "delay", key)
     m.delivery_timestamp = int(time.time()) + 3  # seconds, as this client sends it
@@ -77,8 +86,14 @@ try:
             tx.commit()
         elif outcome == "rollback":
             tx.rollback()
-        out(kind="tx", topic=prefix + "Tx", message_id=r.message_id, key=key, outcome=outcome,
-            transaction_id=r.transaction_id)
+        out(
+            kind="tx",
+            topic=prefix + "Tx",
+            message_id=r.message_id,
+            key=key,
+            outcome=outcome,
+            transaction_id=r.transaction_id,
+        )
     if not checked.wait(60):
         out(event="no_check")
     # the check and its EndTransaction run on the producer's one check thread: a task

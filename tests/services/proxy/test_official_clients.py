@@ -151,7 +151,9 @@ def _records(store):
     for path in sorted((store / "commitlog").iterdir()):
         if path.name.isdigit():
             base = parse_segment_name(path.name)
-            out += [r for _, r in commitlog_segment.iter_segment(path.read_bytes(), base_offset=base)]
+            out += [
+                r for _, r in commitlog_segment.iter_segment(path.read_bytes(), base_offset=base)
+            ]
     return out
 
 
@@ -212,7 +214,9 @@ def test_consume_queues_are_what_rocketmq_builds_from_the_commitlog(sent):
                 buf[at : at + cq.UNIT_SIZE] = cq.encode(
                     cq.CqUnit(d.phy_offset, d.size, d.tags_code)
                 )
-        return {f"{t}/{q}/{0:020d}": bytes(b).ljust(per_file, b"\0") for (t, q), b in queues.items()}
+        return {
+            f"{t}/{q}/{0:020d}": bytes(b).ljust(per_file, b"\0") for (t, q), b in queues.items()
+        }
 
     expected = rebuilt()
     assert any(k.startswith(TRANS_HALF_TOPIC) for k in expected)
@@ -226,7 +230,9 @@ def test_metrics_count_sends_by_topic_and_type(sent):
     text = urllib.request.urlopen(url, timeout=10).read().decode()
     for name in lines:
         assert f'rmqstore_proxy_messages_sent_total{{topic="{name}Fifo",type="fifo"}} 8.0' in text
-        assert f'rmqstore_proxy_messages_sent_total{{topic="{name}Tx",type="transaction"}} 3.0' in text
+        assert (
+            f'rmqstore_proxy_messages_sent_total{{topic="{name}Tx",type="transaction"}} 3.0' in text
+        )
     assert 'rmqstore_proxy_transactions_total{outcome="commit",source="check"} 2.0' in text
     assert 'rmqstore_proxy_transactions_total{outcome="rollback",source="client"} 2.0' in text
     assert 'rmqstore_proxy_transaction_checks_total{result="sent"}' in text
