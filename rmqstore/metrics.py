@@ -490,9 +490,9 @@ class ProxyMetrics:
     """The RocketMQ 5 protocol service (proxy): sends by topic and message type, business
     errors by RocketMQ code, connected clients by language, transaction checks and outcomes.
 
-    ``outcome`` of a transaction: ``commit``, ``rollback`` or ``check_max`` (rolled back after
-    the last unanswered check); ``source``: ``client``, ``check`` (a producer's answer to a
-    check) or ``server``.
+    ``outcome`` of a transaction: ``commit`` or ``rollback``; ``source``: ``client``, ``check``
+    (a producer's answer to a check) or ``server`` (rolled back after the last unanswered
+    check).
     """
 
     def __init__(self, registry: CollectorRegistry) -> None:

@@ -56,6 +56,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             on_end=lambda outcome, source: metrics.transactions.labels(outcome, source).inc(),
             on_check=lambda result: metrics.transaction_checks.labels(result).inc(),
         )  # fmt: skip
+        self.transactions.on_open_count = metrics.open_transactions.set
         appender.on_batch = metrics.batch_size.observe
 
     def _caller(self, context: Any, rpc: str) -> str:

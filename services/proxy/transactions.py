@@ -141,6 +141,7 @@ class Transactions:
         self.on_end = on_end
         self.on_check = on_check
         self._task: asyncio.Task | None = None
+        self.on_open_count: Callable[[int], None] | None = None  # the open count, on change
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._check_loop())
@@ -160,7 +161,12 @@ class Transactions:
             tid, m.system_properties.message_id, m.topic.name, m, producer,
             time.monotonic() + self.config.transaction_timeout_s,
         )  # fmt: skip
+        self._count()
         return tid, result.queue_offset
+
+    def _count(self) -> None:
+        if self.on_open_count is not None:
+            self.on_open_count(len(self.open))
 
     async def end(self, tid: str, message_id: str, resolution: int, source: str) -> None:
         phy, queue_offset = parse_transaction_id(tid)
@@ -177,6 +183,7 @@ class Transactions:
             self.resolved.pop(tid, None)
             raise
         self.open.pop(tid, None)
+        self._count()
         while len(self.resolved) > RESOLVED_REMEMBERED:
             self.resolved.popitem(last=False)
         if self.on_end is not None:
