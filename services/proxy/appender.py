@@ -1,14 +1,16 @@
 """Appends through the commitlog writer, batching concurrent sends into ``PutBatch``.
 
 Each send waits on a future; one task per batch slot takes whatever has queued up (at most
-``batch_max``) and puts it in one call, so under load many sends share a call and at rest a
-send goes out at once. The writer validates a whole batch before writing any of it: when it
+``batch_max``) and puts it as one batch on its own long-lived ``PutStream`` (a stream costs
+less per batch than a call), so under load many sends share a batch and at rest a send goes
+out at once. The writer validates a whole batch before writing any of it: when it
 refuses one, every message of that batch is retried alone, so only the bad one fails.
 Messages that must be stored together (a commit and its op record) are one group.
 """
 
 import asyncio
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import grpc
 
@@ -32,6 +34,7 @@ class Appender:
         self.batch_max = batch_max
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
+        self._streams: dict[int, Any] = {}  # slot -> its PutStream call
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
@@ -49,6 +52,8 @@ class Appender:
         return reply.records[0]
 
     async def _run(self) -> None:
+        slot = len(self._streams)
+        self._streams[slot] = None
         while True:
             groups = [await self._queue.get()]
             count = len(groups[0][0])
@@ -56,17 +61,45 @@ class Appender:
                 g = self._queue.get_nowait()
                 groups.append(g)
                 count += len(g[0])
-            await self._put(groups)
+            await self._put(slot, groups)
 
-    async def _put(self, groups: list[Group]) -> None:
+    async def _call(self, slot: int, request: commitlog_pb2.PutBatchRequest
+                    ) -> commitlog_pb2.PutBatchResponse:  # fmt: skip
+        """One batch over the slot's stream (opened on first use, again after a failure)."""
+        stream = self._streams[slot]
+        if stream is None:
+            stream = self._streams[slot] = self.stub.PutStream()
+        try:
+            await stream.write(request)
+            reply = await stream.read()
+        except BaseException:
+            self._streams[slot] = None
+            stream.cancel()
+            raise
+        if reply is grpc.aio.EOF:
+            self._streams[slot] = None
+            raise BusinessError(Code.INTERNAL_SERVER_ERROR, "the store closed the stream")
+        if reply.status_code:
+            raise BusinessError(
+                Code.BAD_REQUEST if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                else Code.INTERNAL_SERVER_ERROR, reply.error or "refused by the store",
+            )  # fmt: skip
+        return reply.response
+
+    async def _put(self, slot: int, groups: list[Group]) -> None:
         messages = [m for ms, _f in groups for m in ms]
         try:
-            reply = await self.stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=messages))
-        except grpc.aio.AioRpcError as e:
-            if e.code() == grpc.StatusCode.INVALID_ARGUMENT and len(groups) > 1:
+            reply = await self._call(slot, commitlog_pb2.PutBatchRequest(messages=messages))
+        except BusinessError as e:
+            if e.code == Code.BAD_REQUEST and len(groups) > 1:
                 for g in groups:  # find the bad one: each group alone
-                    await self._put([g])
+                    await self._put(slot, [g])
                 return
+            for _ms, f in groups:
+                if not f.done():
+                    f.set_exception(e)
+            return
+        except grpc.aio.AioRpcError as e:
             for _ms, f in groups:
                 if not f.done():
                     f.set_exception(_error(e))
@@ -87,6 +120,9 @@ class Appender:
             at += len(ms)
 
     async def close(self) -> None:
+        for stream in self._streams.values():
+            if stream is not None:
+                stream.cancel()
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

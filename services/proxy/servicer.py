@@ -31,6 +31,7 @@ log = logging.getLogger(__name__)
 add_to_server = service_pb2_grpc.add_MessagingServiceServicer_to_server
 CLIENT_ID = "x-mq-client-id"
 REPEAT_SETTINGS_S = (0.5, 1, 2, 4, 8)
+OK_STATUS = status.ok()
 SOURCES = {pb.SOURCE_CLIENT: "client", pb.SOURCE_SERVER_CHECK: "check"}
 
 
@@ -155,45 +156,63 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 return
 
     async def SendMessage(self, request, context):  # noqa: N802
+        """Each message is checked on its own; the good plain ones are stored as one batch,
+        each transactional one as its half message. One entry per message, in order."""
         try:
             client_id = self._caller(context, "SendMessage")
             if not request.messages:
                 raise BusinessError(Code.BAD_REQUEST, "no message to send")
-            entries = await asyncio.gather(
-                *(self._send_one(m, client_id, context) for m in request.messages)
-            )
         except BusinessError as e:
             return spb.SendMessageResponse(status=self._refused("SendMessage", e))
-        codes = {e.status.code for e in entries}
+        peer, now = peer_host(context.peer()), now_ms()
+        entries: list[spb.SendResultEntry | None] = []
+        plain: list[tuple[int, Any, str, int]] = []  # entry index, record, topic, type
+        for m in request.messages:
+            try:
+                topic = await self.topics.get(m.topic.name)
+                kind = self.sender.validate(m, topic, now)
+                record = self.sender.record(m, kind, self.sender.queue_for(m, topic), peer, now)
+                if kind == pb.TRANSACTION:
+                    tid, offset = await self.transactions.send(m, record, client_id)
+                    entries.append(self._sent(m, topic.name, kind, tid, offset))
+                    continue
+            except BusinessError as e:
+                entries.append(self._failed(m, e))
+                continue
+            plain.append((len(entries), record, topic.name, kind))
+            entries.append(None)
+        if plain:
+            try:
+                results = await self.appender.put([r for _i, r, _t, _k in plain])
+            except BusinessError as e:
+                for i, _r, _t, _k in plain:
+                    entries[i] = self._failed(request.messages[i], e)
+            else:
+                for (i, _r, topic_name, kind), result in zip(plain, results, strict=True):
+                    entries[i] = self._sent(
+                        request.messages[i], topic_name, kind, "", result.queue_offset
+                    )
+        done = [e for e in entries if e is not None]
+        codes = {e.status.code for e in done}
         if codes == {Code.OK}:
             top = status.ok()
         elif len(codes) == 1:
-            top = entries[0].status
+            top = done[0].status
         else:
             top = pb.Status(code=Code.MULTIPLE_RESULTS, message="messages had different results")
-        return spb.SendMessageResponse(status=top, entries=entries)
+        return spb.SendMessageResponse(status=top, entries=done)
 
-    async def _send_one(self, m: pb.Message, client_id: str, context: Any) -> spb.SendResultEntry:
-        message_id = m.system_properties.message_id
-        try:
-            topic = await self.topics.get(m.topic.name)
-            now = now_ms()
-            kind = self.sender.validate(m, topic, now)
-            queue_id = self.sender.queue_for(m, topic)
-            record = self.sender.record(m, kind, queue_id, peer_host(context.peer()), now)
-            tid = ""
-            if kind == pb.TRANSACTION:
-                tid, offset = await self.transactions.send(m, record, client_id)
-            else:
-                [result] = await self.appender.put([record])
-                offset = result.queue_offset
-        except BusinessError as e:
-            return spb.SendResultEntry(
-                status=self._refused("SendMessage", e), message_id=message_id
-            )
-        self.metrics.sends.labels(topic.name, TYPE_NAMES[kind].lower()).inc()
+    def _sent(self, m: pb.Message, topic: str, kind: int, tid: str, offset: int
+              ) -> spb.SendResultEntry:  # fmt: skip
+        self.metrics.sends.labels(topic, TYPE_NAMES[kind].lower()).inc()
         return spb.SendResultEntry(
-            status=status.ok(), message_id=message_id, transaction_id=tid, offset=offset
+            status=OK_STATUS, message_id=m.system_properties.message_id,
+            transaction_id=tid, offset=offset,
+        )  # fmt: skip
+
+    def _failed(self, m: pb.Message, e: BusinessError) -> spb.SendResultEntry:
+        return spb.SendResultEntry(
+            status=self._refused("SendMessage", e), message_id=m.system_properties.message_id
         )
 
     async def EndTransaction(self, request, context):  # noqa: N802

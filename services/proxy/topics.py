@@ -40,11 +40,11 @@ class TopicBook:
 
     async def get(self, name: str, fresh: bool = False) -> TopicConfig:
         """The topic's configuration; TOPIC_NOT_FOUND unless it exists or may be created."""
-        check_name(name)
-        hit = self._cache.get(name)
+        hit = self._cache.get(name)  # only valid names get cached
         now = time.monotonic()
         if hit is not None and not fresh and now - hit[0] < CACHE_S:
             return hit[1]
+        check_name(name)
         try:
             t = from_proto(await self.stub.GetTopic(topics_pb2.GetTopicRequest(name=name)))
         except grpc.aio.AioRpcError as e:
