@@ -14,18 +14,19 @@ from typing import Any
 
 import grpc
 
+from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
-from services.proxy.status import BusinessError, Code
+from services.proxy.status import BusinessError
 
 Group = tuple[list[common_pb2.Message], asyncio.Future]
 
 
 def _error(e: grpc.aio.AioRpcError) -> BusinessError:
     if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-        return BusinessError(Code.BAD_REQUEST, e.details() or "refused by the store")
+        return BusinessError(pb.BAD_REQUEST, e.details() or "refused by the store")
     if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return BusinessError(Code.TOO_MANY_REQUESTS, e.details() or "store is full or busy")
-    return BusinessError(Code.INTERNAL_SERVER_ERROR, f"store unavailable: {e.details()}")
+        return BusinessError(pb.TOO_MANY_REQUESTS, e.details() or "store is full or busy")
+    return BusinessError(pb.INTERNAL_SERVER_ERROR, f"store unavailable: {e.details()}")
 
 
 class Appender:
@@ -78,11 +79,11 @@ class Appender:
             raise
         if reply is grpc.aio.EOF:
             self._streams[slot] = None
-            raise BusinessError(Code.INTERNAL_SERVER_ERROR, "the store closed the stream")
+            raise BusinessError(pb.INTERNAL_SERVER_ERROR, "the store closed the stream")
         if reply.status_code:
             raise BusinessError(
-                Code.BAD_REQUEST if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-                else Code.INTERNAL_SERVER_ERROR, reply.error or "refused by the store",
+                pb.BAD_REQUEST if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                else pb.INTERNAL_SERVER_ERROR, reply.error or "refused by the store",
             )  # fmt: skip
         return reply.response
 
@@ -91,7 +92,7 @@ class Appender:
         try:
             reply = await self._call(slot, commitlog_pb2.PutBatchRequest(messages=messages))
         except BusinessError as e:
-            if e.code == Code.BAD_REQUEST and len(groups) > 1:
+            if e.code == pb.BAD_REQUEST and len(groups) > 1:
                 for g in groups:  # find the bad one: each group alone
                     await self._put(slot, [g])
                 return

@@ -23,7 +23,7 @@ from rmqstore.formats.javahash import java_hash, utf16_len
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import common_pb2
-from services.proxy.status import BusinessError, Code
+from services.proxy.status import BusinessError
 
 SHARDING_KEY = "__SHARDINGKEY"
 BORN_HOST = "__BORNHOST"
@@ -39,6 +39,7 @@ _RESERVED_NAMES = """
     TIMER_DEQUEUE_MS TIMER_ROLL_TIMES TIMER_OUT_MS TIMER_DEL_UNIQKEY TIMER_DELAY_LEVEL
     __BORNHOST BORN_TIMESTAMP DLQ_ORIGIN_TOPIC DLQ_ORIGIN_MESSAGE_ID __CRC32# __SHARDINGKEY"""
 RESERVED = frozenset(_RESERVED_NAMES.split())
+MAX_USER_PROPERTIES = 16 * 1024  # characters, of the 32 Ki a record's properties may use
 MESSAGE_ID = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 # Python's client puts the application's delivery time in Timestamp.seconds; its own
@@ -96,73 +97,74 @@ class Sender:
         """Raise the BusinessError RocketMQ answers for a bad message; its type otherwise."""
         sp = m.system_properties
         if not sp.message_id:
-            raise BusinessError(Code.ILLEGAL_MESSAGE_ID, "message_id is empty")
+            raise BusinessError(pb.ILLEGAL_MESSAGE_ID, "message_id is empty")
         if not MESSAGE_ID.match(sp.message_id):
-            raise BusinessError(
-                Code.ILLEGAL_MESSAGE_ID, f"message_id {sp.message_id!r} is malformed"
-            )
+            raise BusinessError(pb.ILLEGAL_MESSAGE_ID, f"message_id {sp.message_id!r} is malformed")
+        size = m.ByteSize()  # not len(m.body): reading the body copies it
         if not m.body:
-            raise BusinessError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
-        if len(m.body) > self.max_body_size:
+            raise BusinessError(pb.MESSAGE_BODY_EMPTY, "message body is empty")
+        if size > self.max_body_size and len(m.body) > self.max_body_size:
             raise BusinessError(
-                Code.MESSAGE_BODY_TOO_LARGE,
+                pb.MESSAGE_BODY_TOO_LARGE,
                 f"body is {len(m.body)} bytes, the limit is {self.max_body_size}",
             )
         if sp.body_encoding == pb.GZIP:
-            raise BusinessError(Code.UNSUPPORTED, "GZIP-encoded bodies are not supported")
+            raise BusinessError(pb.UNSUPPORTED, "GZIP-encoded bodies are not supported")
         if sp.HasField("tag"):
-            _check_text(Code.ILLEGAL_MESSAGE_TAG, "tag", sp.tag, "|")
+            _check_text(pb.ILLEGAL_MESSAGE_TAG, "tag", sp.tag, "|")
             if not sp.tag.strip():
-                raise BusinessError(Code.ILLEGAL_MESSAGE_TAG, "tag is blank")
+                raise BusinessError(pb.ILLEGAL_MESSAGE_TAG, "tag is blank")
         for key in sp.keys:
             if not key.strip():
-                raise BusinessError(Code.ILLEGAL_MESSAGE_KEY, "a key is blank")
-            _check_text(Code.ILLEGAL_MESSAGE_KEY, "key", key, " ")
-        for name, value in m.user_properties.items():
-            if name in RESERVED:
+                raise BusinessError(pb.ILLEGAL_MESSAGE_KEY, "a key is blank")
+            _check_text(pb.ILLEGAL_MESSAGE_KEY, "key", key, " ")
+        if m.user_properties:
+            size = 0
+            for name, value in m.user_properties.items():
+                if name in RESERVED:
+                    raise BusinessError(
+                        pb.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property name {name} is reserved"
+                    )
+                if not name or not value:
+                    raise BusinessError(
+                        pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                        f"property {name!r} has an empty name or value",
+                    )
+                _check_text(pb.ILLEGAL_MESSAGE_PROPERTY_KEY, "property", name + value)
+                size += utf16_len(name) + utf16_len(value) + 2
+            if size > MAX_USER_PROPERTIES:
                 raise BusinessError(
-                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property name {name} is reserved"
+                    pb.MESSAGE_PROPERTIES_TOO_LARGE,
+                    f"user properties are {size} characters ({MAX_USER_PROPERTIES} at most)",
                 )
-            if not name or not value:
-                raise BusinessError(
-                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                    f"property {name!r} has an empty name or value",
-                )
-            _check_text(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, "property", name + value)
-        size = sum(utf16_len(k) + utf16_len(v) + 2 for k, v in m.user_properties.items())
-        if size > 16 * 1024:
-            raise BusinessError(
-                Code.MESSAGE_PROPERTIES_TOO_LARGE,
-                f"user properties are {size} characters (16 Ki at most)",
-            )
         kind = message_type(m)
         if kind not in (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION):
-            raise BusinessError(Code.BAD_REQUEST, f"message type {kind} is unknown")
+            raise BusinessError(pb.BAD_REQUEST, f"message type {kind} is unknown")
         has_group, has_time = sp.HasField("message_group"), sp.HasField("delivery_timestamp")
         if has_group != (kind == pb.FIFO) or has_time != (kind == pb.DELAY):
             raise BusinessError(
-                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 f"a {TYPE_NAMES[kind]} message "
                 + ("needs" if kind in (pb.FIFO, pb.DELAY) else "cannot have")
                 + " a message group / delivery time",
             )
         if has_group:
             if not sp.message_group.strip():
-                raise BusinessError(Code.ILLEGAL_MESSAGE_GROUP, "message group is blank")
-            _check_text(Code.ILLEGAL_MESSAGE_GROUP, "message group", sp.message_group)
+                raise BusinessError(pb.ILLEGAL_MESSAGE_GROUP, "message group is blank")
+            _check_text(pb.ILLEGAL_MESSAGE_GROUP, "message group", sp.message_group)
         if has_time and delivery_ms(m) - now_ms > self.max_delay_ms:
             raise BusinessError(
-                Code.ILLEGAL_DELIVERY_TIME,
+                pb.ILLEGAL_DELIVERY_TIME,
                 f"delivery time is more than {self.max_delay_ms // 1000} s ahead "
                 "(RocketMQ 4.9's largest delay level)",
             )
         if not accepts(topic, kind):
             raise BusinessError(
-                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
                 f"topic {topic.name} accepts {topic.message_type} messages, not {TYPE_NAMES[kind]}",
             )
         if not topic.writable:
-            raise BusinessError(Code.FORBIDDEN, f"topic {topic.name} is not writable")
+            raise BusinessError(pb.FORBIDDEN, f"topic {topic.name} is not writable")
         return kind
 
     def queue_for(self, m: pb.Message, topic: TopicConfig) -> int:

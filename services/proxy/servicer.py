@@ -23,7 +23,7 @@ from services.proxy.clients import Client, ClientRegistry
 from services.proxy.config import ProxyConfig
 from services.proxy.produce import TYPE_NAMES, Sender, now_ms
 from services.proxy.routes import Router
-from services.proxy.status import BusinessError, Code
+from services.proxy.status import BusinessError
 from services.proxy.topics import TopicBook
 from services.proxy.transactions import Transactions
 
@@ -66,7 +66,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         self.auth.check(md)
         client_id = md.get(CLIENT_ID, "")
         if not client_id.strip():
-            raise BusinessError(Code.CLIENT_ID_REQUIRED, f"{CLIENT_ID} header is missing")
+            raise BusinessError(pb.CLIENT_ID_REQUIRED, f"{CLIENT_ID} header is missing")
         if rpc not in ("QueryRoute", "Telemetry"):
             known = self.clients.clients.get(client_id)
             if known is not None:
@@ -161,7 +161,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         try:
             client_id = self._caller(context, "SendMessage")
             if not request.messages:
-                raise BusinessError(Code.BAD_REQUEST, "no message to send")
+                raise BusinessError(pb.BAD_REQUEST, "no message to send")
         except BusinessError as e:
             return spb.SendMessageResponse(status=self._refused("SendMessage", e))
         peer, now = peer_host(context.peer()), now_ms()
@@ -194,12 +194,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                     )
         done = [e for e in entries if e is not None]
         codes = {e.status.code for e in done}
-        if codes == {Code.OK}:
+        if codes == {pb.OK}:
             top = status.ok()
         elif len(codes) == 1:
             top = done[0].status
         else:
-            top = pb.Status(code=Code.MULTIPLE_RESULTS, message="messages had different results")
+            top = pb.Status(code=pb.MULTIPLE_RESULTS, message="messages had different results")
         return spb.SendMessageResponse(status=top, entries=done)
 
     def _sent(self, m: pb.Message, topic: str, kind: int, tid: str, offset: int

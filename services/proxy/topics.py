@@ -8,8 +8,9 @@ import grpc
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.layout import SCHEDULE_TOPIC, validate_topic
+from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import topics_pb2, topics_pb2_grpc
-from services.proxy.status import BusinessError, Code
+from services.proxy.status import BusinessError
 
 CACHE_S = 5.0
 SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_", "%RETRY%", "%DLQ%", "TBW102")
@@ -20,9 +21,9 @@ def check_name(name: str) -> None:
     try:
         validate_topic(name)
     except InvalidArgumentError as e:
-        raise BusinessError(Code.ILLEGAL_TOPIC, str(e)) from None
+        raise BusinessError(pb.ILLEGAL_TOPIC, str(e)) from None
     if name == SCHEDULE_TOPIC or name.startswith(SYSTEM_PREFIXES):
-        raise BusinessError(Code.ILLEGAL_TOPIC, f"topic {name} is a system topic")
+        raise BusinessError(pb.ILLEGAL_TOPIC, f"topic {name} is a system topic")
 
 
 def from_proto(t: topics_pb2.TopicConfig) -> TopicConfig:
@@ -50,10 +51,10 @@ class TopicBook:
         except grpc.aio.AioRpcError as e:
             if e.code() != grpc.StatusCode.NOT_FOUND:
                 raise BusinessError(
-                    Code.INTERNAL_SERVER_ERROR, f"topic configuration unavailable: {e.details()}"
+                    pb.INTERNAL_SERVER_ERROR, f"topic configuration unavailable: {e.details()}"
                 ) from None
             if not self.auto_create:
-                raise BusinessError(Code.TOPIC_NOT_FOUND, f"topic {name} does not exist") from None
+                raise BusinessError(pb.TOPIC_NOT_FOUND, f"topic {name} does not exist") from None
             t = await self.create(name)
         self._cache[name] = (now, t)
         return t
@@ -62,7 +63,7 @@ class TopicBook:
         try:
             reply = await self.stub.CreateTopic(topics_pb2.CreateTopicRequest(name=name))
         except grpc.aio.AioRpcError as e:
-            code = (Code.ILLEGAL_TOPIC if e.code() == grpc.StatusCode.INVALID_ARGUMENT
-                    else Code.INTERNAL_SERVER_ERROR)  # fmt: skip
+            code = (pb.ILLEGAL_TOPIC if e.code() == grpc.StatusCode.INVALID_ARGUMENT
+                    else pb.INTERNAL_SERVER_ERROR)  # fmt: skip
             raise BusinessError(code, f"cannot create topic {name}: {e.details()}") from None
         return from_proto(reply)

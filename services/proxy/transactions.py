@@ -37,7 +37,7 @@ from rmqstore.v1 import common_pb2
 from services.proxy.appender import Appender
 from services.proxy.clients import ClientRegistry
 from services.proxy.config import ProxyConfig
-from services.proxy.status import BusinessError, Code
+from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
 TRANSACTION_ID = re.compile(r"^[0-9A-F]{32}$")
@@ -56,7 +56,7 @@ def transaction_id(phy_offset: int, queue_offset: int) -> str:
 
 def parse_transaction_id(tid: str) -> tuple[int, int]:
     if not TRANSACTION_ID.match(tid):
-        raise BusinessError(Code.INVALID_TRANSACTION_ID, f"transaction id {tid!r} is malformed")
+        raise BusinessError(pb.INVALID_TRANSACTION_ID, f"transaction id {tid!r} is malformed")
     return int(tid[:16], 16), int(tid[16:], 16)
 
 
@@ -196,11 +196,11 @@ class Transactions:
             r = commitlog.decode(raw, 0, check_crc=False)
         except BusinessError:
             raise BusinessError(
-                Code.INVALID_TRANSACTION_ID, "transaction id names no half message"
+                pb.INVALID_TRANSACTION_ID, "transaction id names no half message"
             ) from None
         except Exception:
             raise BusinessError(
-                Code.INVALID_TRANSACTION_ID, "transaction id names no half message"
+                pb.INVALID_TRANSACTION_ID, "transaction id names no half message"
             ) from None
         props = r.property_map
         if (
@@ -210,7 +210,7 @@ class Transactions:
             or (message_id and r.uniq_key != message_id)
         ):
             raise BusinessError(
-                Code.INVALID_TRANSACTION_ID,
+                pb.INVALID_TRANSACTION_ID,
                 "transaction id does not name a half message of this message id",
             )
         return r
