@@ -52,6 +52,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         self.auth = Authenticator(config.access_key, config.secret_key)
         self.clients = ClientRegistry(metrics.set_clients)
         self.sender = Sender(config.max_body_size, config.max_delay_ms)
+        self._send_counters: dict[tuple[str, int], Any] = {}  # (topic, type) -> its child
         self.transactions = Transactions(
             config, appender, self.clients,
             on_end=lambda outcome, source: metrics.transactions.labels(outcome, source).inc(),
@@ -204,7 +205,12 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
 
     def _sent(self, m: pb.Message, topic: str, kind: int, tid: str, offset: int
               ) -> spb.SendResultEntry:  # fmt: skip
-        self.metrics.sends.labels(topic, TYPE_NAMES[kind].lower()).inc()
+        counter = self._send_counters.get((topic, kind))
+        if counter is None:
+            counter = self.metrics.sends.labels(topic, TYPE_NAMES[kind].lower())
+            if len(self._send_counters) < 10_000:
+                self._send_counters[(topic, kind)] = counter
+        counter.inc()
         return spb.SendResultEntry(
             status=OK_STATUS, message_id=m.system_properties.message_id,
             transaction_id=tid, offset=offset,
