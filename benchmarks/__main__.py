@@ -40,27 +40,12 @@ def table(rows: list[dict]) -> str:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks")
     size = p.add_mutually_exclusive_group()
-    size.add_argument(
-        "--quick",
-        dest="scale",
-        action="store_const",
-        const=Scale.QUICK,
-        default=Scale.FULL,
-        help="about a tenth of the sizes, to try a change",
-    )
-    size.add_argument(
-        "--smoke",
-        dest="scale",
-        action="store_const",
-        const=Scale.SMOKE,
-        help="the smallest sizes that run every scenario (figures mean nothing)",
-    )
-    p.add_argument(
-        "--results",
-        type=Path,
-        default=HERE / "results",
-        help="where NAME.json goes (default: %(default)s)",
-    )
+    size.add_argument("--quick", dest="scale", action="store_const", const=Scale.QUICK,
+                      default=Scale.FULL, help="about a tenth of the sizes, to try a change")
+    size.add_argument("--smoke", dest="scale", action="store_const", const=Scale.SMOKE,
+                      help="the smallest sizes that run every scenario (figures mean nothing)")
+    p.add_argument("--results", type=Path, default=HERE / "results",
+                   help="where NAME.json goes (default: %(default)s)")
     p.add_argument("names", nargs="*", help="e.g. put builders query rebuild")
     args = p.parse_args()
     names = args.names or sorted(f.stem[6:] for f in HERE.glob("bench_*.py"))

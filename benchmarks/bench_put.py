@@ -121,14 +121,8 @@ async def _stream(address: str, reqs: list, window: int, lat: list[float], q, go
 
 
 def over_grpc(
-    address: str,
-    body_size: int,
-    producers: int,
-    count: int,
-    stream: bool = False,
-    window: int = 1,
-    columns: bool = False,
-    server: int | None = None,
+    address: str, body_size: int, producers: int, count: int, stream: bool = False,
+    window: int = 1, columns: bool = False, server: int | None = None,
     after: Callable[[], object] | None = None,
 ) -> dict:
     """Producers in their own processes start together; the rate is over the common span.
@@ -207,13 +201,7 @@ def run(scale: Scale = Scale.FULL) -> list[dict]:
     try:
         ceiling = {
             (s, p, way): over_grpc(
-                noop.address,
-                s,
-                p,
-                count,
-                way[0],
-                WINDOW if way[0] else 1,
-                way[1],
+                noop.address, s, p, count, way[0], WINDOW if way[0] else 1, way[1],
                 noop.proc.pid,
             )
             for s, way in shapes
@@ -241,13 +229,7 @@ def run(scale: Scale = Scale.FULL) -> list[dict]:
                     for prod in (1, 4):
                         n = count if flush == "async" else count // 4
                         r = over_grpc(
-                            w.address,
-                            size,
-                            prod,
-                            n,
-                            way[0],
-                            WINDOW if way[0] else 1,
-                            way[1],
+                            w.address, size, prod, n, way[0], WINDOW if way[0] else 1, way[1],
                             w.proc.pid,
                         )
                         how, top = ways[way], ceiling[(size, prod, way)]

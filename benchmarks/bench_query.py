@@ -157,10 +157,8 @@ def _measure_concurrent(fns: list, calls: int, procs: dict[str, int]) -> dict:
         "queries/s": len(lat) / wall,
         "p50 ms": statistics.median(lat) * 1000,
         "p99 ms": lat[int(len(lat) * 0.99) - 1] * 1000,
-        **{
-            f"{name} CPU µs/call": (cpu_seconds(pid) - cpu0[name]) / len(lat) * 1e6
-            for name, pid in procs.items()
-        },
+        **{f"{name} CPU µs/call": (cpu_seconds(pid) - cpu0[name]) / len(lat) * 1e6
+           for name, pid in procs.items()},
         **{f"peak RSS {name} MiB": peak_rss_mib(pid) for name, pid in procs.items()},
     }
 
@@ -175,9 +173,9 @@ def _calls(put: dict, rng: random.Random) -> list[tuple[str, str, Make]]:
 
     def by_key() -> tuple[Any, Check]:
         i = rng.randrange(n)
-        return query_pb2.QueryByKeyRequest(
-            topic=TOPIC, key=f"k{i}"
-        ), lambda r: len(r.messages) == 1 and r.messages[0].phy_offset == phys[i]
+        return query_pb2.QueryByKeyRequest(topic=TOPIC, key=f"k{i}"), lambda r: (
+            len(r.messages) == 1 and r.messages[0].phy_offset == phys[i]
+        )
 
     def by_shared_key() -> tuple[Any, Check]:
         g = rng.randrange(1000)
@@ -187,15 +185,15 @@ def _calls(put: dict, rng: random.Random) -> list[tuple[str, str, Make]]:
     def by_offset_id() -> tuple[Any, Check]:
         i = rng.randrange(n)
         mid = offset_msg_id(host.ip, host.port, int(phys[i]))
-        return query_pb2.QueryByIdRequest(
-            id=mid
-        ), lambda r: [m.phy_offset for m in r.messages] == [phys[i]]
+        return query_pb2.QueryByIdRequest(id=mid), lambda r: (
+            [m.phy_offset for m in r.messages] == [phys[i]]
+        )
 
     def by_uniq_key() -> tuple[Any, Check]:
         i = rng.randrange(n)
-        return query_pb2.QueryByIdRequest(
-            id=put["uniq"][i], topic=TOPIC
-        ), lambda r: r.messages[0].phy_offset == phys[i]
+        return query_pb2.QueryByIdRequest(id=put["uniq"][i], topic=TOPIC), lambda r: (
+            r.messages[0].phy_offset == phys[i]
+        )
 
     per_queue = n // QUEUES
 
@@ -217,9 +215,8 @@ def _calls(put: dict, rng: random.Random) -> list[tuple[str, str, Make]]:
     ]
 
 
-def _caller(
-    stub: query_pb2_grpc.QueryStub, method: str, make: Make, check: bool = True
-) -> Callable[[], Any]:
+def _caller(stub: query_pb2_grpc.QueryStub, method: str, make: Make,
+            check: bool = True) -> Callable[[], Any]:
     """One call of ``method`` with a request ``make`` draws; returns the answer."""
     rpc = getattr(stub, method)
 
@@ -232,14 +229,8 @@ def _caller(
     return call
 
 
-def _ceiling(
-    tmp: Path,
-    writer: ServiceProcess | None,
-    method: str,
-    answer: Any,
-    makes: list[Make],
-    calls: int,
-) -> dict:
+def _ceiling(tmp: Path, writer: ServiceProcess | None, method: str, answer: Any,
+             makes: list[Make], calls: int) -> dict:
     """The same calls (one client per ``makes``) against ``noop_query`` answering ``answer``,
     after reading its records from ``writer`` if given."""
     path = tmp / "noop-answer.bin"
@@ -337,12 +328,10 @@ def run(scale: Scale = Scale.FULL) -> list[dict]:
                 ceiling = _ceiling(tmp_dir, writer, method, fn(), [make], calls)
                 rows += [{**row, "ratio": row["queries/s"] / ceiling["queries/s"]}, ceiling]
                 if k == 0:  # by unique key: what the query hop, and gRPC alone, cost
-                    rows.append(
-                        {
-                            "scenario": "by key in process (no query hop; writer over gRPC)",
-                            **_measure(by_key_in_process, calls, {"writer": writer.proc.pid}),
-                        }
-                    )
+                    rows.append({
+                        "scenario": "by key in process (no query hop; writer over gRPC)",
+                        **_measure(by_key_in_process, calls, {"writer": writer.proc.pid}),
+                    })
                     rows.append(_ceiling(tmp_dir, None, method, fn(), [make], calls))
             name, method, _ = kinds[0]
             makes = [_calls(put, random.Random(c))[0][2] for c in range(CLIENTS)]

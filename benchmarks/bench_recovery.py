@@ -100,15 +100,13 @@ def restarts(total: int, segment: int) -> list[dict]:
                 assert end == acked, f"recovered to {end}, but {acked} was acknowledged"
                 assert exit_kind == ("unclean" if how == "SIGKILL" else "clean")
                 what = "kill -9" if how == "SIGKILL" else "a clean stop (SIGTERM)"
-                rows.append(
-                    {
-                        "scenario": f"writer process restarted after {what}, {size / MIB:,.0f} MiB: "
-                        "until it serves / its recovery",
-                        "seconds": f"{serving:.2f} / {seconds:.3f}",
-                        "MiB/s of commitlog": size / MIB / seconds,
-                        "MiB checked": read / MIB,
-                    }
-                )
+                rows.append({
+                    "scenario": f"writer process restarted after {what}, {size / MIB:,.0f} MiB: "
+                    "until it serves / its recovery",
+                    "seconds": f"{serving:.2f} / {seconds:.3f}",
+                    "MiB/s of commitlog": size / MIB / seconds,
+                    "MiB checked": read / MIB,
+                })
         finally:
             writer.stop()
     return rows
@@ -167,15 +165,8 @@ def index_walk(keys: int) -> list[dict]:
         queries = [f"order-{i}" for i in picked[:50_000]]
         t0 = time.perf_counter()
         for key in queries:
-            walk = KeyWalk(
-                catalog,
-                catalog.names(),
-                index_hash(build_key("Topic", key)),
-                0,
-                POS_INF,
-                Budget(limits),
-                None,
-            )
+            walk = KeyWalk(catalog, catalog.names(), index_hash(build_key("Topic", key)), 0,
+                           POS_INF, Budget(limits), None)
             found = [e for e in walk if e is not PAUSE]
         service_s = time.perf_counter() - t0
         assert found, "the last key was not found"

@@ -44,25 +44,8 @@ def encode_append(mm: mmap.mmap) -> float:
     t0 = time.perf_counter()
     for i in range(len(mm) // RECORD_SIZE):
         crc = zlib.crc32(BODY) & 0x7FFFFFFF
-        rec = HEADER.pack(
-            RECORD_SIZE,
-            magic,
-            crc,
-            i % 8,
-            0,
-            i,
-            pos,
-            0,
-            1_700_000_000_000,
-            ip,
-            port,
-            1_700_000_000_000,
-            ip,
-            port,
-            0,
-            0,
-            len(BODY),
-        )
+        rec = HEADER.pack(RECORD_SIZE, magic, crc, i % 8, 0, i, pos, 0, 1_700_000_000_000,
+                          ip, port, 1_700_000_000_000, ip, port, 0, 0, len(BODY))
         mm[pos : pos + RECORD_SIZE] = rec + BODY + TAIL
         pos += RECORD_SIZE
     return len(mm) // RECORD_SIZE / (time.perf_counter() - t0)

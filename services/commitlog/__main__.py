@@ -68,8 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         credentials = tls.server_credentials(args)
-        engine = CommitLogEngine(config_from(args))
         topic_store = topics.TopicStore(Path(args.store), args.queues_per_topic)
+        engine = CommitLogEngine(config_from(args))
     except (StoreError, ValueError, OSError) as e:
         log.error("cannot open the store: %s", e)
         print(f"error: {e}", file=sys.stderr)
