@@ -37,7 +37,7 @@ def _run_all(commands: list[list[str]], env: dict | None = None) -> list[dict]:
     for p in ps:
         stdout, stderr = p.communicate(timeout=1800)
         if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(p.args)} failed:\n{stderr[-3000:]}")
+            raise RuntimeError(f"{p.args!r} failed:\n{stderr[-3000:]}")
         out.append(json.loads(stdout.strip().splitlines()[-1]))
     return out
 

@@ -12,10 +12,10 @@ const quiet = { info() {}, debug() {}, warn() {}, error: (...a) => console.error
 
 let resolveChecked;
 const checked = new Promise((resolve) => { resolveChecked = resolve; });
+const SOURCE_SERVER_CHECK = 2;
 const checker = {
   async check(view) {
     out({ event: 'check', message_id: view.messageId, keys: view.keys });
-    setImmediate(resolveChecked);
     return COMMIT;
   },
 };
@@ -25,6 +25,14 @@ async function main() {
   const options = { endpoints: endpoint, namespace: '', topics, checker, requestTimeout: 10000 };
   if (ak) options.sessionCredentials = { accessKey: ak, accessSecret: sk };
   const producer = new Producer(options);
+  // done once the answer to a check has reached the server (the client sends it after
+  // the checker returns)
+  const endTransaction = producer.endTransaction.bind(producer);
+  producer.endTransaction = async (...args) => {
+    const result = await endTransaction(...args);
+    if (args[5] === SOURCE_SERVER_CHECK) resolveChecked();
+    return result;
+  };
   await producer.startup();
   const msg = (topic, body, key, extra) => ({
     topic, body: Buffer.from(body), tag: 't1', keys: [key],

@@ -51,6 +51,19 @@ topics = [prefix + t for t in ("Normal", "Fifo", "Delay", "Tx")]
 config = ClientConfiguration(endpoint, Credentials(ak, sk), request_timeout=10)
 producer = Producer(config, topics, checker=Checker())
 producer.startup()
+# the answer to a check goes out asynchronously after the checker returns: keep its future,
+# so the producer is not shut down before the server has it
+answers = []
+_end_transaction_async = producer.rpc_client.end_transaction_async
+
+
+def _keep_answer(*args, **kwargs):
+    future = _end_transaction_async(*args, **kwargs)
+    answers.append(future)
+    return future
+
+
+producer.rpc_client.end_transaction_async = _keep_answer
 try:
     for i in range(5):
         key = f"{prefix}-normal-{i}"
@@ -99,6 +112,8 @@ try:
     # the check and its EndTransaction run on the producer's one check thread: a task
     # queued behind them finishes once the answer has been sent
     producer._Producer__transaction_check_executor.submit(lambda: None).result(30)
+    for future in answers:
+        future.result(30)
 finally:
     producer.shutdown()
 out(event="done")
