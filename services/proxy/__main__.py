@@ -4,10 +4,12 @@ front of the commitlog writer, so RocketMQ's own client libraries can produce.""
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from rmqstore import metrics, tls
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
+from services.proxy import recovery
 from services.proxy.appender import Appender
 from services.proxy.config import ProxyConfig, add_flags
 from services.proxy.routes import Router
@@ -19,7 +21,12 @@ log = logging.getLogger("rmqstore.proxy")
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m services.proxy", description=__doc__)
-    p.add_argument("--store", default="", help="unused (the proxy keeps no files yet)")
+    p.add_argument(
+        "--store",
+        default="",
+        help="the store root, read-only: open transactions "
+        "are found again in its consume queues at start (none given: not looked for)",
+    )
     p.add_argument("--listen", default="127.0.0.1:8104")
     p.add_argument("--commitlog", default="127.0.0.1:8100", help="the commitlog writer")
     p.add_argument("--metrics-port", type=int, default=0)
@@ -58,6 +65,8 @@ def main(argv: list[str] | None = None) -> int:
             config, TopicBook(channel, config.auto_create_topics), appender,
             Router(config.broker_name, config.advertise), proxy_metrics,
         )  # fmt: skip
+        if args.store:
+            await recovery.recover(Path(args.store), servicer.transactions)
         servicer.transactions.start()
         servicer.channel = channel  # type: ignore[attr-defined]
         return servicer

@@ -46,11 +46,15 @@ class Appender:
         return await future
 
     async def read(self, offset: int) -> bytes:
+        return (await self.read_many([offset]))[0]
+
+    async def read_many(self, offsets: Sequence[int]) -> list[bytes]:
+        """Raw records at these commitlog offsets (each must start a record)."""
         try:
-            reply = await self.stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[offset]))
+            reply = await self.stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=offsets))
         except grpc.aio.AioRpcError as e:
             raise _error(e) from None
-        return reply.records[0]
+        return list(reply.records)
 
     async def _run(self) -> None:
         slot = len(self._streams)
