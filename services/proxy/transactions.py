@@ -15,8 +15,8 @@ proxy (the half record is read back and its UNIQ_KEY must be the request's messa
 Open transactions are kept in memory: after ``transaction_timeout_s`` the proxy pushes a
 RecoverOrphanedTransactionCommand to a live producer (the one that sent it while connected,
 else one declaring the topic), then again with back-off; after ``transaction_check_max``
-checks it rolls the transaction back. Open transactions are not recovered by a restarted
-proxy (they stay half messages).
+checks it rolls the transaction back. A restarted proxy finds the open ones again in the
+store (``recovery``).
 """
 
 import asyncio
