@@ -10,7 +10,7 @@ Messages that must be stored together (a commit and its op record) are one group
 
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 
@@ -19,6 +19,13 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.proxy.status import BusinessError
 
 Group = tuple[list[common_pb2.Message], asyncio.Future]
+
+
+class Stored(NamedTuple):
+    """Where a message was stored."""
+
+    phy_offset: int
+    queue_offset: int
 
 
 def _error(e: grpc.aio.AioRpcError) -> BusinessError:
@@ -39,7 +46,7 @@ class Appender:
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
-    async def put(self, messages: Sequence[common_pb2.Message]) -> list[commitlog_pb2.PutResult]:
+    async def put(self, messages: Sequence[common_pb2.Message]) -> list[Stored]:
         """Store ``messages`` (all or none of them); their results in order."""
         future = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((list(messages), future))
@@ -94,7 +101,9 @@ class Appender:
     async def _put(self, slot: int, groups: list[Group]) -> None:
         messages = [m for ms, _f in groups for m in ms]
         try:
-            reply = await self._call(slot, commitlog_pb2.PutBatchRequest(messages=messages))
+            reply = await self._call(
+                slot, commitlog_pb2.PutBatchRequest(messages=messages, columnar_results=True)
+            )
         except BusinessError as e:
             if e.code == pb.BAD_REQUEST and len(groups) > 1:
                 for g in groups:  # find the bad one: each group alone
@@ -117,7 +126,8 @@ class Appender:
         self.batches += 1
         if self.on_batch is not None:
             self.on_batch(len(messages))
-        results = list(reply.results)
+        c = reply.columns
+        results = [Stored(*r) for r in zip(c.phy_offset, c.queue_offset, strict=True)]
         at = 0
         for ms, f in groups:
             if not f.done():
