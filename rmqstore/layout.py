@@ -18,6 +18,10 @@ from rmqstore.formats.javahash import utf16_len
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9_%|-]+$")
 MAX_TOPIC_LENGTH = 127
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ 4.9's transaction topics: half messages (queue 0), and op records (tag "d",
+# body = the half's queue offset) that mark a half message committed or rolled back
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 
 def validate_topic(topic: str) -> str:

@@ -7,7 +7,7 @@ import sys
 from services.cli.errors import CliError
 
 # module name -> it defines register(subparsers) adding one or more subcommands
-COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline")
+COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline", "topic")
 
 
 def build_parser() -> argparse.ArgumentParser:

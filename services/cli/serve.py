@@ -1,8 +1,9 @@
 """``rmqstore serve``: run every service of one store node locally, as separate processes.
 
-Ports: writer N, query N+1, consume-queue builder N+2, index builder N+3 (``--port-base N``),
-their metrics on N+10..N+13; the console (HTTP, ``--auth none``: loopback only) on N+5.
-Ctrl-C or SIGTERM stops them all (builders first, writer last).
+Ports: writer N, query N+1, consume-queue builder N+2, index builder N+3, proxy (RocketMQ 5
+protocol) N+4 (``--port-base N``), their metrics on N+10..N+14; the console (HTTP,
+``--auth none``: loopback only) on N+5. Ctrl-C or SIGTERM stops them all (builders first,
+writer last).
 """
 
 import argparse
@@ -15,12 +16,14 @@ import threading
 import time
 
 from services.commitlog.config import WriterConfig
+from services.proxy import config as proxy_config
 
 SERVICES = (  # name, module, extra args, port slot
     ("commitlog", "services.commitlog", (), 0),
     ("consume-queue", "services.indexer", ("consume-queue",), 2),
     ("index", "services.indexer", ("index",), 3),
     ("query", "services.query", (), 1),
+    ("proxy", "services.proxy", (), 4),
     ("console", "services.console", (), 5),
 )
 
@@ -69,6 +72,8 @@ def _command(name: str, module: str, extra: tuple, args: argparse.Namespace, por
             "--dispatch-linger-ms",
             str(args.dispatch_linger_ms),
         ]
+    elif name == "proxy":
+        cmd += ["--commitlog", writer, *proxy_config.forward(args)]
     elif name == "consume-queue":
         cmd += ["--commitlog", writer, "--cq-entries-per-file", str(args.cq_entries_per_file)]
     else:
@@ -90,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         "query": args.query_port or base + 1,
         "consume-queue": args.cq_port or base + 2,
         "index": args.index_port or base + 3,
+        "proxy": args.proxy_port or base + 4,
         "console": args.console_port or base + 5,
     }
     procs: list[tuple[str, subprocess.Popen]] = []
@@ -158,6 +164,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--query-port", type=int, default=0)
     p.add_argument("--cq-port", type=int, default=0)
     p.add_argument("--index-port", type=int, default=0)
+    p.add_argument("--proxy-port", type=int, default=0)
     p.add_argument("--console-port", type=int, default=0)
     p.add_argument("--no-metrics", dest="metrics", action="store_false")
     p.add_argument("--commitlog-segment-size", type=int, default=WriterConfig.segment_size)
@@ -174,4 +181,5 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--index-slots", type=int, default=5_000_000)
     p.add_argument("--index-entries", type=int, default=20_000_000)
     p.add_argument("--cq-entries-per-file", type=int, default=300_000)
+    proxy_config.add_flags(p.add_argument_group("proxy (RocketMQ 5 protocol)"))
     p.set_defaults(run=run)

@@ -8,7 +8,8 @@ from pathlib import Path
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import AsyncService, configure_logging
-from rmqstore.v1 import commitlog_pb2
+from rmqstore.v1 import commitlog_pb2, topics_pb2
+from services.commitlog import topics
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         credentials = tls.server_credentials(args)
+        topic_store = topics.TopicStore(Path(args.store), args.queues_per_topic)
         engine = CommitLogEngine(config_from(args))
     except (StoreError, ValueError, OSError) as e:
         log.error("cannot open the store: %s", e)
@@ -83,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         CommitLogServicer(engine, observer, service.run_blocking),
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
+    )
+    service.add(
+        topics.add_to_server,
+        topics.TopicsServicer(topic_store, service.run_blocking),
+        topics_pb2.DESCRIPTOR,
+        "Topics",
     )
 
     def stop() -> None:

@@ -22,7 +22,12 @@ from rmqstore.formats import commitlog
 from rmqstore.formats.hosts import Host
 from rmqstore.formats.index_file import build_key
 from rmqstore.formats.javahash import index_hash, utf16_len
-from rmqstore.formats.msgid import OFFSET_ID_LENGTHS, decode_offset_msg_id, month_start_ms
+from rmqstore.formats.msgid import (
+    OFFSET_ID_LENGTHS,
+    decode_offset_msg_id,
+    is_v5_id,
+    month_start_ms,
+)
 from rmqstore.formats.properties import MAX_PROPERTIES_LENGTH
 from rmqstore.layout import StoreLayout, validate_topic
 from services.query import cursor as cursor_fmt
@@ -168,10 +173,16 @@ class KeyLookup:
     # -- by id -------------------------------------------------------------------------------
     async def by_id(self, msg_id: str, topic: str = "", now_ms: int | None = None
                     ) -> list[commitlog.Record]:
-        """An offset message id read directly, else a UNIQ_KEY looked up in the index."""
+        """An offset message id read directly, else a UNIQ_KEY looked up in the index (a
+        RocketMQ 5 client's 34-character id is a UNIQ_KEY)."""
+        if is_v5_id(msg_id):
+            if topic:
+                self.check_topic(topic)
+            return await self._by_uniq_key(msg_id.upper(), topic, now_ms)
         if len(msg_id) not in OFFSET_ID_LENGTHS or not set(msg_id) <= _HEX:
             raise InvalidArgumentError(
-                f"message id {msg_id[:80]!r} is not 32 or 56 hexadecimal characters"
+                f"message id {msg_id[:80]!r} is not 32, 34 (RocketMQ 5) or 56 hexadecimal "
+                "characters"
             )
         if topic:
             self.check_topic(topic)

@@ -84,6 +84,9 @@ app.kubernetes.io/part-of: rmqstore
 {{- if .Values.query.enabled }}
 - {name: query, key: query, short: query}
 {{- end }}
+{{- if .Values.proxy.enabled }}
+- {name: proxy, key: proxy, short: proxy}
+{{- end }}
 {{- end }}
 
 {{/* securityContext of every container (hardened; see values.securityContext). */}}

@@ -24,7 +24,7 @@ def _free_base() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        if base + 13 < 65535 and all(_free(base + k) for k in (0, 1, 2, 3, 5, 10, 11, 12, 13)):
+        if base + 14 < 65535 and all(_free(base + k) for k in (0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14)):
             return base
 
 
@@ -78,6 +78,7 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
         assert ready.wait(60), "".join(lines)
         out = "".join(lines)
         assert re.search(rf"commitlog\s+grpc 127\.0\.0\.1:{base}\b", out), out
+        assert re.search(rf"proxy\s+grpc 127\.0\.0\.1:{base + 4}\b", out), out
         stub = commitlog_pb2_grpc.CommitLogStub(channel(f"127.0.0.1:{base}"))
         r = stub.Put(
             commitlog_pb2.PutRequest(message=common_pb2.Message(topic="T", body=b"hi", keys="k1"))
