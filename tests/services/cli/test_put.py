@@ -106,7 +106,7 @@ def test_put_flags_and_load_generator(writer):
     assert len(results) == 250 and len({r["phyOffset"] for r in results}) == 250
     assert "msgs/s" in out.stderr
     out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--body", "x")
-    assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr
+    assert out.returncode == 2 and "INVALID_ARGUMENT" in out.stderr  # refused: an input error
 
 
 @pytest.mark.parametrize(
@@ -130,24 +130,25 @@ def test_load_generator_streams_batches(writer, extra):
     assert len(sizes) <= 3  # 64 B bodies: records differ only by the key's digits
     out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--count", "5",
                "--batch", "5")  # fmt: skip
-    assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
+    assert out.returncode == 2 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
+    assert "0 of 5 messages were stored" in out.stderr
 
 
 def test_producer_processes_report_a_refusal_and_an_absent_writer(writer):
     out = _cli("put", "--commitlog", writer.address, "--topic", "../etc", "--count", "20",
                "--batch", "5", "--producers", "2")  # fmt: skip
-    assert out.returncode == 1 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
+    assert out.returncode == 2 and "INVALID_ARGUMENT" in out.stderr and "topic" in out.stderr
     address = writer.address
     writer.stop()
     out = _cli("put", "--commitlog", address, "--topic", "Load", "--count", "20", "--batch",
                "5", "--producers", "2", "--columns")  # fmt: skip
-    assert out.returncode == 1 and "UNAVAILABLE" in out.stderr
+    assert out.returncode == 3 and "UNAVAILABLE" in out.stderr
 
 
 def test_load_generator_refuses_a_window_of_zero(writer):
     out = _cli("put", "--commitlog", writer.address, "--topic", "Load", "--count", "5",
                "--inflight", "0")  # fmt: skip
-    assert out.returncode == 2 and "--inflight must be at least 1" in out.stderr
+    assert out.returncode == 2 and "--inflight: 0 is outside 1..1024" in out.stderr
     out = _cli("put", "--commitlog", writer.address, "--topic", "Load", "--columns",
                "--delay-level", "2")  # fmt: skip
     assert out.returncode == 2 and "--columns sends generated plain messages" in out.stderr
