@@ -411,6 +411,8 @@ def run(args: argparse.Namespace) -> int:
             if row["type"] == "corrupt" or (row["type"] == "commitlog" and row["corrupt"]):
                 status = 1
             print(json.dumps(row) if args.json else human(row))
+    except BrokenPipeError:
+        raise
     except (StoreError, OSError) as e:
         raise CliError(str(e), USAGE) from None
     return status

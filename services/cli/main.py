@@ -7,6 +7,7 @@ failure a command did not translate itself.
 
 import argparse
 import importlib
+import os
 import re
 import sys
 from typing import NoReturn
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         return err.code
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError:  # the reader went away (``| head``): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
 
 
