@@ -30,6 +30,9 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.cli import client, producers, put_file, put_stream
 from services.cli.client import INT32_MAX, int_in
 from services.cli.errors import PARTIAL, CliError
+from services.cli.put_file import message_from_json
+
+__all__ = ["message_from_json", "register", "run"]
 
 
 def _fixed_body(args: argparse.Namespace) -> bytes | None:

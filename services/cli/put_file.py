@@ -119,6 +119,16 @@ def parse_line(text: str, number: int, index: int) -> Line:
     return Line(number, index, message, ref)
 
 
+def message_from_json(d: dict, earlier: list | None = None) -> common_pb2.Message:
+    """The message of one decoded line; ``earlier`` holds the results of the messages before
+    it (``preparedTxOfMsg`` takes its offset from them). Raises BadLine."""
+    earlier = earlier or []
+    line = parse_line(json.dumps(d), 1, len(earlier))
+    if line.prepared_of is not None:
+        line.message.prepared_transaction_offset = earlier[line.prepared_of].phy_offset
+    return line.message
+
+
 def _int(d: dict, name: str, lo: int, hi: int) -> int:
     v = d.get(name, 0)
     if isinstance(v, bool) or not isinstance(v, int):
