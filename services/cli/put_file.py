@@ -355,6 +355,11 @@ def run(args: argparse.Namespace, stub: Any) -> int:
     if args.file != "-":
         check_file(args.file, args.skip)
     put = FilePut(args, stub)
+    if args.resume_offset is None:  # where a resume would look if the first batch goes unanswered
+        try:
+            put.end = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+        except grpc.RpcError as e:
+            raise client.rpc_error(e, "CommitLog", args.commitlog) from None
     t0 = time.perf_counter()
     batch: list[Line] = []
     size = 0
