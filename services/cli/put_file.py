@@ -37,6 +37,7 @@ from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.cli import client
 from services.cli.errors import PARTIAL, USAGE, CliError
 
+INTERRUPTED = 130  # Ctrl-C before anything was stored, as a shell reports SIGINT
 BATCH_BYTES = MAX_MESSAGE_BYTES // 2  # a batch is cut before its bodies reach this
 # statuses after which a batch is known not to be stored (the writer checks a whole batch
 # before it writes a byte); after any other the batch may be stored in part
@@ -217,6 +218,7 @@ class FilePut:
         self.stored = 0
         self.last_line = args.skip  # every line up to here is stored (or was skipped)
         self.end = -1  # commitlog offset after the last record acknowledged
+        self.in_flight: list[Line] = []  # the batch sent and not yet answered
 
     def show(self, r: commitlog_pb2.PutResult, line: Line) -> None:
         self.offsets[line.position] = r.phy_offset
@@ -229,6 +231,7 @@ class FilePut:
     def send(self, batch: list[Line]) -> None:
         """Store ``batch``; on a refusal of several, one at a time to find the bad line."""
         messages = [self._resolved(line) for line in batch]
+        self.in_flight = batch
         try:
             if len(messages) == 1:
                 results = [self.stub.Put(commitlog_pb2.PutRequest(message=messages[0]))]
@@ -243,6 +246,7 @@ class FilePut:
             raise self.failure(batch, e) from None
         for r, line in zip(results, batch, strict=True):
             self.show(r, line)
+        self.in_flight = []
         sys.stdout.flush()
 
     def _resolved(self, line: Line) -> common_pb2.Message:
@@ -269,14 +273,26 @@ class FilePut:
         cause = client.rpc_error(e, "CommitLog", self.args.commitlog)
         if e.code() in REFUSED:
             return self.refused(batch[0], str(cause))
+        return self.unanswered(batch, str(cause), cause.code)
+
+    def unanswered(self, batch: list[Line], cause: str, code: int) -> CliError:
+        """``batch`` was sent and its answer never came: it may be stored in part."""
         first, last = batch[0].number, batch[-1].number
         span = f"line {first}" if first == last else f"lines {first}..{last}"
         return CliError(
             f"{span} of {self.name} got no answer: {cause}; {self._so_far(first)}; "
             f"{span} may be stored in part; to resume without storing any line twice: "
             f"{self._resume(first - 1, self.end)}",
-            PARTIAL if self.stored else cause.code,
+            PARTIAL if self.stored else code,
         )
+
+    def interrupted(self) -> CliError:
+        if self.in_flight:
+            return self.unanswered(self.in_flight, "interrupted", INTERRUPTED)
+        return CliError(f"interrupted after line {self.last_line} of {self.name}; "
+                        f"{self._so_far(self.last_line + 1)}; to resume: "
+                        f"{self._resume(self.last_line)}",
+                        PARTIAL if self.stored else INTERRUPTED)  # fmt: skip
 
     def _so_far(self, number: int) -> str:
         if self.stored == 0:
@@ -380,12 +396,14 @@ def run(args: argparse.Namespace, stub: Any) -> int:
                 if len(batch) >= args.batch:
                     put.send(batch)
                     batch, size = [], 0
+            if batch:
+                put.send(batch)
         except BadLine as e:  # standard input: checked as it comes
             if batch:
                 put.send(batch)
             raise put.refused(e.number, e.reason) from None
-        if batch:
-            put.send(batch)
+        except KeyboardInterrupt:
+            raise put.interrupted() from None
     seconds = time.perf_counter() - t0
     print(f"stored {put.stored} messages from {put.name} in {seconds:.2f}s",
           file=sys.stderr)  # fmt: skip
