@@ -244,10 +244,17 @@ class FilePut:
                     self.send([line])
                 return
             raise self.failure(batch, e) from None
-        for r, line in zip(results, batch, strict=True):
-            self.show(r, line)
         self.in_flight = []
+        answered, stop = list(zip(results, batch, strict=True)), False
+        while answered:  # every stored line is printed, even when Ctrl-C comes meanwhile
+            try:
+                self.show(*answered[0])
+                answered.pop(0)
+            except KeyboardInterrupt:
+                stop = True
         sys.stdout.flush()
+        if stop:
+            raise KeyboardInterrupt
 
     def _resolved(self, line: Line) -> common_pb2.Message:
         if line.prepared_of is None:

@@ -4,6 +4,7 @@ and the resume command it prints stores the rest, each line exactly once."""
 
 import json
 import shlex
+import signal
 import subprocess
 import sys
 import threading
@@ -166,3 +167,30 @@ def _poll(cond, timeout: float = 60.0) -> None:
     while not cond():
         assert time.monotonic() < deadline, "condition not reached"
         time.sleep(0.02)  # polling a condition, not waiting a fixed time
+
+
+def test_ctrl_c_reports_what_was_stored_and_how_to_resume(tmp_path):
+    store, port = tmp_path / "store", procs.free_port()
+    path = tmp_path / "big.jsonl"
+    path.write_text("".join(json.dumps({"topic": "C", "body": f"c{i}"}) + "\n"
+                            for i in range(1, LINES + 1)))  # fmt: skip
+    writer = _writer(store, port)
+    try:
+        put = subprocess.Popen(_cli("put", "--commitlog", writer.address, "--file", str(path),
+                                    "--batch", "50"), cwd=procs.ROOT, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # fmt: skip
+        assert put.stdout is not None
+        printed = 0
+        for _ in put.stdout:
+            printed += 1
+            if printed == 2_000:
+                put.send_signal(signal.SIGINT)
+                break
+        printed += len(put.stdout.read().splitlines())
+        _, err = put.communicate(timeout=60)
+        assert put.returncode == 1, err
+        (line,) = err.splitlines()
+        assert "interrupted" in line and f"{printed:,} messages before it are stored" in line
+        assert f"--skip {printed}" in line
+    finally:
+        writer.stop()
