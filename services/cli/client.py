@@ -110,14 +110,14 @@ def rpc_error(e: grpc.RpcError, api: str, target: str, what: str = "") -> CliErr
     code = e.code() if callable(getattr(e, "code", None)) else grpc.StatusCode.UNKNOWN
     details = (e.details() if callable(getattr(e, "details", None)) else "") or ""
     prefix = f"{what}: " if what else ""
+    service, flag, slot = API_PORTS[api]
+    where = (f"give {flag} the address of {service} ({slot} of 'rmqstore serve', "
+             f"{8100 + (slot != 'the port base')} by default)")  # fmt: skip
     if code == grpc.StatusCode.UNIMPLEMENTED and "Method not found" in details:
-        service, flag, slot = API_PORTS[api]
-        return CliError(
-            f"{prefix}{target} does not serve the {api} API: give {flag} the address of "
-            f"{service} ({slot} of 'rmqstore serve', {8100 + (slot != 'the port base')} by "
-            "default)",
-            USAGE,
-        )
+        return CliError(f"{prefix}{target} does not serve the {api} API: {where}", USAGE)
+    if code == grpc.StatusCode.UNAVAILABLE and "Failed parsing HTTP/2" in details:
+        return CliError(f"{prefix}{target} is not a gRPC server (it answers another protocol: "
+                        f"a metrics or console port?): {where}", USAGE)  # fmt: skip
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message larger than max" in details:
         return CliError(
             f"{prefix}a request or answer exceeds the {MAX_MESSAGE_BYTES // 2**20} MiB "

@@ -3,7 +3,8 @@ acknowledgement printed (and flushed) as soon as its batch is answered.
 
 A line holds one JSON object: ``topic`` (required), ``queueId``, ``body`` | ``bodyB64``,
 ``tags``, ``keys``, ``uniqKey``, ``properties`` (an object), ``flag``, ``sysFlag``,
-``bornTimestamp``, ``bornHost``, ``delayLevel``, ``reconsumeTimes``, ``preparedTxOfMsg``
+``bornTimestamp`` (epoch ms, or a time string as ``rmqstore.times`` reads it), ``bornHost``,
+``delayLevel``, ``reconsumeTimes``, ``preparedTxOfMsg``
 (the 0-based number of an earlier message whose commitlog offset becomes this one's
 prepared-transaction offset), ``waitStoreMsgOK``. Other fields are ignored; blank lines are
 skipped. A regular file is checked whole before anything is sent, so a bad line costs
@@ -30,6 +31,7 @@ from typing import IO, Any, NamedTuple
 
 import grpc
 
+from rmqstore import times
 from rmqstore.formats import commitlog
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.server import MAX_MESSAGE_BYTES
@@ -87,6 +89,11 @@ def parse_line(text: str, number: int, index: int) -> Line:
         if v is not None and not isinstance(v, str):
             raise BadLine(f'"{name}" must be a string, got {json.dumps(v)}')
         fields[attr] = v or ""
+    if isinstance(d.get("bornTimestamp"), str):  # a time as people write it (rmqstore.times)
+        try:
+            d["bornTimestamp"] = times.parse_time(d["bornTimestamp"])
+        except times.TimeFormatError as e:
+            raise BadLine(f'"bornTimestamp" {str(e).removeprefix("time ").strip()}') from None
     for name, (attr, lo, hi) in _INT_FIELDS.items():
         fields[attr] = _int(d, name, lo, hi)
     if "bodyB64" in d:

@@ -24,6 +24,7 @@ LINES = {
     "queue-not-int.jsonl": '{"topic": "A", "queueId": "three"}\n',
     "queue-float.jsonl": '{"topic": "A", "queueId": 1.5}\n',
     "queue-huge.jsonl": '{"topic": "A", "queueId": 99999999999}\n',
+    "born-time.jsonl": '{"topic": "A", "bornTimestamp": "yesterday"}\n',
     "not-object.jsonl": '["topic", "A"]\n',
     "not-utf8.jsonl": b'{"topic": "A", "body": "\xff\xfe"}\n',
     "properties-list.jsonl": '{"topic": "A", "properties": ["a"]}\n',
@@ -31,7 +32,8 @@ LINES = {
 }
 
 # (case, arguments, exit code, words the error line holds); {w} writer, {q} query service,
-# {d} a directory of input files, {cq} the consume-queue builder (serves neither API)
+# {d} a directory of input files, {cq} the consume-queue builder (serves neither API),
+# {m} the writer's metrics (HTTP), {down} a port nobody listens on
 CASES = [
     ("file missing", "put --commitlog {w} --file {d}/absent.jsonl", 2, "cannot read it"),
     ("file is a directory", "put --commitlog {w} --file {d}", 2, "is a directory"),
@@ -43,6 +45,8 @@ CASES = [
     ("float queueId", "put --commitlog {w} --file {d}/queue-float.jsonl", 2, "integer"),
     ("queueId past int32", "put --commitlog {w} --file {d}/queue-huge.jsonl", 2,
      "outside 0..2147483647"),
+    ("bad born time", "put --commitlog {w} --file {d}/born-time.jsonl", 2,
+     "\"bornTimestamp\" 'yesterday' is not epoch milliseconds"),
     ("non-object line", "put --commitlog {w} --file {d}/not-object.jsonl", 2, "JSON object"),
     ("not UTF-8", "put --commitlog {w} --file {d}/not-utf8.jsonl", 2, "not UTF-8"),
     ("properties not an object", "put --commitlog {w} --file {d}/properties-list.jsonl", 2,
@@ -100,6 +104,8 @@ CASES = [
      "does not serve the CommitLog API: give --commitlog the address of the writer"),
     ("builder address for a query", "pull --query {cq} --topic A --queue 0 --offset 0", 2,
      "does not serve the Query API"),
+    ("metrics port for a query", "query-key --query {m} --topic A --key k", 2,
+     "is not a gRPC server"),
     ("malformed message id", "query-id --query {q} not-an-id", 2, "INVALID_ARGUMENT"),
     ("unknown command", "frobnicate", 2, "invalid choice: 'frobnicate'"),
     ("unknown flag", "pull --query {q} --topic A --queue 0 --offset 0 --colour", 2,
@@ -133,8 +139,10 @@ def node(tmp_path_factory):
     store = tmp / "store"
     started: list[procs.ServiceProcess] = []
     try:
+        metrics = procs.free_port()
         writer = procs.start("services.commitlog", "--store", str(store), "--listen",
-                             "127.0.0.1:0", "--commitlog-segment-size", str(1 << 20))  # fmt: skip
+                             "127.0.0.1:0", "--commitlog-segment-size", str(1 << 20),
+                             "--metrics-port", str(metrics))  # fmt: skip
         started.append(writer)
         common = ["--store", str(store), "--commitlog", writer.address, "--listen",
                   "127.0.0.1:0", "--flush-interval-ms", "50"]  # fmt: skip
@@ -158,6 +166,7 @@ def node(tmp_path_factory):
             path.write_bytes(text if isinstance(text, bytes) else text.encode())
         (inputs / "huge.bin").write_bytes(b"\0" * (40 << 20))
         yield {"w": writer.address, "q": query.address, "cq": cq.address, "d": str(inputs),
+               "m": f"127.0.0.1:{metrics}",
                "down": f"127.0.0.1:{procs.free_port()}", "stub": stub}  # fmt: skip
     finally:
         for p in reversed(started):
