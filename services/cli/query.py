@@ -58,12 +58,9 @@ def _line(m: common_pb2.StoredMessage) -> str:
     text = body["body"] if body["bodyEncoding"] == "text" else f"<{len(m.body)} bytes binary>"
     if len(text) > 80:
         text = text[:77] + "..."
-    return (
-        f"{m.msg_id} {m.topic}/{m.queue_id}@{m.queue_offset} phy={m.phy_offset} "
-        f"time={client.format_time(m.store_timestamp)} uniq={m.unique_key or '-'} "
-        f"keys={m.keys!r} "
-        f"tags={m.tags!r} body={text!r}"
-    )
+    return (f"{m.msg_id} {m.topic}/{m.queue_id}@{m.queue_offset} phy={m.phy_offset} "
+            f"time={client.format_time(m.store_timestamp)} uniq={m.unique_key or '-'} "
+            f"keys={m.keys!r} tags={m.tags!r} body={text!r}")  # fmt: skip
 
 
 def _stub(args: argparse.Namespace) -> query_pb2_grpc.QueryStub:
@@ -92,78 +89,38 @@ def _call(args: argparse.Namespace, fn, request) -> Any:
 def run_query_key(args: argparse.Namespace) -> int:
     if args.end and args.end < args.begin:
         raise client.CliError(f"--end {args.end} is before --begin {args.begin}")
-    resp = _call(
-        args,
-        _stub(args).QueryByKey,
-        query_pb2.QueryByKeyRequest(
-            topic=args.topic,
-            key=args.key,
-            begin_timestamp=args.begin,
-            end_timestamp=args.end,
-            max_results=args.max,
-            cursor=args.cursor or "",
-        ),
-    )
-    doc = {
-        "count": len(resp.messages),
-        "truncated": resp.truncated,
-        "cursor": resp.cursor,
-        "budgetExhausted": resp.budget_exhausted,
-        "chainHops": resp.chain_hops,
-    }
+    resp = _call(args, _stub(args).QueryByKey, query_pb2.QueryByKeyRequest(
+        topic=args.topic, key=args.key, begin_timestamp=args.begin, end_timestamp=args.end,
+        max_results=args.max, cursor=args.cursor or ""))  # fmt: skip
+    doc = {"count": len(resp.messages), "truncated": resp.truncated, "cursor": resp.cursor,
+           "budgetExhausted": resp.budget_exhausted, "chainHops": resp.chain_hops}  # fmt: skip
     return _emit(args, doc, list(resp.messages))
 
 
 def run_query_id(args: argparse.Namespace) -> int:
-    resp = _call(
-        args, _stub(args).QueryById, query_pb2.QueryByIdRequest(id=args.id, topic=args.topic or "")
-    )
+    resp = _call(args, _stub(args).QueryById,
+                 query_pb2.QueryByIdRequest(id=args.id, topic=args.topic or ""))  # fmt: skip
     return _emit(args, {"count": len(resp.messages)}, list(resp.messages))
 
 
 def run_pull(args: argparse.Namespace) -> int:
-    resp = _call(
-        args,
-        _stub(args).Pull,
-        query_pb2.PullRequest(
-            topic=args.topic,
-            queue_id=args.queue,
-            offset=args.offset,
-            max_messages=args.max,
-            tag_expression=args.tags or "",
-        ),
-    )
-    doc = {
-        "status": query_pb2.PullStatus.Name(resp.status),
-        "nextOffset": resp.next_offset,
-        "minOffset": resp.min_offset,
-        "maxOffset": resp.max_offset,
-    }
+    resp = _call(args, _stub(args).Pull, query_pb2.PullRequest(
+        topic=args.topic, queue_id=args.queue, offset=args.offset, max_messages=args.max,
+        tag_expression=args.tags or ""))  # fmt: skip
+    doc = {"status": query_pb2.PullStatus.Name(resp.status), "nextOffset": resp.next_offset,
+           "minOffset": resp.min_offset, "maxOffset": resp.max_offset}  # fmt: skip
     return _emit(args, doc, list(resp.messages))
 
 
 def run_offset_by_time(args: argparse.Namespace) -> int:
     boundary = query_pb2.UPPER if args.boundary == "upper" else query_pb2.LOWER
     stub = _stub(args)
-    resp = _call(
-        args,
-        stub.OffsetByTime,
-        query_pb2.OffsetByTimeRequest(
-            topic=args.topic, queue_id=args.queue, timestamp=args.time, boundary=boundary
-        ),
-    )
-    offsets = _call(
-        args,
-        stub.QueueOffsets,
-        query_pb2.QueueOffsetsRequest(topic=args.topic, queue_id=args.queue),
-    )
-    doc = {
-        "offset": resp.offset,
-        "boundary": args.boundary,
-        "time": args.time,
-        "minOffset": offsets.min_offset,
-        "maxOffset": offsets.max_offset,
-    }
+    resp = _call(args, stub.OffsetByTime, query_pb2.OffsetByTimeRequest(
+        topic=args.topic, queue_id=args.queue, timestamp=args.time, boundary=boundary))
+    offsets = _call(args, stub.QueueOffsets,
+                    query_pb2.QueueOffsetsRequest(topic=args.topic, queue_id=args.queue))
+    doc = {"offset": resp.offset, "boundary": args.boundary, "time": args.time,
+           "minOffset": offsets.min_offset, "maxOffset": offsets.max_offset}  # fmt: skip
     if args.json:
         print(json.dumps(doc))
     else:
@@ -174,12 +131,8 @@ def run_offset_by_time(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--query",
-        type=client.address,
-        default=DEFAULT_QUERY,
-        help="query service address (port base + 1 of 'rmqstore serve')",
-    )
+    p.add_argument("--query", type=client.address, default=DEFAULT_QUERY,
+                   help="query service address (port base + 1 of 'rmqstore serve')")
     tls.add_tls_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--timeout", type=client.positive_seconds, default=30.0, help="seconds")
@@ -190,12 +143,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--key", required=True)
-    p.add_argument(
-        "--begin", type=client.time_ms, default=0, help=f"store time, inclusive: {TIME_FORMS}"
-    )
-    p.add_argument(
-        "--end", type=client.time_ms, default=0, help="store time, inclusive (0 = no bound)"
-    )
+    p.add_argument("--begin", type=client.time_ms, default=0,
+                   help=f"store time, inclusive: {TIME_FORMS}")
+    p.add_argument("--end", type=client.time_ms, default=0,
+                   help="store time, inclusive (0 = no bound)")
     p.add_argument("--max", type=int_in(0, INT32_MAX), default=0, help="results per page (0 = 64)")
     p.add_argument("--cursor", help="continue a truncated answer")
     p.set_defaults(run=run_query_key)
@@ -220,10 +171,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--queue", type=int_in(0, INT32_MAX), required=True)
     p.add_argument("--time", type=client.time_ms, required=True, help=f"store time: {TIME_FORMS}")
-    p.add_argument(
-        "--boundary",
-        choices=("lower", "upper"),
-        default="lower",
-        help="first at/after (lower) or last at/before (upper)",
-    )
+    p.add_argument("--boundary", choices=("lower", "upper"), default="lower",
+                   help="first at/after (lower) or last at/before (upper)")  # fmt: skip
     p.set_defaults(run=run_offset_by_time)
