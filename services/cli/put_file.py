@@ -24,6 +24,7 @@ import base64
 import binascii
 import json
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Iterator
@@ -251,17 +252,15 @@ class FilePut:
                     self.send([line])
                 return
             raise self.failure(batch, e) from None
-        self.in_flight = []
-        answered, stop = list(zip(results, batch, strict=True)), False
-        while answered:  # every stored line is printed, even when Ctrl-C comes meanwhile
-            try:
-                self.show(*answered[0])
-                answered.pop(0)
-            except KeyboardInterrupt:
-                stop = True
-        sys.stdout.flush()
-        if stop:
-            raise KeyboardInterrupt
+        # every stored line is printed and counted before a Ctrl-C is heard
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.in_flight = []
+            for r, line in zip(results, batch, strict=True):
+                self.show(r, line)
+            sys.stdout.flush()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _resolved(self, line: Line) -> common_pb2.Message:
         if line.prepared_of is None:
