@@ -22,7 +22,6 @@ import argparse
 import datetime as dt
 import json
 import mmap
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -40,6 +39,7 @@ from rmqstore.formats import index_file as ix
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.layout import is_index_file_name
 from rmqstore.segments import parse_segment_name
+from services.cli.errors import USAGE, CliError
 
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "store")
 Row = dict[str, Any]
@@ -411,14 +411,18 @@ def run(args: argparse.Namespace) -> int:
             if row["type"] == "corrupt" or (row["type"] == "commitlog" and row["corrupt"]):
                 status = 1
             print(json.dumps(row) if args.json else human(row))
+    except BrokenPipeError:
+        raise
     except (StoreError, OSError) as e:
-        print(f"rmqstore inspect: error: {e}", file=sys.stderr)
-        return 2
+        raise CliError(str(e), USAGE) from None
     return status
 
 
 def _positive(text: str) -> int:
-    n = int(text)
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return n
