@@ -28,6 +28,7 @@ from pipelines.progress import Progress, report_range
 from pipelines.report import JobReport
 from pipelines.scan import ScanOutcome, ScanPlan, outcome
 from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, RangeEnd, replanned_note
+from pipelines.task_errors import about
 from rmqstore.errors import InvalidArgumentError
 
 PARTITION_COLUMNS = ("topic", "date")
@@ -72,17 +73,22 @@ def _export_range(r: ByteRange, check_crc: bool, target: str, tracker,
             else:
                 yield item
 
-    ds.write_dataset(
-        batches(), target, schema=SCHEMA, format="parquet",
-        partitioning=list(PARTITION_COLUMNS), partitioning_flavor="hive",
-        basename_template=_file_prefix(r.number) + "{i}.parquet",
-        existing_data_behavior="overwrite_or_ignore",  # other ranges' files stay
-        max_partitions=1 << 30, preserve_order=True,  # commitlog order in every file
-    )  # fmt: skip
+    with about(f"exporting {r.where} to {target}"):
+        _write_dataset(batches(), target, r.number)
     (end, count), = ended
     if tracker is not None:
         report_range(tracker, r.number, end.position - r.begin)
     return r.number, (end, count)
+
+
+def _write_dataset(batches, target: str, number: int) -> None:
+    ds.write_dataset(
+        batches, target, schema=SCHEMA, format="parquet",
+        partitioning=list(PARTITION_COLUMNS), partitioning_flavor="hive",
+        basename_template=_file_prefix(number) + "{i}.parquet",
+        existing_data_behavior="overwrite_or_ignore",  # other ranges' files stay
+        max_partitions=1 << 30, preserve_order=True,  # commitlog order in every file
+    )  # fmt: skip
 
 
 def _write(spark, plan: ScanPlan, target: Path, check_crc: bool, tracker,
