@@ -15,7 +15,6 @@ import os
 import shutil
 import time
 import urllib.parse
-import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,8 +27,8 @@ from pipelines.progress import Progress, report_range
 from pipelines.report import JobReport
 from pipelines.scan import ScanOutcome, ScanPlan, outcome
 from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, RangeEnd, replanned_note
+from pipelines.staging import fresh_output
 from pipelines.task_errors import about
-from rmqstore.errors import InvalidArgumentError
 
 PARTITION_COLUMNS = ("topic", "date")
 SUCCESS_MARKER = "_SUCCESS"  # written last, as Spark's own writer does
@@ -131,15 +130,8 @@ def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT
            check_crc: bool = True, progress: bool = False,
            progress_interval: float = 2.0) -> ExportReport:
     started = time.monotonic()
-    out = Path(out).absolute()
-    if out.exists():
-        if not out.is_dir() or any(out.iterdir()):
-            raise InvalidArgumentError(f"export output {out} exists and is not empty")
-        out.rmdir()
-    if not out.parent.is_dir():
-        raise InvalidArgumentError(f"export output parent {out.parent} is not a directory")
+    out, target = fresh_output(out, "export")
     plan = ScanPlan.of(store, split_bytes)
-    target = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:12]}"
     try:
         with Progress(spark.sparkContext, "export",
                       {r.number: r.segment.path for r in plan.ranges}, plan.total_bytes,

@@ -12,7 +12,6 @@ import json
 import mmap
 import os
 import shutil
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -29,6 +28,7 @@ from pipelines.source import (
     read_range_columns,
     replanned_note,
 )
+from pipelines.staging import fresh_output
 from pipelines.task_errors import about
 from rmqstore.dispatch_columns import property_texts
 from rmqstore.errors import InvalidArgumentError
@@ -184,15 +184,8 @@ def find(spark, store: str | Path, criteria: Criteria, out: str | Path,
          split_bytes: int = DEFAULT_SPLIT_BYTES, check_crc: bool = True) -> FindResult:
     """Scan ``store``'s commitlog; write the matches to the new directory ``out`` as JSON
     lines (``part-<range>.jsonl``, in commitlog order, then ``_SUCCESS``)."""
-    out = Path(out).absolute()
-    if out.exists():
-        if not out.is_dir() or any(out.iterdir()):
-            raise InvalidArgumentError(f"find output {out} exists and is not empty")
-        out.rmdir()
-    if not out.parent.is_dir():
-        raise InvalidArgumentError(f"find output parent {out.parent} is not a directory")
+    out, target = fresh_output(out, "find")
     plan = ScanPlan.of(store, split_bytes)
-    target = out.parent / f".{out.name}.find-{uuid.uuid4().hex[:12]}"
     target.mkdir()
     try:
         result, counts = _find_all(spark, plan, criteria, check_crc, target)
