@@ -41,9 +41,9 @@ def test_every_relative_link_resolves(page: Path):
             continue
         path, _, fragment = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
-        if not resolved.exists() or ROOT not in [resolved, *resolved.parents]:
-            broken.append(target)
-        elif fragment and resolved.suffix == ".md" and fragment not in _anchors(resolved):
+        outside = not resolved.exists() or ROOT not in [resolved, *resolved.parents]
+        if outside or (fragment and resolved.suffix == ".md"
+                       and fragment not in _anchors(resolved)):
             broken.append(target)
     assert broken == []
 
