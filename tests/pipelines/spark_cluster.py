@@ -52,7 +52,7 @@ def _wait_for(log: Path, pattern: str, proc: subprocess.Popen) -> re.Match:
         if found:
             return found
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[1]} exited with {proc.returncode}:\n"
+            raise RuntimeError(f"{log.parent.name} exited with {proc.returncode}:\n"
                                f"{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.2)  # polling a log file for a condition, with a deadline
     raise TimeoutError(f"no {pattern!r} in {log} after {START_DEADLINE_S} s")
