@@ -42,11 +42,6 @@ def prepare_environment(master: str = DEFAULT_MASTER) -> None:
         os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
 
 
-def executor_python(spark: "SparkSession") -> str:
-    """The Python command executors run (what ``create_session`` settled on)."""
-    return str(spark.sparkContext.pythonExec)
-
-
 def code_archive(directory: Path) -> Path:
     """A zip of the packages executors import (``rmqstore``, ``pipelines``), for a cluster."""
     root = Path(__file__).resolve().parent.parent
