@@ -32,11 +32,18 @@ def _run(args: list, cwd: Path, timeout: float = 600) -> subprocess.CompletedPro
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    """The wheel built from this tree (with the protos ``make`` generated)."""
-    dist = tmp_path_factory.mktemp("dist")
+    """The wheel built from a copy of this tree's packages (with the protos ``make``
+    generated): building in the tree would leave a build/ directory whose stale files a later
+    build packs too."""
+    tmp = tmp_path_factory.mktemp("dist")
+    source = tmp / "source"
+    skip = shutil.ignore_patterns("__pycache__", "*.egg-info")
+    for package in ("rmqstore", "services", "pipelines"):
+        shutil.copytree(ROOT / package, source / package, ignore=skip)
+    shutil.copy(ROOT / "pyproject.toml", source)
     _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-          "--disable-pip-version-check", "-q", "-w", dist, ROOT], cwd=dist)
-    (built,) = dist.glob("rmqstore-*.whl")
+          "--disable-pip-version-check", "-q", "-w", tmp / "dist", source], cwd=tmp)
+    (built,) = (tmp / "dist").glob("rmqstore-*.whl")
     return built
 
 
