@@ -11,6 +11,11 @@ PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS) $(RMQ_PROTOS))
 PYTEST_ARGS ?=
 CONSOLE_TESTS := tests/services/console
 AXE := $(CONSOLE_TESTS)/node_modules/axe-core/axe.min.js
+# `make run`'s demo store: 64 MiB commitlog segments, 8.4 MB index files (100,000 slots,
+# 400,000 entries), 200 KB consume-queue files (10,000 entries); `rmqstore serve` alone
+# defaults to RocketMQ's sizes (1 GiB segments, 420 MB index files, 6 MB queue files).
+RUN_SIZES ?= --commitlog-segment-size 67108864 --index-slots 100000 --index-entries 400000 \
+             --cq-entries-per-file 10000
 
 .DEFAULT_GOAL := help
 .PHONY: help setup protos apt-deps system-deps test-deps run test soak bench lint fmt clean
@@ -70,8 +75,8 @@ test-deps: system-deps $(CLIENTS)/.venv/.installed $(CLIENTS)/node_modules/.inst
 
 setup: $(VENV)/.installed protos ## create .venv, install packages, generate protos
 
-run: setup ## start every service on ./data/store (Ctrl-C stops them)
-	$(BIN)/rmqstore serve --store $(STORE)
+run: setup ## start every service on ./data/store, small files (Ctrl-C stops them)
+	$(BIN)/rmqstore serve --store $(STORE) $(RUN_SIZES)
 
 test: setup system-deps test-deps ## the whole test suite (about 6 minutes on 2 cores)
 	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)

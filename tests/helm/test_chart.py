@@ -312,8 +312,8 @@ def test_rebuild_job_runs_the_spark_rebuild_next_to_the_store(all_on_objects: li
     assert pod["restartPolicy"] == "Never"
     (c,) = pod["containers"]
     assert c["command"] == ["rmqstore"]
-    assert c["args"][:7] == ["rebuild", "--store", "/data/store", "--out", "/data/rebuild",
-                             "--master", "spark://spark:7077"]
+    assert c["args"][:5] == ["rebuild", "--store", "/data/store", "--out", "/data/rebuild"]
+    assert _arg(c, "--master") == "spark://spark:7077"
     assert c["image"] == "registry.example/rmqstore:1.2.3"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"data-{FULLNAME}-0"
@@ -338,3 +338,26 @@ def test_service_exposes_the_rocketmq_protocol_on_8081(default_objects: list[dic
     proxy = _containers(default_objects)["proxy"]
     assert _arg(proxy, "--advertise").endswith(".svc:8081")
     assert _arg(proxy, "--transaction-check-max") == "15"
+
+
+def test_more_than_one_replica_is_refused_with_the_reason() -> None:
+    import helm_python as helm
+
+    for ok in (0, 1):
+        assert one(render({"replicas": ok}), "StatefulSet")["spec"]["replicas"] == ok
+    with pytest.raises(helm.HelmError, match="no multi-broker mode") as caught:
+        render({"replicas": 2})
+    assert "replicas is 2" in str(caught.value)
+
+
+def test_rebuild_job_passes_every_size_the_services_use() -> None:
+    sizes = {"indexFile": {"slots": 1000, "entries": 4000},
+             "consumeQueue": {"entriesPerFile": 7000},
+             "rebuild": {"enabled": True}}
+    (c,) = one(render(sizes), "Job")["spec"]["template"]["spec"]["containers"]
+    assert (_arg(c, "--index-slots"), _arg(c, "--index-entries"),
+            _arg(c, "--cq-entries-per-file")) == ("1000", "4000", "7000")
+    # and the services run with the same ones
+    containers = _containers(render(sizes))
+    assert _arg(containers["index"], "--index-slots") == "1000"
+    assert _arg(containers["consume-queue"], "--cq-entries-per-file") == "7000"
