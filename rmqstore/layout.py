@@ -5,6 +5,8 @@
 <root>/index/<yyyyMMddHHmmssSSS>             index files
 <root>/checkpoint  <root>/abort  <root>/lock
 <root>/rmqstore/<builder>.progress           our builders' durable progress (not RocketMQ's)
+<root>/rmqstore/store-id                     the store's identity (see ``rmqstore.identity``)
+<root>/rmqstore/quarantine/                  bytes recovery cut, kept aside
 """
 
 import datetime as dt
@@ -93,8 +95,21 @@ class StoreLayout:
     def lock(self) -> Path:
         return self.root / "lock"
 
+    @property
+    def own_dir(self) -> Path:
+        """rmqstore's own subdirectory (RocketMQ ignores it)."""
+        return self.root / "rmqstore"
+
     def progress(self, builder: str) -> Path:
-        return self.root / "rmqstore" / f"{builder}.progress"
+        return self.own_dir / f"{builder}.progress"
+
+    @property
+    def store_id(self) -> Path:
+        return self.own_dir / "store-id"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.own_dir / "quarantine"
 
     def queues(self) -> list[tuple[str, int, Path]]:
         """Every (topic, queue id, dir) under consumequeue/ whose names are valid."""

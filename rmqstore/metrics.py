@@ -50,6 +50,7 @@ from prometheus_client import (
 from rmqstore.metrics_http import (  # noqa: F401  (re-exported: services import them from here)
     FilesystemCollector,
     MetricsServer,
+    metrics_host,
     new_registry,
     on_scrape,
     start_metrics_server,

@@ -8,6 +8,7 @@ from pathlib import Path
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.server import AsyncService, configure_logging
+from rmqstore.startup import StartupError, check_port_free, run_main
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
@@ -60,24 +61,38 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", required=True)
     p.add_argument("--listen", default="127.0.0.1:8100")
     p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--log-level", default="INFO")
     add_store_flags(p)
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
     configure_logging(args.log_level)
+    return run_main("commitlog", lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    credentials = tls.startup_server_credentials(args)
+    check_port_free(args.listen)
+    if args.metrics_port:
+        check_port_free(f"{metrics.metrics_host(args.listen, args.metrics_host)}:"
+                        f"{args.metrics_port}", "metrics")
+    if Path(args.store).exists() and not Path(args.store).is_dir():
+        raise StartupError(f"store {args.store} is not a directory")
     try:
-        credentials = tls.server_credentials(args)
         engine = CommitLogEngine(config_from(args))
     except (StoreError, ValueError, OSError) as e:
-        log.error("cannot open the store: %s", e)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    registry = metrics.new_registry("commitlog")
-    observer = WriterObserver(engine, registry)
-    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    # calls run on one event loop; each builder's dispatch stream waits for records in a
-    # worker thread (64 subscribers at most, see the engine), nothing else does
-    service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
+        raise StartupError(f"cannot open the store {args.store}: {e}") from None
+    try:
+        registry = metrics.new_registry("commitlog")
+        observer = WriterObserver(engine, registry)
+        metrics_server = metrics.start_metrics_server(
+            args.metrics_port, registry, metrics.metrics_host(args.listen, args.metrics_host))
+        # calls run on one event loop; each builder's dispatch stream waits for records in a
+        # worker thread (64 subscribers at most, see the engine), nothing else does
+        service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
+    except BaseException:
+        engine.close()
+        raise
     service.add(
         add_to_server,
         CommitLogServicer(engine, observer, service.run_blocking),

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import count
 
+from rmqstore import identity
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
     InvalidArgumentError,
@@ -63,6 +64,8 @@ def _now_ms() -> int:
 
 
 class CommitLogEngine:
+    read_only = False  # see ``ReadOnlyStore`` for a store served read-only
+
     def __init__(self, config: WriterConfig) -> None:
         self.config = config
         self.layout = StoreLayout.of(config.store)
@@ -77,6 +80,7 @@ class CommitLogEngine:
     # -- start-up ------------------------------------------------------------------------
     def _open(self) -> None:
         cfg = self.config
+        self.store_id = identity.create_or_read(self.layout)
         self.last_exit_clean = not self.layout.abort.exists()
         self.segments = SegmentQueue(
             self.layout.commitlog_dir, cfg.segment_size, cfg.warmup, cfg.preallocate

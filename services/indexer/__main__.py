@@ -20,7 +20,9 @@ from rmqstore.server import (
     configure_logging,
     freeze_startup_objects,
 )
+from rmqstore.startup import StartupError, check_port_free, run_main
 from rmqstore.v1 import indexer_pb2, indexer_pb2_grpc
+from rmqstore.writer_link import check_writer
 from services.indexer.consume_queue_builder import ConsumeQueueBuilder
 from services.indexer.index_builder import IndexBuilder
 from services.indexer.metrics import BuilderObserver
@@ -46,6 +48,7 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--commitlog", required=True, help="writer address HOST:PORT")
         s.add_argument("--listen", default="127.0.0.1:0")
         s.add_argument("--metrics-port", type=int, default=0, help="0 = no metrics endpoint")
+        s.add_argument("--metrics-host", default="", help="default: the host of --listen")
         s.add_argument("--flush-interval-ms", type=int, default=500)
         s.add_argument("--log-level", default="INFO")
         tls.add_tls_flags(s)
@@ -60,9 +63,21 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     configure_logging(args.log_level)
+    return run_main(args.builder, lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
     layout = StoreLayout.of(args.store)
+    credentials = tls.startup_server_credentials(args)
+    tls.startup_client_check(args)
+    m_host = metrics.metrics_host(args.listen, args.metrics_host)
+    check_port_free(args.listen)
+    if args.metrics_port:
+        check_port_free(f"{m_host}:{args.metrics_port}", "metrics")
+    if layout.root.exists() and not layout.root.is_dir():
+        raise StartupError(f"store {layout.root} is not a directory")
+    check_writer(args.builder, args.commitlog, layout, args)
     try:
-        credentials = tls.server_credentials(args)
         if args.builder == "consume-queue":
             builder: ConsumeQueueBuilder | IndexBuilder = ConsumeQueueBuilder(
                 layout, args.cq_entries_per_file
@@ -70,9 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             builder = IndexBuilder(layout, args.index_slots, args.index_entries)
     except (StoreError, OSError, ValueError) as e:
-        log.error("cannot open the %s files: %s", args.builder, e)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise StartupError(f"cannot open the {args.builder} files: {e}") from None
     subscriber = Subscriber(
         builder,
         args.commitlog,
@@ -91,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     service.set_serving(True)
     registry = metrics.new_registry(builder.name)
     BuilderObserver(subscriber, registry)
-    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry, m_host)
     freeze_startup_objects()
     announce(builder.name, service.address)  # before any other thread of ours logs
     subscriber.start()

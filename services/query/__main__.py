@@ -7,12 +7,15 @@ import sys
 from rmqstore import metrics, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
+from rmqstore.layout import StoreLayout
 from rmqstore.server import AsyncService, configure_logging
+from rmqstore.startup import StartupError, check_port_free, run_main
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
 from services.query.metrics import QueryObserver
 from services.query.record_source import GrpcRecordSource
+from services.query.writer_watch import WriterWatch
 
 log = logging.getLogger("services.query")
 
@@ -25,6 +28,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--index-slots", type=int, default=DEFAULT_SLOTS)
     p.add_argument("--index-entries", type=int, default=DEFAULT_ENTRIES)
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
+    p.add_argument("--metrics-host", default="", help="default: the host of --listen")
+    p.add_argument("--read-only", action="store_true",
+                   help="the store is served read-only (the query service never writes; "
+                        "accepted so every service takes the same flag)")
     p.add_argument(
         "--budget-hops",
         type=int,
@@ -52,11 +59,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
-    try:
-        credentials = tls.server_credentials(args)
-    except ValueError as e:
-        print(f"rmqstore query: {e}", file=sys.stderr)
-        return 2
+    return run_main("query", lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    layout = StoreLayout.of(args.store)
+    credentials = tls.startup_server_credentials(args)
+    tls.startup_client_check(args)
+    m_host = metrics.metrics_host(args.listen, args.metrics_host)
+    check_port_free(args.listen)
+    if args.metrics_port:
+        check_port_free(f"{m_host}:{args.metrics_port}", "metrics")
+    if layout.root.exists() and not layout.root.is_dir():
+        raise StartupError(f"store {layout.root} is not a directory")
     limits = BudgetLimits(args.budget_hops, args.budget_bytes, args.budget_ms)
     # every query runs on the service's event loop, and so do its reads from the writer
     service = AsyncService(args.listen, credentials=credentials)
@@ -67,14 +82,17 @@ def main(argv: list[str] | None = None) -> int:
         )
 
     source = service.call(open_source())
+    watch = WriterWatch(source, layout, service.set_serving_here)
     try:
+        problem = service.call(watch.check())
+        if "another store" in problem:
+            raise StartupError(problem)
         app = QueryApp.build(args.store, source, args.index_slots, args.index_entries, limits)
-    except StoreError as e:
-        print(f"rmqstore query: {e}", file=sys.stderr)
+    except (StoreError, StartupError) as e:
         service.stop(then=source.close)
-        return 2
+        raise StartupError(str(e)) from None
     registry = metrics.new_registry("query")
-    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry, m_host)
     service.add(
         query_pb2_grpc.add_QueryServicer_to_server,
         app.servicer(QueryObserver(registry)),
@@ -82,13 +100,21 @@ def main(argv: list[str] | None = None) -> int:
         "Query",
     )
 
+    async def start_watch() -> None:
+        watch.start()
+
+    async def close() -> None:
+        await watch.stop()
+        await source.close()
+
     def stop() -> None:
-        service.stop(then=source.close)
+        service.stop(then=close)
         if metrics_server is not None:
             metrics_server.stop()
         app.close()
 
-    service.serve("query", stop)
+    service.call(start_watch())
+    service.serve("query", stop, serving=not problem)
     return 0
 
 
