@@ -10,7 +10,8 @@ Kinds (detected from the path, or forced with ``--kind``):
                    counts come from ``--index-slots``/``--index-entries`` or are inferred from the
                    file size (RocketMQ's defaults, or its 1 slot : 4 entries ratio).
 * ``checkpoint``   the ``checkpoint`` file.
-* ``store``        a store directory: segments, min/max offset, queues, index files, checkpoint.
+* ``store``        a store directory: segments, min/max offset, queues, index files, checkpoint,
+                   and the byte ranges recovery cut and kept in ``rmqstore/quarantine/``.
 
 Files are only ever opened read-only. Human-readable output by default, JSON lines with
 ``--json``. Exit status: 0, 1 when a commitlog segment holds a corrupt record, 2 on bad input.
@@ -30,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rmqstore import quarantine
 from rmqstore.dispatch import tags_code
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError, StoreError
 from rmqstore.formats import checkpoint as ck
@@ -38,7 +40,7 @@ from rmqstore.formats import commitlog_segment
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ix
 from rmqstore.formats.msgid import offset_msg_id
-from rmqstore.layout import is_index_file_name
+from rmqstore.layout import StoreLayout, is_index_file_name
 from rmqstore.segments import parse_segment_name
 
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "store")
@@ -346,6 +348,10 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
             yield checkpoint_row(buf, root / "checkpoint")
     yield {"type": "markers", "abort": (root / "abort").exists(),
            "lock": (root / "lock").exists()}
+    for r in quarantine.ranges(StoreLayout.of(root)):  # bytes recovery cut and kept aside
+        yield {"type": "quarantined", "phyOffset": r.offset, "end": r.end, "size": r.size,
+               "segment": r.segment, "file": str(quarantine.path_of(StoreLayout.of(root), r)),
+               "reason": r.reason, "cutAt": _time(r.at)}
 
 
 # -- output --------------------------------------------------------------------------------
@@ -372,6 +378,9 @@ def human(row: Row) -> str:
     if t == "blank":
         return (f"blank end-of-file record at {row['phyOffset']} (file position "
                 f"{row['filePos']}), declares {row['declaredSize']} bytes")
+    if t == "quarantined":
+        return (f"QUARANTINED [{row['phyOffset']}, {row['end']}) {row['size']} bytes of segment "
+                f"{row['segment']}, cut {row['cutAt']}: {row['reason']} -> {row['file']}")
     if t == "queue":
         return (f"queue {row['topic']}/{row['queueId']}: files={row['files']}"
                 f" min={row['minOffset']} max={row['maxOffset']}")

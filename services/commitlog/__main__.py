@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from rmqstore import metrics, tls
-from rmqstore.errors import StoreError
+from rmqstore.errors import StoreError, StoreLockedError
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, check_port_free, run_main
 from rmqstore.v1 import commitlog_pb2
@@ -80,6 +80,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError(f"store {args.store} is not a directory")
     try:
         engine = CommitLogEngine(config_from(args))
+    except StoreLockedError as e:
+        raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
     try:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import count
 
-from rmqstore import identity
+from rmqstore import identity, quarantine
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
     InvalidArgumentError,
@@ -86,7 +86,8 @@ class CommitLogEngine:
             self.layout.commitlog_dir, cfg.segment_size, cfg.warmup, cfg.preallocate
         )
         t0 = time.perf_counter()
-        self.recovered: Recovered = recover(self.segments, self._snapshot_path)
+        self.recovered: Recovered = recover(self.segments, self._snapshot_path,
+                                            keep=self._keep_cut)
         self.recovery_seconds = time.perf_counter() - t0
         r = self.recovered
         log.info(
@@ -135,6 +136,9 @@ class CommitLogEngine:
             self.epochs.begin(r.end)
         self.layout.abort.write_bytes(b"")
         self.flusher.start(r.end)
+
+    def _keep_cut(self, offset: int, data: memoryview, segment: str, reason: str) -> None:
+        quarantine.keep(self.layout, offset, data, segment, reason)
 
     @property
     def _snapshot_path(self):

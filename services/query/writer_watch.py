@@ -41,8 +41,7 @@ class WriterWatch:
             check_identity(self.layout, offsets, self.source.address)
             problem = ""
         except grpc.RpcError as e:
-            detail = e.details() if isinstance(e, grpc.Call) else str(e)
-            code = e.code().name if isinstance(e, grpc.Call) else "ERROR"
+            code, detail = e.code().name, e.details()  # type: ignore[attr-defined]
             problem = f"the writer at {self.source.address} cannot be used ({code}: {detail})"
         except (WrongStoreError, ValueError) as e:
             problem = str(e)
