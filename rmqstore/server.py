@@ -30,6 +30,10 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # a service polls its writer while it is away (health): reconnect within a second of its
+    # return, not after gRPC's default back-off of up to two minutes
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 # a server's port is its own: no SO_REUSEPORT, so a second server on a port fails to start
 # instead of sharing (and splitting) the first one's calls

@@ -162,9 +162,10 @@ def client_channel(address: str, args: argparse.Namespace,
     return grpc.secure_channel(address, creds, options=opts)
 
 
-def aio_client_channel(address: str, args: argparse.Namespace) -> grpc.aio.Channel:
+def aio_client_channel(address: str, args: argparse.Namespace,
+                       options: list[tuple[str, object]] | None = None) -> grpc.aio.Channel:
     """``client_channel`` for ``grpc.aio``: create it on the event loop that will use it."""
-    creds, opts = _client_settings(args, None)
+    creds, opts = _client_settings(args, options)
     if creds is None:
         return grpc.aio.insecure_channel(address, options=opts)
     return grpc.aio.secure_channel(address, creds, options=opts)

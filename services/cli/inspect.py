@@ -39,6 +39,7 @@ from rmqstore.formats import commitlog as cl
 from rmqstore.formats import commitlog_segment
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ix
+from rmqstore.formats.index_file import infer_shape as infer_index_shape
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.layout import StoreLayout, is_index_file_name
 from rmqstore.segments import parse_segment_name
@@ -185,44 +186,6 @@ def inspect_consume_queue(buf, path: Path, limit: int | None) -> Iterator[Row]:
 
 
 # -- index ---------------------------------------------------------------------------------
-def infer_index_shape(size: int, slots: int | None, entries: int | None,
-                      name: str = "index file") -> tuple[int, int]:
-    """Slot and entry counts of an index file of ``size`` bytes."""
-    rest = size - ix.HEADER_SIZE
-    formula = "size = 40 + 4*slots + 20*entries"
-    if slots is not None and entries is not None:
-        if ix.file_size(slots, entries) != size:
-            raise InvalidArgumentError(
-                f"{name} is {size} bytes but {slots} slots and {entries} entries make "
-                f"{ix.file_size(slots, entries)} ({formula})"
-            )
-        return slots, entries
-    if slots is not None:
-        left = rest - ix.SLOT_SIZE * slots
-        if left <= 0 or left % ix.ENTRY_SIZE:
-            raise InvalidArgumentError(
-                f"{name} is {size} bytes: no whole entry count fits {slots} slots ({formula})"
-            )
-        return slots, left // ix.ENTRY_SIZE
-    if entries is not None:
-        left = rest - ix.ENTRY_SIZE * entries
-        if left <= 0 or left % ix.SLOT_SIZE:
-            raise InvalidArgumentError(
-                f"{name} is {size} bytes: no whole slot count fits {entries} entries ({formula})"
-            )
-        return left // ix.SLOT_SIZE, entries
-    if size == ix.file_size():
-        return ix.DEFAULT_SLOTS, ix.DEFAULT_ENTRIES
-    per = ix.SLOT_SIZE + 4 * ix.ENTRY_SIZE  # RocketMQ's default ratio: 4 entries per slot
-    if rest > 0 and rest % per == 0:
-        return rest // per, 4 * (rest // per)
-    raise InvalidArgumentError(
-        f"cannot infer the slot and entry counts of {name} ({size} bytes): it matches neither "
-        f"the defaults ({ix.DEFAULT_SLOTS} slots, {ix.DEFAULT_ENTRIES} entries) nor 4 entries "
-        f"per slot; pass --index-slots and/or --index-entries ({formula})"
-    )
-
-
 def index_header_row(f: ix.IndexFile, path: Path) -> Row:
     h = f.header
     return {

@@ -5,21 +5,29 @@ import logging
 import sys
 from pathlib import Path
 
-from rmqstore import metrics, tls
+from rmqstore import metrics, store_shape, tls
 from rmqstore.errors import StoreError, StoreLockedError
+from rmqstore.layout import StoreLayout
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, check_port_free, run_main
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
+from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 
 log = logging.getLogger("rmqstore.commitlog")
 
 
 def add_store_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--commitlog-segment-size", type=int, default=DEFAULT_SEGMENT_SIZE)
+    p.add_argument("--commitlog-segment-size", type=int, default=None,
+                   help="default: the size of the store's segment files, else "
+                        f"{DEFAULT_SEGMENT_SIZE} (a value that disagrees with the files is "
+                        "refused)")
+    p.add_argument("--read-only", action="store_true",
+                   help="serve reads from an existing store without writing a byte into it "
+                        "(no lock, abort, checkpoint or rmqstore/ made; puts refused)")
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--flush-interval-ms", type=int, default=500)
     p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
@@ -42,9 +50,11 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
+    layout = StoreLayout.of(args.store)
     return WriterConfig(
         store=Path(args.store),
-        segment_size=args.commitlog_segment_size,
+        segment_size=store_shape.segment_size(layout, args.commitlog_segment_size,
+                                              DEFAULT_SEGMENT_SIZE),
         flush=args.flush,
         flush_interval_ms=args.flush_interval_ms,
         max_message_size=args.max_message_size,
@@ -79,7 +89,9 @@ def _serve(args: argparse.Namespace) -> int:
     if Path(args.store).exists() and not Path(args.store).is_dir():
         raise StartupError(f"store {args.store} is not a directory")
     try:
-        engine = CommitLogEngine(config_from(args))
+        config = config_from(args)
+        engine: CommitLogEngine | ReadOnlyStore = (
+            ReadOnlyStore(config) if args.read_only else CommitLogEngine(config))
     except StoreLockedError as e:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:

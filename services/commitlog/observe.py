@@ -7,12 +7,12 @@ from prometheus_client import CollectorRegistry
 
 from rmqstore import quarantine
 from rmqstore.metrics import WriterMetrics, on_scrape
-from services.commitlog.engine import CommitLogEngine
+from services.commitlog.read_only import Store
 from services.commitlog.stored import Stored
 
 
 class WriterObserver:
-    def __init__(self, engine: CommitLogEngine, registry: CollectorRegistry | None) -> None:
+    def __init__(self, engine: Store, registry: CollectorRegistry | None) -> None:
         self.engine = engine
         self._flushes_seen = 0
         self._bytes_seen = 0

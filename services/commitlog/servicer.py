@@ -23,8 +23,9 @@ from rmqstore.errors import (
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
-from services.commitlog.engine import DURABLE_TIMEOUT_S, CommitLogEngine, flush_timeout
+from services.commitlog.engine import DURABLE_TIMEOUT_S, flush_timeout
 from services.commitlog.observe import WriterObserver
+from services.commitlog.read_only import Store
 from services.commitlog.stored import PutResult, Stored
 
 MAX_READ_STREAMS = 8
@@ -85,7 +86,7 @@ def _batch(request: commitlog_pb2.PutBatchRequest):
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(
-        self, engine: CommitLogEngine, observer: WriterObserver | None,
+        self, engine: Store, observer: WriterObserver | None,
         run_blocking: RunBlocking,
     ) -> None:  # fmt: skip
         self.engine = engine

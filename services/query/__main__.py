@@ -4,11 +4,13 @@ import argparse
 import logging
 import sys
 
-from rmqstore import metrics, tls
+import grpc
+
+from rmqstore import metrics, store_shape, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
 from rmqstore.layout import StoreLayout
-from rmqstore.server import AsyncService, configure_logging
+from rmqstore.server import CHANNEL_OPTIONS, AsyncService, configure_logging
 from rmqstore.startup import StartupError, check_port_free, run_main
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.app import QueryApp
@@ -25,8 +27,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--store", required=True, help="store directory (index/, consumequeue/)")
     p.add_argument("--commitlog", required=True, help="commitlog writer address HOST:PORT")
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 = any free)")
-    p.add_argument("--index-slots", type=int, default=DEFAULT_SLOTS)
-    p.add_argument("--index-entries", type=int, default=DEFAULT_ENTRIES)
+    p.add_argument("--index-slots", type=int, default=None,
+                   help=f"default: read from the store's index files, else {DEFAULT_SLOTS}")
+    p.add_argument("--index-entries", type=int, default=None,
+                   help=f"default: read from the store's index files, else {DEFAULT_ENTRIES}")
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
     p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--read-only", action="store_true",
@@ -51,7 +55,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
     for name in ("index_slots", "index_entries", "budget_hops", "budget_bytes", "budget_ms"):
-        if getattr(args, name) <= 0:
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     return args
 
@@ -81,15 +85,25 @@ def _serve(args: argparse.Namespace) -> int:
             args.commitlog, grpc_channel=tls.aio_client_channel(args.commitlog, args)
         )
 
+    async def open_probe() -> grpc.aio.Channel:  # its own connection: see WriterWatch
+        return tls.aio_client_channel(args.commitlog, args,
+                                      [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)])
+
     source = service.call(open_source())
-    watch = WriterWatch(source, layout, service.set_serving_here)
+    watch = WriterWatch(source, layout, service.set_serving_here, service.call(open_probe()))
+
+    async def close() -> None:
+        await watch.stop()
+        await source.close()
+
     try:
         problem = service.call(watch.check())
         if "another store" in problem:
             raise StartupError(problem)
-        app = QueryApp.build(args.store, source, args.index_slots, args.index_entries, limits)
+        slots, entries = store_shape.index_shape(layout, args.index_slots, args.index_entries)
+        app = QueryApp.build(args.store, source, slots, entries, limits)
     except (StoreError, StartupError) as e:
-        service.stop(then=source.close)
+        service.stop(then=close)
         raise StartupError(str(e)) from None
     registry = metrics.new_registry("query")
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry, m_host)
@@ -102,10 +116,6 @@ def _serve(args: argparse.Namespace) -> int:
 
     async def start_watch() -> None:
         watch.start()
-
-    async def close() -> None:
-        await watch.stop()
-        await source.close()
 
     def stop() -> None:
         service.stop(then=close)

@@ -233,10 +233,6 @@ class GrpcRecordSource:
         self._open.discard(stream)
         stream.close()
 
-    async def offsets(self, timeout: float) -> commitlog_pb2.Offsets:
-        """The writer's offsets and identity, asked now (grpc.RpcError when unreachable)."""
-        return await self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=timeout)
-
     async def bounds(self) -> tuple[int, int]:
         now = time.monotonic()
         if now - self._bounds_at <= self._ttl:

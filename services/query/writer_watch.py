@@ -13,9 +13,9 @@ from collections.abc import Awaitable, Callable
 
 import grpc
 
-from rmqstore import identity
 from rmqstore.errors import WrongStoreError
 from rmqstore.layout import StoreLayout
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from rmqstore.writer_link import check_identity
 from services.query.record_source import GrpcRecordSource
 
@@ -24,10 +24,15 @@ INTERVAL_S = 1.0
 
 
 class WriterWatch:
+    """Probes over a channel of its own (``probe_channel``): failed probes while the writer is
+    away must not put the channel that reads records into gRPC's reconnect back-off."""
+
     def __init__(self, source: GrpcRecordSource, layout: StoreLayout,
                  set_serving: Callable[[bool], Awaitable[None]],
-                 interval: float = INTERVAL_S) -> None:
+                 probe_channel: grpc.aio.Channel, interval: float = INTERVAL_S) -> None:
         self.source, self.layout = source, layout
+        self._channel = probe_channel
+        self._stub = commitlog_pb2_grpc.CommitLogStub(probe_channel)
         self.set_serving = set_serving
         self.interval = interval
         self.problem: str | None = None  # None: not checked yet; "": fine
@@ -36,9 +41,9 @@ class WriterWatch:
     async def check(self) -> str:
         """Ask once; returns the problem ("" when the writer is usable) and updates health."""
         try:
-            self.source.store_id = identity.expected(self.layout)
-            offsets = await self.source.offsets(timeout=max(self.interval * 3, 2.0))
-            check_identity(self.layout, offsets, self.source.address)
+            offsets = await self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(),
+                                                  timeout=max(self.interval * 3, 2.0))
+            self.source.store_id = check_identity(self.layout, offsets, self.source.address)
             problem = ""
         except grpc.RpcError as e:
             code, detail = e.code().name, e.details()  # type: ignore[attr-defined]
@@ -69,3 +74,4 @@ class WriterWatch:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
+        await self._channel.close()
