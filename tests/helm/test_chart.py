@@ -324,3 +324,18 @@ def test_network_policy_opens_only_service_ports(all_on_objects: list[dict]) -> 
     port_names = {p["name"] for c in _containers(all_on_objects).values() for p in c["ports"]}
     opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert opened == port_names
+
+
+def test_read_only_serves_without_builders_or_writes() -> None:
+    """``readOnly``: the writer only reads, no builders, no init container writing the
+    store, every mount of the data volume read-only, sizes left to the store's files."""
+    objects = render({"readOnly": True})
+    pod = _statefulset(objects)["spec"]["template"]["spec"]
+    containers = _containers(objects)
+    assert sorted(containers) == ["commitlog", "query"]
+    assert "initContainers" not in pod
+    for c in containers.values():
+        assert "--read-only" in c["args"], c["name"]
+        assert all(m.get("readOnly") for m in c["volumeMounts"] if m["name"] == "data")
+        assert not {"--commitlog-segment-size", "--index-slots"} & set(c["args"])
+    assert _lint({"readOnly": True})["errors"] == []
