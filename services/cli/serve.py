@@ -108,8 +108,9 @@ def _command(spec: ServiceSpec, args: argparse.Namespace, ports: dict[str, int])
 
 
 class Child:
-    """A running service: its stdout is watched for the listening line, its stderr kept
-    until it serves (to quote its error line if it fails) and passed through after."""
+    """A running service: its stdout is watched for the listening line; its stderr (its log)
+    is passed through as it comes, except its own ``error:`` line, which ``serve`` quotes in
+    its one line when the service fails."""
 
     def __init__(self, spec: ServiceSpec, cmd: list[str]) -> None:
         self.spec = spec
@@ -118,9 +119,7 @@ class Child:
                                      text=True, env=env)
         self.address = ""
         self.announced = threading.Event()
-        self.early_stderr: list[str] = []
-        self._serving = False
-        self._lock = threading.Lock()
+        self.errors: list[str] = []
         threading.Thread(target=self._stdout, daemon=True).start()
         self._err = threading.Thread(target=self._stderr, daemon=True)
         self._err.start()
@@ -130,35 +129,28 @@ class Child:
         for line in self.proc.stdout:
             if not self.address and " listening on " in line:
                 self.address = line.rsplit(" listening on ", 1)[1].strip()
-                with self._lock:
-                    self._serving = True
-                    for early in self.early_stderr:  # its start-up log, shown now
-                        sys.stderr.write(early)
                 self.announced.set()
         self.announced.set()  # EOF: it exited
 
     def _stderr(self) -> None:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
-            with self._lock:
-                if self._serving:
-                    sys.stderr.write(line)
-                    sys.stderr.flush()
-                else:
-                    self.early_stderr.append(line)
+            if line.startswith("error: "):
+                self.errors.append(line[len("error: "):].strip())
+            else:
+                sys.stderr.write(line)
+                sys.stderr.flush()
 
     def failure(self) -> str:
-        """Why it did not start: its own ``error:`` line, else its exit and its output."""
+        """Why it did not start: its own ``error:`` line, else how it ended."""
         self._err.join(5)
+        prefix = f"{self.spec.name}: "
+        if self.errors:
+            reason = self.errors[-1]
+            return reason[len(prefix):] if reason.startswith(prefix) else reason
         code = self.proc.poll()
-        for line in reversed(self.early_stderr):
-            if line.startswith("error: "):
-                reason = line[len("error: "):].strip()
-                prefix = f"{self.spec.name}: "
-                return reason[len(prefix):] if reason.startswith(prefix) else reason
         how = "is still running" if code is None else _exit_text(code)
-        tail = "".join(self.early_stderr[-40:]).rstrip()
-        return f"{how} without serving" + (f"; its output:\n{tail}" if tail else "")
+        return f"{how} without serving (its log is above)"
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -235,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
             for child in children:
                 code = child.proc.poll()
                 if code is not None:
-                    failure = f"{child.spec.name} {_exit_text(code)}; stopping the others"
+                    said = f": {child.errors[-1]}" if child.errors else ""
+                    failure = f"{child.spec.name} {_exit_text(code)}{said}; stopping the others"
                     break
     finally:
         for child in reversed(children):  # services first, the writer last
