@@ -83,6 +83,6 @@ def index_shape(layout: StoreLayout, slots: int | None, entries: int | None
     try:
         return ixf.infer_shape(size, slots, entries, str(names[0]))
     except InvalidArgumentError as e:
-        flags = " and ".join(f for f, v in (("--index-slots", slots),
-                                             ("--index-entries", entries)) if v is not None)
+        flags = " ".join(f"{f} {v}" for f, v in (("--index-slots", slots),
+                                                  ("--index-entries", entries)) if v is not None)
         raise InvalidArgumentError(f"{flags or '--index-slots/--index-entries'}: {e}") from None

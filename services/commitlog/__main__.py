@@ -8,8 +8,9 @@ from pathlib import Path
 from rmqstore import metrics, store_shape, tls
 from rmqstore.errors import StoreError, StoreLockedError
 from rmqstore.layout import StoreLayout
+from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
-from rmqstore.startup import StartupError, check_port_free, run_main
+from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
@@ -81,13 +82,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    credentials = tls.startup_server_credentials(args)
-    check_port_free(args.listen)
-    if args.metrics_port:
-        check_port_free(f"{metrics.metrics_host(args.listen, args.metrics_host)}:"
-                        f"{args.metrics_port}", "metrics")
-    if Path(args.store).exists() and not Path(args.store).is_dir():
-        raise StartupError(f"store {args.store} is not a directory")
+    credentials, m_host = preflight(args, calls_writer=False)
     try:
         config = config_from(args)
         engine: CommitLogEngine | ReadOnlyStore = (
@@ -100,7 +95,7 @@ def _serve(args: argparse.Namespace) -> int:
         registry = metrics.new_registry("commitlog")
         observer = WriterObserver(engine, registry)
         metrics_server = metrics.start_metrics_server(
-            args.metrics_port, registry, metrics.metrics_host(args.listen, args.metrics_host))
+            args.metrics_port, registry, m_host)
         # calls run on one event loop; each builder's dispatch stream waits for records in a
         # worker thread (64 subscribers at most, see the engine), nothing else does
         service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)

@@ -13,6 +13,7 @@ from rmqstore.errors import StoreError
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ixf
 from rmqstore.layout import StoreLayout
+from rmqstore.preflight import preflight
 from rmqstore.server import (
     Service,
     Termination,
@@ -20,7 +21,7 @@ from rmqstore.server import (
     configure_logging,
     freeze_startup_objects,
 )
-from rmqstore.startup import StartupError, check_port_free, run_main
+from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import indexer_pb2, indexer_pb2_grpc
 from rmqstore.writer_link import check_writer
 from services.indexer.consume_queue_builder import ConsumeQueueBuilder
@@ -74,14 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     layout = StoreLayout.of(args.store)
-    credentials = tls.startup_server_credentials(args)
-    tls.startup_client_check(args)
-    m_host = metrics.metrics_host(args.listen, args.metrics_host)
-    check_port_free(args.listen)
-    if args.metrics_port:
-        check_port_free(f"{m_host}:{args.metrics_port}", "metrics")
-    if layout.root.exists() and not layout.root.is_dir():
-        raise StartupError(f"store {layout.root} is not a directory")
+    credentials, m_host = preflight(args, calls_writer=True)
     check_writer(args.builder, args.commitlog, layout, args)
     try:
         if args.builder == "consume-queue":

@@ -10,8 +10,9 @@ from rmqstore import metrics, store_shape, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
 from rmqstore.layout import StoreLayout
+from rmqstore.preflight import preflight
 from rmqstore.server import CHANNEL_OPTIONS, AsyncService, configure_logging
-from rmqstore.startup import StartupError, check_port_free, run_main
+from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
@@ -68,14 +69,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     layout = StoreLayout.of(args.store)
-    credentials = tls.startup_server_credentials(args)
-    tls.startup_client_check(args)
-    m_host = metrics.metrics_host(args.listen, args.metrics_host)
-    check_port_free(args.listen)
-    if args.metrics_port:
-        check_port_free(f"{m_host}:{args.metrics_port}", "metrics")
-    if layout.root.exists() and not layout.root.is_dir():
-        raise StartupError(f"store {layout.root} is not a directory")
+    credentials, m_host = preflight(args, calls_writer=True)
     limits = BudgetLimits(args.budget_hops, args.budget_bytes, args.budget_ms)
     # every query runs on the service's event loop, and so do its reads from the writer
     service = AsyncService(args.listen, credentials=credentials)

@@ -12,11 +12,11 @@ import urllib.request
 
 import grpc
 import pytest
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from tests import procs
 from tests.reliability.cluster import fresh_channel, wait_until
+from tests.reliability.test_tls import check
 
 pytestmark = pytest.mark.integration
 
@@ -162,12 +162,7 @@ def test_a_builder_never_builds_from_another_stores_writer_after_a_swap(tmp_path
 
 
 def _health(address: str) -> str:
-    with grpc.insecure_channel(address) as ch:
-        try:
-            r = health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(), timeout=5)
-        except grpc.RpcError as e:
-            return e.code().name
-    return health_pb2.HealthCheckResponse.ServingStatus.Name(r.status)
+    return check(address, None)  # plaintext
 
 
 def test_query_health_follows_its_writer(tmp_path):

@@ -13,26 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests import procs
+from tests.services.cli.test_serve import _free_base
 
 pytestmark = pytest.mark.integration
 
-SLOTS = (0, 1, 2, 3, 10, 11, 12, 13)
-
-
-def free_base() -> int:
-    while True:
-        base = procs.free_port()
-        if base + 13 < 65535 and all(_free(base + k) for k in SLOTS):
-            return base
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+free_base = _free_base  # a port base N with N..N+3 and N+10..N+13 free
 
 
 class Serve:
