@@ -213,3 +213,28 @@ def test_tls_that_cannot_work_is_refused_at_start_up(tmp_path):
           f"{time.monotonic() - t0:.1f} s: {r.stderr.strip()}")
     assert r.returncode == 2 and "--tls-cert without --tls-ca" in error_line(r.stderr)
     assert not (tmp_path / "s2").exists()
+
+
+def test_a_builder_that_cannot_reach_its_writer_over_tls_says_why(tmp_path):
+    """A TLS builder against a plaintext writer: the handshake fails; the builder starts,
+    logs the reason at WARNING (it was INFO) and keeps trying."""
+    from tests.reliability.test_tls import issue, make_ca
+
+    ca = make_ca(tmp_path, "edge-ca")
+    cert, key = issue(tmp_path, ca, "svc", server=True, client=True)
+    w = writer(tmp_path / "store")
+    try:
+        ix = procs.start("services.indexer", "index", "--store", str(tmp_path / "store"),
+                         "--commitlog", w.address, "--listen", "127.0.0.1:0",
+                         "--tls-cert", str(cert), "--tls-key", str(key),
+                         "--tls-ca", str(tmp_path / "edge-ca.pem"))
+        try:
+            wait_until(lambda: any(" WARNING " in x and "not usable" in x for x in ix.lines),
+                       30, "the builder's WARNING")
+            warned = [x for x in ix.lines if " WARNING " in x]
+            print("TLS builder against a plaintext writer:", warned[-1][:200])
+            assert all("UNAVAILABLE" in x for x in warned)
+        finally:
+            ix.stop()
+    finally:
+        w.stop()
