@@ -1,11 +1,11 @@
 """What every service does before it serves: die with its parent, bind its ports exclusively,
 and turn an expected start-up failure into one line and a non-zero exit.
 
-A service started by ``rmqstore serve`` asks the kernel for SIGTERM when its parent dies
-(``PR_SET_PDEATHSIG``), so a ``kill -9`` of ``serve`` leaves no service behind. An expected
-failure (a port in use, a locked store, a bad flag or file) is printed as one line
-``error: <service>: <reason>`` on stderr and the process exits with ``START_FAILED``; a
-traceback means a bug.
+A service started by ``rmqstore serve`` (through ``rmqstore.launch``) asks the kernel for
+SIGTERM when its parent dies (``die_with_parent``), so a ``kill -9`` of ``serve`` leaves no
+service behind. An expected failure (a port in use, a locked store, a bad flag or file) is
+printed as one line ``error: <service>: <reason>`` on stderr and the process exits with
+``START_FAILED``; a traceback means a bug.
 """
 
 import ctypes
@@ -75,7 +75,6 @@ def run_main(name: str, main: Callable[[], int]) -> int:
     """Run a service's ``main``: a ``StartupError`` becomes one line on stderr and exit
     ``START_FAILED``."""
     try:
-        die_with_parent()
         return main()
     except StartupError as e:
         return fail(name, str(e))

@@ -1,15 +1,18 @@
 """``rmqstore serve``: run every service of one store node locally, as supervised processes.
 
-Ports come from ``SERVICES``: service N + slot for gRPC (``--port-base N``), N + 10 + slot for
-its metrics. ``serve`` is a supervisor: when a service fails to start or dies, it says which
-and why in one line, stops the others (services first, the writer last) and exits
-``UNAVAILABLE`` (3). Its services die with it, even under ``kill -9`` of serve: each asks the
-kernel for SIGTERM when its parent dies (``rmqstore.startup.die_with_parent``). Ctrl-C or
-SIGTERM stops them all and exits 0.
+Ports come from ``SERVICES``: writer N (``--port-base N``), query N+1, consume-queue builder
+N+2, index builder N+3, proxy N+4, console (HTTP, loopback only) N+5; metrics N + 10 + slot.
+
+``serve`` is a supervisor: when a service fails to start or dies, it says which and why in
+one line, stops the others (services first, the writer last) and exits ``UNAVAILABLE`` (3).
+Its services die with it, even under ``kill -9`` of serve: each runs through
+``rmqstore.launch``, which asks the kernel for SIGTERM when its parent dies. Ctrl-C or SIGTERM
+stops them all and exits 0.
 """
 
 import argparse
 import importlib.util
+import ipaddress
 import os
 import signal
 import subprocess
@@ -61,6 +64,25 @@ def _index_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     return [*_writer_address(args, ports), *_given(args, "index-slots", "index-entries")]
 
 
+def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    return ["--query", f"{args.host}:{ports['query']}", *_writer_address(args, ports),
+            *_given(args, "index-entries")]
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _console_skip(args: argparse.Namespace) -> str:
+    if _loopback(args.host):
+        return ""
+    return ("without authentication it serves loopback only (run python -m services.console "
+            "with --auth basic or proxy-header)")
+
+
 @dataclass(frozen=True)
 class ServiceSpec:
     """One service ``serve`` runs: ``python -m <module> <extra>`` on port N + ``slot``."""
@@ -71,11 +93,15 @@ class ServiceSpec:
     port_flag: str  # serve's flag to override its port
     extra: tuple[str, ...] = ()
     flags: Flags = field(default=lambda _args, _ports: [])
-    read_only: bool = True  # runs when the store is served --read-only (takes the flag)
+    read_only: bool = True  # runs when the store is served --read-only
+    takes_read_only: bool = True  # and is then given --read-only itself
+    metrics: bool = True  # takes --metrics-port (N + 10 + slot)
+    scheme: str = "grpc"  # how serve prints its address
+    skip: Callable[[argparse.Namespace], str] = field(default=lambda _args: "")  # why not
 
 
 # In start order; stopped in reverse. A service whose module is not in this build is skipped,
-# so a service can be added here before it exists (proxy, console).
+# so a service can be added here before it exists (proxy).
 SERVICES: list[ServiceSpec] = [
     ServiceSpec("commitlog", "services.commitlog", 0, "commitlog-port", flags=_writer_flags),
     ServiceSpec("consume-queue", "services.indexer", 2, "cq-port", ("consume-queue",),
@@ -83,8 +109,10 @@ SERVICES: list[ServiceSpec] = [
     ServiceSpec("index", "services.indexer", 3, "index-port", ("index",), _index_flags,
                 read_only=False),
     ServiceSpec("query", "services.query", 1, "query-port", flags=_index_flags),
-    ServiceSpec("proxy", "services.proxy", 4, "proxy-port", flags=_writer_address),
-    ServiceSpec("console", "services.console", 5, "console-port", flags=_writer_address),
+    ServiceSpec("proxy", "services.proxy", 4, "proxy-port", flags=_writer_address,
+                read_only=False),
+    ServiceSpec("console", "services.console", 5, "console-port", flags=_console_flags,
+                takes_read_only=False, metrics=False, scheme="http", skip=_console_skip),
 ]
 
 
@@ -98,11 +126,11 @@ def _exists(module: str) -> bool:
 def _command(spec: ServiceSpec, args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     cmd = [sys.executable, "-m", spec.module, *spec.extra, "--store", args.store,
            "--listen", f"{args.host}:{ports[spec.name]}"]
-    if args.metrics:
+    if args.metrics and spec.metrics:
         cmd += ["--metrics-port", str(ports[spec.name] + METRICS_OFFSET)]
         if args.metrics_host:
             cmd += ["--metrics-host", args.metrics_host]
-    if args.read_only:
+    if args.read_only and spec.takes_read_only:
         cmd.append("--read-only")
     return cmd + spec.flags(args, ports)
 
@@ -115,7 +143,9 @@ class Child:
     def __init__(self, spec: ServiceSpec, cmd: list[str]) -> None:
         self.spec = spec
         env = {**os.environ, PARENT_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        assert cmd[1:2] == ["-m"], cmd  # python -m MODULE …, run through the launcher
+        self.proc = subprocess.Popen([cmd[0], "-m", "rmqstore.launch", *cmd[2:]],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                      text=True, env=env)
         self.address = ""
         self.announced = threading.Event()
@@ -206,6 +236,9 @@ def run(args: argparse.Namespace) -> int:
         for spec in SERVICES:
             if (args.read_only and not spec.read_only) or not _exists(spec.module):
                 continue
+            if why := spec.skip(args):
+                print(f"{spec.name:14s} not started: {why}", flush=True)
+                continue
             child = Child(spec, _command(spec, args, ports))
             children.append(child)
             deadline = time.monotonic() + START_TIMEOUT_S
@@ -218,8 +251,11 @@ def run(args: argparse.Namespace) -> int:
                 failure = f"{spec.name} failed to start: {child.failure()}"
                 break
             metrics = (f"  metrics http://{args.metrics_host or args.host}:"
-                       f"{ports[spec.name] + METRICS_OFFSET}/metrics" if args.metrics else "")
-            print(f"{spec.name:14s} grpc {child.address}{metrics}", flush=True)
+                       f"{ports[spec.name] + METRICS_OFFSET}/metrics"
+                       if args.metrics and spec.metrics else "")
+            where = (f"http://{child.address}/" if spec.scheme == "http"
+                     else f"grpc {child.address}")
+            print(f"{spec.name:14s} {where}{metrics}", flush=True)
         if not failure and not stopping.is_set():
             print("serving" + (" read-only" if args.read_only else "") + "; Ctrl-C to stop",
                   flush=True)
