@@ -195,10 +195,12 @@ class IndexBuilder(progress.FlushedOutput):
         if n > 1 and not bool(np.all(phy[1:] > phy[:-1])):
             raise InvalidArgumentError("dispatch batch is not in commitlog order")
         start = int(np.searchsorted(phy, self.skip_below, side="left")) if n else 0
-        self._note_topics(batch.topic[start:])
+        topics: list[str] = []
         record, hashes = index_keys_of_texts(
-            batch.topic[start:], batch.uniq_key[start:], batch.keys[start:], batch.sys_flag[start:]
+            batch.topic[start:], batch.uniq_key[start:], batch.keys[start:], batch.sys_flag[start:],
+            distinct_topics=topics,
         )
+        self._note_topics(topics)
         if len(record):
             self._put(hashes, phy[start:][record], batch.store_timestamp[start:][record])
         self.records += n - start
