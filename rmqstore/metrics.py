@@ -50,6 +50,7 @@ from prometheus_client import (
 from rmqstore.metrics_http import (  # noqa: F401  (re-exported: services import them from here)
     FilesystemCollector,
     MetricsServer,
+    metrics_host,
     new_registry,
     on_scrape,
     start_metrics_server,
@@ -225,7 +226,14 @@ class WriterMetrics:
         )
         self.recovery_truncated_bytes = Counter(
             "rmqstore_writer_recovery_truncated_bytes_total",
-            "Bytes cut from the commitlog tail by recovery (torn or corrupt records).",
+            "Bytes cut from the commitlog tail by recovery (torn or corrupt records); each "
+            "was kept in the quarantine first.",
+            registry=r,
+        )
+        self.quarantined_bytes = Gauge(
+            "rmqstore_store_quarantined_bytes",
+            "Bytes recovery has cut from the commitlog and kept in rmqstore/quarantine/ "
+            "(all starts so far; rmqstore inspect lists the ranges).",
             registry=r,
         )
         self.abnormal_recoveries = Counter(

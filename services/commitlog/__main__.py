@@ -5,21 +5,31 @@ import logging
 import sys
 from pathlib import Path
 
-from rmqstore import metrics, tls
-from rmqstore.errors import StoreError
+from rmqstore import metrics, store_shape, tls
+from rmqstore.errors import StoreError, StoreLockedError
+from rmqstore.layout import StoreLayout
+from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
+from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
 from services.commitlog import topics
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
+from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 
 log = logging.getLogger("rmqstore.commitlog")
 
 
 def add_store_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--commitlog-segment-size", type=int, default=DEFAULT_SEGMENT_SIZE)
+    p.add_argument("--commitlog-segment-size", type=int, default=None,
+                   help="default: the size of the store's segment files, else "
+                        f"{DEFAULT_SEGMENT_SIZE} (a value that disagrees with the files is "
+                        "refused)")
+    p.add_argument("--read-only", action="store_true",
+                   help="serve reads from an existing store without writing a byte into it "
+                        "(no lock, abort, checkpoint or rmqstore/ made; puts refused)")
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--flush-interval-ms", type=int, default=500)
     p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
@@ -42,9 +52,11 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
+    layout = StoreLayout.of(args.store)
     return WriterConfig(
         store=Path(args.store),
-        segment_size=args.commitlog_segment_size,
+        segment_size=store_shape.segment_size(layout, args.commitlog_segment_size,
+                                              DEFAULT_SEGMENT_SIZE),
         flush=args.flush,
         flush_interval_ms=args.flush_interval_ms,
         max_message_size=args.max_message_size,
@@ -61,25 +73,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", required=True)
     p.add_argument("--listen", default="127.0.0.1:8100")
     p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--log-level", default="INFO")
     add_store_flags(p)
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
     configure_logging(args.log_level)
+    return run_main("commitlog", lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    credentials, m_host = preflight(args, calls_writer=False)
     try:
-        credentials = tls.server_credentials(args)
-        topic_store = topics.TopicStore(Path(args.store), args.queues_per_topic)
-        engine = CommitLogEngine(config_from(args))
+        topic_store = topics.TopicStore(Path(args.store), args.queues_per_topic, args.read_only)
+        config = config_from(args)
+        engine: CommitLogEngine | ReadOnlyStore = (
+            ReadOnlyStore(config) if args.read_only else CommitLogEngine(config))
+    except StoreLockedError as e:
+        raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
-        log.error("cannot open the store: %s", e)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    registry = metrics.new_registry("commitlog")
-    observer = WriterObserver(engine, registry)
-    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    # calls run on one event loop; each builder's dispatch stream waits for records in a
-    # worker thread (64 subscribers at most, see the engine), nothing else does
-    service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
+        raise StartupError(f"cannot open the store {args.store}: {e}") from None
+    try:
+        registry = metrics.new_registry("commitlog")
+        observer = WriterObserver(engine, registry)
+        metrics_server = metrics.start_metrics_server(
+            args.metrics_port, registry, m_host)
+        # calls run on one event loop; each builder's dispatch stream waits for records in a
+        # worker thread (64 subscribers at most, see the engine), nothing else does
+        service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
+    except BaseException:
+        engine.close()
+        raise
     service.add(
         add_to_server,
         CommitLogServicer(engine, observer, service.run_blocking),

@@ -5,13 +5,14 @@ from collections import Counter as Tally
 
 from prometheus_client import CollectorRegistry
 
+from rmqstore import quarantine
 from rmqstore.metrics import WriterMetrics, on_scrape
-from services.commitlog.engine import CommitLogEngine
+from services.commitlog.read_only import Store
 from services.commitlog.stored import Stored
 
 
 class WriterObserver:
-    def __init__(self, engine: CommitLogEngine, registry: CollectorRegistry | None) -> None:
+    def __init__(self, engine: Store, registry: CollectorRegistry | None) -> None:
         self.engine = engine
         self._flushes_seen = 0
         self._bytes_seen = 0
@@ -25,6 +26,7 @@ class WriterObserver:
         metrics.recovery_scanned_bytes.set(engine.recovered.scanned_bytes)
         metrics.recovery_progress.set(1.0)
         metrics.recovering.set(0)
+        metrics.recovery_truncated_bytes.inc(engine.recovered.quarantined_bytes)
         if not engine.last_exit_clean:
             metrics.abnormal_recoveries.inc()
         metrics.watch_store(engine.layout.root)
@@ -68,6 +70,7 @@ class WriterObserver:
         e, m = self.engine, self.m
         if m is None:
             return
+        m.quarantined_bytes.set(quarantine.total_bytes(e.layout))
         m.min_offset.set(e.min_offset)
         m.max_offset.set(e.max_offset)
         m.flushed_offset.set(e.flushed_offset)

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from rmqstore import durable
-from rmqstore.errors import InvalidArgumentError, NotFoundError
+from rmqstore.errors import InvalidArgumentError, NotFoundError, ReadOnlyError
 from rmqstore.formats import topics_json
 from rmqstore.formats.topics_json import TopicConfig, TopicTable
 from rmqstore.layout import validate_topic
@@ -23,9 +23,10 @@ add_to_server = topics_pb2_grpc.add_TopicsServicer_to_server
 class TopicStore:
     """topics.json in memory, saved on every change; thread-safe."""
 
-    def __init__(self, root: Path, max_queues: int) -> None:
+    def __init__(self, root: Path, max_queues: int, read_only: bool = False) -> None:
         self.path = Path(root) / "config" / "topics.json"
         self.max_queues = max_queues
+        self.read_only = read_only
         self._lock = threading.Lock()
         try:
             text = self.path.read_text()
@@ -71,6 +72,9 @@ class TopicStore:
             existing = self.table.topics.get(name)
             if existing is not None:
                 return existing, False
+            if self.read_only:
+                raise ReadOnlyError(f"topic {name} does not exist, and this store is served "
+                                    "read-only (--read-only): no topic can be created")
             attributes = {} if kind == "MIXED" else {topics_json.MESSAGE_TYPE_ATTRIBUTE: kind}
             topic = TopicConfig(name, queues, queues, perm, attributes=attributes)
             topics = {**self.table.topics, name: topic}

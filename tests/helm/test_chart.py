@@ -361,3 +361,18 @@ def test_rebuild_job_passes_every_size_the_services_use() -> None:
     containers = _containers(render(sizes))
     assert _arg(containers["index"], "--index-slots") == "1000"
     assert _arg(containers["consume-queue"], "--cq-entries-per-file") == "7000"
+
+
+def test_read_only_serves_without_builders_or_writes() -> None:
+    """``readOnly``: the writer only reads, no builders, no init container writing the
+    store, every mount of the data volume read-only, sizes left to the store's files."""
+    objects = render({"readOnly": True})
+    pod = _statefulset(objects)["spec"]["template"]["spec"]
+    containers = _containers(objects)
+    assert sorted(containers) == ["commitlog", "query"]
+    assert "initContainers" not in pod
+    for c in containers.values():
+        assert "--read-only" in c["args"], c["name"]
+        assert all(m.get("readOnly") for m in c["volumeMounts"] if m["name"] == "data")
+        assert not {"--commitlog-segment-size", "--index-slots"} & set(c["args"])
+    assert _lint({"readOnly": True})["errors"] == []

@@ -99,12 +99,12 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
 
 def test_serve_passes_the_writer_options_on():
     from services.cli.main import build_parser
-    from services.cli.serve import _command
+    from services.cli.serve import SERVICES, _command
 
     args = build_parser().parse_args(
         ["serve", "--flush", "sync", "--dispatch-linger-ms", "0", "--queues-per-topic", "4"]
     )
-    cmd = _command("commitlog", "services.commitlog", (), args, {"commitlog": 9000})
+    cmd = _command(SERVICES[0], args, {"commitlog": 9000})
     options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
     assert options["--flush"] == "sync"
     assert options["--dispatch-linger-ms"] == "0.0"

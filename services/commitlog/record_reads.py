@@ -1,0 +1,48 @@
+"""Whole records by physical offset, checked: what the writer and the read-only store serve.
+
+Both keep their segments mapped; ``find(offset)`` gives the one holding an offset (its
+``start`` and ``map``), and ``[lo, hi)`` is the readable range.
+"""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from rmqstore.errors import InvalidArgumentError, OffsetOutOfRangeError, ResourceExhaustedError
+from rmqstore.formats import commitlog
+
+Find = Callable[[int], Any]  # offset -> segment (``start``, ``map``)
+
+
+def record_at(find: Find, lo: int, hi: int, offset: int) -> tuple[Any, int, int]:
+    """(segment, position, size) of the record starting at ``offset``; size 0 for a blank
+    end-of-segment marker."""
+    if not lo <= offset < hi:
+        raise OffsetOutOfRangeError(f"offset {offset} is outside the commitlog [{lo}, {hi})")
+    seg = find(offset)
+    pos = offset - seg.start
+    size, magic = commitlog.peek(seg.map, pos)
+    if magic == commitlog.BLANK_MAGIC:
+        return seg, pos, 0
+    at = pos + commitlog.PHYSICAL_OFFSET_AT
+    phy = int.from_bytes(seg.map[at : at + 8], "big", signed=True)
+    if magic not in (commitlog.MAGIC_V1, commitlog.MAGIC_V2) or phy != offset or size <= 0:
+        raise InvalidArgumentError(f"offset {offset} does not start a record")
+    return seg, pos, size
+
+
+def read_records(find: Find, lo: int, hi: int, offsets: Sequence[int],
+                 max_bytes: int = 1 << 62) -> list[bytes]:
+    """Records starting at ``offsets``; RESOURCE_EXHAUSTED past ``max_bytes`` in all."""
+    out = []
+    total = 0
+    for off in offsets:
+        seg, pos, size = record_at(find, lo, hi, off)
+        if size == 0:
+            raise InvalidArgumentError(f"offset {off} is an end-of-segment marker")
+        total += size
+        if total > max_bytes:
+            raise ResourceExhaustedError(
+                f"{len(offsets)} records are more than {max_bytes} bytes: ask for fewer"
+            )
+        out.append(bytes(seg.map[pos : pos + size]))
+    return out
