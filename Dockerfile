@@ -2,7 +2,8 @@
 #   docker build -t rmqstore:0.1.0 .
 #   docker build --build-arg WITH_SPARK=false -t rmqstore:0.1.0-nospark .   # no Java, no PySpark
 
-ARG PYTHON_IMAGE=python:3.11-slim
+# Debian 12 (bookworm) ships the OpenJDK 17 that Spark runs on; later Debian releases do not.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 # --- build: generate the gRPC code from protos/ with the project's own Makefile ---------------
 FROM ${PYTHON_IMAGE} AS build
@@ -21,7 +22,8 @@ RUN python -m venv /opt/protoc \
  && /opt/protoc/bin/pip install --no-cache-dir -q "grpcio-tools>=1.60" \
  && touch /opt/protoc/.installed \
  && make protos VENV=/opt/protoc \
- && ls rmqstore/v1/commitlog_pb2.py rmqstore/v1/query_pb2_grpc.py
+ && ls rmqstore/v1/commitlog_pb2.py rmqstore/v1/query_pb2_grpc.py \
+ && pip wheel --no-cache-dir --no-deps -q -w /dist .
 
 # --- runtime ---------------------------------------------------------------------------------
 FROM ${PYTHON_IMAGE}
@@ -37,11 +39,18 @@ RUN if [ "$WITH_SPARK" = "true" ]; then \
       && apt-get install -y --no-install-recommends openjdk-17-jre-headless \
       && rm -rf /var/lib/apt/lists/*; \
     fi
-WORKDIR /app
-COPY --from=build /src/ /app/
-RUN if [ "$WITH_SPARK" = "true" ]; then pip install ".[spark]"; else pip install .; fi \
- && python -c "import rmqstore.v1.commitlog_pb2_grpc, services.cli.main, rmqstore.metrics" \
- && rm -rf /app/build
+# Only the wheel goes into the image, no source tree; the check imports every package from
+# site-packages and runs the command (the packaging test runs the same script on the wheel).
+COPY --from=build /dist/ /tmp/dist/
+COPY deploy/check_install.py /tmp/check_install.py
+RUN cd / \
+ && wheel="$(ls /tmp/dist/rmqstore-*.whl)" \
+ && if [ "$WITH_SPARK" = "true" ]; then \
+      pip install "${wheel}[spark]" && python /tmp/check_install.py --spark; \
+    else \
+      pip install "${wheel}" && python /tmp/check_install.py; \
+    fi \
+ && rm -rf /tmp/dist /tmp/check_install.py
 # Same uid/gid as the Helm chart's podSecurityContext; owns nothing in the image.
 RUN groupadd --system --gid 10001 rmqstore \
  && useradd --system --uid 10001 --gid rmqstore --no-create-home --home-dir /tmp rmqstore \

@@ -5,11 +5,20 @@ VENV := .venv
 BIN := $(VENV)/bin
 STORE ?= ./data/store
 PROTOS := $(wildcard protos/rmqstore/v1/*.proto)
-PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS))
+# RocketMQ 5's protocol (package apache.rocketmq.v2), for the proxy
+RMQ_PROTOS := $(wildcard protos/rmqstore/rocketmq/*.proto)
+PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS) $(RMQ_PROTOS))
 PYTEST_ARGS ?=
+CONSOLE_TESTS := tests/services/console
+AXE := $(CONSOLE_TESTS)/node_modules/axe-core/axe.min.js
+# `make run`'s demo store: 64 MiB commitlog segments, 8.4 MB index files (100,000 slots,
+# 400,000 entries), 200 KB consume-queue files (10,000 entries); `rmqstore serve` alone
+# defaults to RocketMQ's sizes (1 GiB segments, 420 MB index files, 6 MB queue files).
+RUN_SIZES ?= --commitlog-segment-size 67108864 --index-slots 100000 --index-entries 400000 \
+             --cq-entries-per-file 10000
 
 .DEFAULT_GOAL := help
-.PHONY: help setup protos system-deps run test soak bench lint fmt clean
+.PHONY: help setup protos apt-deps system-deps test-deps run test soak bench lint fmt clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-12s %s\n", $$1, $$2}'
@@ -23,12 +32,21 @@ $(VENV)/.installed: pyproject.toml
 rmqstore/v1/%_pb2.py: protos/rmqstore/v1/%.proto $(VENV)/.installed
 	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $<
 
+rmqstore/rocketmq/%_pb2.py: protos/rmqstore/rocketmq/%.proto $(VENV)/.installed
+	$(BIN)/python -m grpc_tools.protoc -Iprotos --python_out=. --pyi_out=. --grpc_python_out=. $<
+
 protos: $(PB2) ## generate Python code from protos/
 
-system-deps: ## install what Debian must provide (Java for Spark, Prometheus for its test)
+system-deps: apt-deps $(AXE) ## install what Debian and npm must provide for the tests
+
+apt-deps: ## apt-get what Debian must provide (Java for Spark, Prometheus, Chromium, Node.js)
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v prometheus >/dev/null 2>&1 || missing="$$missing prometheus"; \
+	command -v chromium >/dev/null 2>&1 || missing="$$missing chromium"; \
+	command -v chromedriver >/dev/null 2>&1 || missing="$$missing chromium-driver"; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing:$$missing"; \
 	  $$( [ "$$(id -u)" = 0 ] || echo sudo ) apt-get update -qq && \
@@ -36,18 +54,37 @@ system-deps: ## install what Debian must provide (Java for Spark, Prometheus for
 	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
 	fi
 
+$(AXE): $(CONSOLE_TESTS)/package.json | apt-deps  # axe-core for the console's accessibility test
+	npm install --prefix $(CONSOLE_TESTS) --no-audit --no-fund --no-save --silent
+	touch $@
+
+# RocketMQ's official clients, run by the proxy's tests in processes of their own (never
+# installed into .venv: a client library is not a dependency of served code)
+CLIENTS := tests/clients
+
+$(CLIENTS)/.venv/.installed: $(CLIENTS)/requirements.txt
+	$(PY) -m venv $(CLIENTS)/.venv
+	$(CLIENTS)/.venv/bin/pip install -q -r $(CLIENTS)/requirements.txt
+	touch $@
+
+$(CLIENTS)/node_modules/.installed: $(CLIENTS)/package.json $(CLIENTS)/package-lock.json | apt-deps
+	cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-deps: system-deps $(CLIENTS)/.venv/.installed $(CLIENTS)/node_modules/.installed ## the official RocketMQ 5 clients (Python, Node.js) for the tests
+
 setup: $(VENV)/.installed protos ## create .venv, install packages, generate protos
 
-run: setup ## start every service on ./data/store (Ctrl-C stops them)
-	$(BIN)/rmqstore serve --store $(STORE)
+run: setup ## start every service on ./data/store, small files (Ctrl-C stops them)
+	$(BIN)/rmqstore serve --store $(STORE) $(RUN_SIZES)
 
-test: setup system-deps ## the whole test suite (about 6 minutes on 2 cores)
+test: setup system-deps test-deps ## the whole test suite (about 6 minutes on 2 cores)
 	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)
 
 soak: setup system-deps ## long reliability suites
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
 
-bench: setup system-deps ## benchmarks; writes benchmarks/results/*.json and prints tables
+bench: setup system-deps test-deps ## benchmarks; writes benchmarks/results/*.json and prints tables
 	$(BIN)/python -m benchmarks
 
 lint: setup ## ruff and mypy
@@ -58,4 +95,5 @@ fmt: setup ## format the code
 	$(BIN)/ruff format rmqstore services pipelines tests benchmarks
 
 clean: ## remove the venv and generated code
-	rm -rf $(VENV) rmqstore/v1/*_pb2*.py rmqstore/v1/*_pb2*.pyi
+	rm -rf $(VENV) rmqstore/v1/*_pb2*.py rmqstore/v1/*_pb2*.pyi rmqstore/rocketmq/*_pb2*.py \
+	  rmqstore/rocketmq/*_pb2*.pyi

@@ -15,7 +15,6 @@ import os
 import shutil
 import time
 import urllib.parse
-import uuid
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -28,7 +27,8 @@ from pipelines.progress import Progress, report_range
 from pipelines.report import JobReport
 from pipelines.scan import ScanOutcome, ScanPlan, outcome
 from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, RangeEnd, replanned_note
-from rmqstore.errors import InvalidArgumentError
+from pipelines.staging import fresh_output
+from pipelines.task_errors import about
 
 PARTITION_COLUMNS = ("topic", "date")
 SUCCESS_MARKER = "_SUCCESS"  # written last, as Spark's own writer does
@@ -72,17 +72,22 @@ def _export_range(r: ByteRange, check_crc: bool, target: str, tracker,
             else:
                 yield item
 
-    ds.write_dataset(
-        batches(), target, schema=SCHEMA, format="parquet",
-        partitioning=list(PARTITION_COLUMNS), partitioning_flavor="hive",
-        basename_template=_file_prefix(r.number) + "{i}.parquet",
-        existing_data_behavior="overwrite_or_ignore",  # other ranges' files stay
-        max_partitions=1 << 30, preserve_order=True,  # commitlog order in every file
-    )  # fmt: skip
+    with about(f"exporting {r.where} to {target}"):
+        _write_dataset(batches(), target, r.number)
     (end, count), = ended
     if tracker is not None:
         report_range(tracker, r.number, end.position - r.begin)
     return r.number, (end, count)
+
+
+def _write_dataset(batches, target: str, number: int) -> None:
+    ds.write_dataset(
+        batches, target, schema=SCHEMA, format="parquet",
+        partitioning=list(PARTITION_COLUMNS), partitioning_flavor="hive",
+        basename_template=_file_prefix(number) + "{i}.parquet",
+        existing_data_behavior="overwrite_or_ignore",  # other ranges' files stay
+        max_partitions=1 << 30, preserve_order=True,  # commitlog order in every file
+    )  # fmt: skip
 
 
 def _write(spark, plan: ScanPlan, target: Path, check_crc: bool, tracker,
@@ -125,15 +130,8 @@ def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT
            check_crc: bool = True, progress: bool = False,
            progress_interval: float = 2.0) -> ExportReport:
     started = time.monotonic()
-    out = Path(out).absolute()
-    if out.exists():
-        if not out.is_dir() or any(out.iterdir()):
-            raise InvalidArgumentError(f"export output {out} exists and is not empty")
-        out.rmdir()
-    if not out.parent.is_dir():
-        raise InvalidArgumentError(f"export output parent {out.parent} is not a directory")
+    out, target = fresh_output(out, "export")
     plan = ScanPlan.of(store, split_bytes)
-    target = out.parent / f".{out.name}.export-{uuid.uuid4().hex[:12]}"
     try:
         with Progress(spark.sparkContext, "export",
                       {r.number: r.segment.path for r in plan.ranges}, plan.total_bytes,

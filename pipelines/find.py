@@ -2,12 +2,17 @@
 
 A record matches a key when its topic is the given topic (if any) and the key is one of its
 KEYS tokens or equals its UNIQ_KEY; and its store time is within [begin, end] (inclusive).
-Matches come back in commitlog order. A task checks its range's records as columns
-(``commitlog_columns``) and decodes in full only those that match.
+A task checks its range's records as columns (``commitlog_columns``), decodes in full only
+those that match and writes them as JSON lines next to the other ranges' files: the matches
+never go through the driver, which reads back only as many as it prints.
 """
 
 import base64
+import json
 import mmap
+import os
+import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -15,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from pipelines.records import key_tokens
-from pipelines.scan import DictParam, ScanPlan, outcome
+from pipelines.scan import ScanOutcome, ScanPlan, outcome
 from pipelines.source import (
     DEFAULT_SPLIT_BYTES,
     ByteRange,
@@ -23,12 +28,18 @@ from pipelines.source import (
     read_range_columns,
     replanned_note,
 )
+from pipelines.staging import fresh_output
+from pipelines.task_errors import about
 from rmqstore.dispatch_columns import property_texts
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as props_fmt
 from rmqstore.formats.commitlog_columns import RecordColumns
 from rmqstore.formats.msgid import offset_msg_id
+
+PART_PREFIX = "part-"
+PART_SUFFIX = ".jsonl"
+SUCCESS_MARKER = "_SUCCESS"
 
 
 @dataclass(frozen=True)
@@ -103,47 +114,93 @@ def describe(rec: commitlog.Record) -> dict:
 
 @dataclass
 class FindResult:
-    matches: list[dict] = field(default_factory=list)
+    out: Path  # the dataset: part-<range>.jsonl files in commitlog order, and _SUCCESS
+    matches: int = 0
     records_scanned: int = 0
     corruptions: list[Corruption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
+    def parts(self) -> list[Path]:
+        return sorted(self.out.glob(f"{PART_PREFIX}*{PART_SUFFIX}"))
 
-def _find_in_range(r: ByteRange, criteria: Criteria, check_crc: bool, ends_acc):
-    """(range number, description) of each match in the range; reports the range's end."""
-    cols, end = read_range_columns(r, check_crc)
-    ends_acc.add({r.number: (end, len(cols))})
-    picked = criteria.select(cols)
-    if not picked:
-        return
-    seg = r.segment
-    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-        for i in picked:
-            rec = commitlog.decode(m, int(cols.position[i]), False, seg.start_offset)
-            if criteria.matches(rec):  # the rule for one record, checked once more
-                yield r.number, describe(rec)
+    def read(self, limit: int | None = None) -> Iterator[dict]:
+        """The matches in commitlog order, at most ``limit`` of them."""
+        if limit is not None and limit <= 0:
+            return
+        n = 0
+        for part in self.parts():
+            with part.open(encoding="utf-8") as f:
+                for line in f:
+                    yield json.loads(line)
+                    n += 1
+                    if limit is not None and n >= limit:
+                        return
 
 
-def _find_all(spark, plan: ScanPlan, criteria: Criteria, check_crc: bool) -> tuple:
-    """(matches as (range number, description), what the scan found)."""
-    sc = spark.sparkContext
-    ends = sc.accumulator({}, DictParam())
-    found = []
+def _part_name(number: int) -> str:
+    return f"{PART_PREFIX}{number:05d}{PART_SUFFIX}"
+
+
+def _find_in_range(r: ByteRange, criteria: Criteria, check_crc: bool, target: str) -> tuple:
+    """Write the range's matches as JSON lines; (range number, (its end, records), matches)."""
+    with about(f"reading {r.where}"):
+        cols, end = read_range_columns(r, check_crc)
+        picked = criteria.select(cols)
+        found = []
+        if picked:
+            seg = r.segment
+            with open(seg.path, "rb") as f, \
+                    mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                for i in picked:
+                    rec = commitlog.decode(m, int(cols.position[i]), False, seg.start_offset)
+                    if criteria.matches(rec):  # the rule for one record, checked once more
+                        found.append(describe(rec))
+    if found:
+        path = Path(target) / _part_name(r.number)
+        with about(f"writing {path}"):
+            tmp = path.with_name(path.name + ".tmp")  # a retried task writes it again
+            with tmp.open("w", encoding="utf-8") as lines:
+                for match in found:
+                    lines.write(json.dumps(match, ensure_ascii=False) + "\n")
+            os.replace(tmp, path)
+    return r.number, (end, len(cols)), len(found)
+
+
+def _find_all(spark, plan: ScanPlan, criteria: Criteria, check_crc: bool,
+              target: Path) -> tuple[ScanOutcome, dict[int, int]]:
+    """What the scan found, and the matches of each range (their files are in ``target``)."""
+    for stale in target.glob(f"{PART_PREFIX}*"):
+        stale.unlink()
+    done = []
     if plan.ranges:
-        found = (sc.parallelize(plan.ranges, len(plan.ranges))
-                 .flatMap(partial(_find_in_range, criteria=criteria, check_crc=check_crc,
-                                  ends_acc=ends))
-                 .collect())
-    return found, outcome(plan, ends.value)
+        done = (spark.sparkContext.parallelize(plan.ranges, len(plan.ranges))
+                .map(partial(_find_in_range, criteria=criteria, check_crc=check_crc,
+                             target=str(target)))
+                .collect())
+    return outcome(plan, {n: end for n, end, _ in done}), {n: c for n, _, c in done}
 
 
-def find(spark, store: str | Path, criteria: Criteria, split_bytes: int = DEFAULT_SPLIT_BYTES,
-         check_crc: bool = True) -> FindResult:
-    found, result = _find_all(spark, ScanPlan.of(store, split_bytes), criteria, check_crc)
-    replanned = []
-    if result.misaligned:  # cut inside a record: cut again by walking, scan again
-        replanned.append(replanned_note(result.misaligned))
-        plan = ScanPlan.of(store, split_bytes, walk=True)
-        found, result = _find_all(spark, plan, criteria, check_crc)
-    matches = sorted((m for n, m in found if n in result.included), key=lambda m: m["phyOffset"])
-    return FindResult(matches, result.records, result.corruptions, replanned + result.notes)
+def find(spark, store: str | Path, criteria: Criteria, out: str | Path,
+         split_bytes: int = DEFAULT_SPLIT_BYTES, check_crc: bool = True) -> FindResult:
+    """Scan ``store``'s commitlog; write the matches to the new directory ``out`` as JSON
+    lines (``part-<range>.jsonl``, in commitlog order, then ``_SUCCESS``)."""
+    out, target = fresh_output(out, "find")
+    plan = ScanPlan.of(store, split_bytes)
+    target.mkdir()
+    try:
+        result, counts = _find_all(spark, plan, criteria, check_crc, target)
+        replanned = []
+        if result.misaligned:  # cut inside a record: cut again by walking, scan again
+            replanned.append(replanned_note(result.misaligned))
+            plan = ScanPlan.of(store, split_bytes, walk=True)
+            result, counts = _find_all(spark, plan, criteria, check_crc, target)
+        for n in set(counts) - result.included:  # after the end of the data: not matches
+            (target / _part_name(n)).unlink(missing_ok=True)
+        (target / SUCCESS_MARKER).write_bytes(b"")
+        os.rename(target, out)
+    except BaseException:
+        shutil.rmtree(target, ignore_errors=True)
+        raise
+    matches = sum(c for n, c in counts.items() if n in result.included)
+    return FindResult(out, matches, result.records, result.corruptions,
+                      replanned + result.notes)

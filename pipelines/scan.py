@@ -13,6 +13,7 @@ from pipelines.source import (
     Corruption,
     RangeEnd,
     commitlog_dir,
+    data_end,
     list_segments,
     misaligned,
     plan_ranges,
@@ -42,7 +43,7 @@ class ScanPlan:
            walk: bool = False) -> "ScanPlan":
         """Ranges cut near every ``split_bytes`` (``walk``: cut by walking record sizes)."""
         segments = list_segments(commitlog_dir(store))
-        return cls(plan_ranges(segments, split_bytes, walk), sum(s.size for s in segments))
+        return cls(plan_ranges(segments, split_bytes, walk), sum(map(data_end, segments)))
 
 
 @dataclass

@@ -58,6 +58,13 @@ class ByteRange:
     def last_of_segment(self) -> bool:
         return self.end is None
 
+    @property
+    def where(self) -> str:
+        """The file and positions, for an error a task meets while reading them."""
+        end = "its data end" if self.end is None else f"position {self.end}"
+        return (f"{self.segment.path} (commitlog offset {self.segment.start_offset + self.begin}"
+                f", positions {self.begin} to {end})")
+
 
 @dataclass(frozen=True)
 class Corruption:
@@ -83,8 +90,9 @@ class RangeEnd:
 
 
 def commitlog_dir(store: str | Path) -> Path:
-    """The commitlog directory of a store root, or the directory itself if it holds segments."""
-    root = Path(store)
+    """The commitlog directory of a store root, or the directory itself if it holds segments;
+    absolute, as the tasks open it from their own working directories."""
+    root = Path(store).absolute()
     candidate = StoreLayout.of(root).commitlog_dir
     if candidate.is_dir():
         return candidate
@@ -102,6 +110,33 @@ def list_segments(directory: str | Path) -> list[Segment]:
             out.append(Segment(entry.path, start, entry.stat().st_size))
     out.sort(key=lambda s: s.start_offset)
     return out
+
+
+_BLOCK = 64 * 1024
+
+
+def data_end(seg: Segment) -> int:
+    """Where the segment's data ends, as far as its tail of zeros shows: segments are written
+    from the start and preallocated with zeros, so this is about the bytes a job will read
+    (the progress total), not the file's size. A block of zeros inside a body could make it
+    short; it is only an estimate for the progress line, never used to read data."""
+    if seg.size == 0:
+        return 0
+    with open(seg.path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        def zero(block: int) -> bool:
+            return not m[block * _BLOCK:(block + 1) * _BLOCK].rstrip(b"\0")
+
+        lo, hi = 0, (len(m) + _BLOCK - 1) // _BLOCK  # the first zero block of the tail
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if zero(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        if lo == 0:
+            return 0
+        last = m[(lo - 1) * _BLOCK:lo * _BLOCK]
+        return (lo - 1) * _BLOCK + len(last.rstrip(b"\0"))
 
 
 def _walked_cuts(buf, split_bytes: int) -> list[int]:

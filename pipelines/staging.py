@@ -22,6 +22,20 @@ def _nonempty_dir(p: Path) -> bool:
     return p.is_dir() and any(p.iterdir())
 
 
+def fresh_output(out: str | Path, job: str) -> tuple[Path, Path]:
+    """``out`` (absolute) for a job that writes a new dataset, and the hidden sibling to
+    write it in first (rename it to ``out`` once complete). ``out`` must not exist, or be an
+    empty directory (removed here)."""
+    out = Path(out).absolute()
+    if out.exists():
+        if not out.is_dir() or any(out.iterdir()):
+            raise InvalidArgumentError(f"{job} output {out} exists and is not empty")
+        out.rmdir()
+    if not out.parent.is_dir():
+        raise InvalidArgumentError(f"{job} output parent {out.parent} is not a directory")
+    return out, out.parent / f".{out.name}.{job}-{uuid.uuid4().hex[:12]}"
+
+
 class Staging:
     def __init__(self, out: str | Path, names: tuple[str, ...], replace: bool = False) -> None:
         self.out = Path(out).absolute()

@@ -103,12 +103,16 @@ def index_keys_of_texts(
     keys: Sequence[str],
     sys_flag: np.ndarray,
     columns_from: int = 48,
+    distinct_topics: list[str] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """``index_keys`` of records given as the dispatch record's strings (a builder's batch).
 
     Below ``columns_from`` records the array work costs more than it saves (about 0.15 ms a
-    batch here), so a small batch goes through ``dispatch.index_keys_of`` record by record."""
+    batch here), so a small batch goes through ``dispatch.index_keys_of`` record by record.
+    ``distinct_topics`` gets the batch's topics, each once (found on the way, for free)."""
     n = len(topic)
+    if distinct_topics is not None and n < columns_from:
+        distinct_topics.extend(dict.fromkeys(topic))
     if n < columns_from:
         flags = sys_flag.tolist()
         per_record = [dispatch.index_keys_of(topic[i], uniq_key[i], keys[i], flags[i])
@@ -128,6 +132,8 @@ def index_keys_of_texts(
     end = at + sizes
     at[sizes == 0] = end[sizes == 0] = -1  # an empty value is none
     ids = {t: i for i, t in enumerate(dict.fromkeys(topic))}  # in order of first appearance
+    if distinct_topics is not None:
+        distinct_topics.extend(ids)
     topic_id = np.fromiter(map(ids.__getitem__, topic), np.int64, n)
     return _key_hashes(np.frombuffer(raw, dtype=np.uint8), at[0::2], end[0::2], at[1::2],
                        end[1::2], topic_id, list(ids), sys_flag)  # fmt: skip

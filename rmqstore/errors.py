@@ -48,6 +48,18 @@ class StoreLockedError(StoreError):
     grpc_status = "FAILED_PRECONDITION"
 
 
+class WrongStoreError(StoreError):
+    """A service of one store called a writer of another one."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+
+class ReadOnlyError(StoreError):
+    """A write to a store served read-only."""
+
+    grpc_status = "FAILED_PRECONDITION"
+
+
 class DiskFullError(StoreError):
     """No room for the next segment or record; nothing was written."""
 

@@ -6,6 +6,9 @@
 <root>/checkpoint  <root>/abort  <root>/lock
 <root>/config/delayOffset.json                delivery progress per delay level (RocketMQ's)
 <root>/rmqstore/<builder>.progress           our builders' durable progress (not RocketMQ's)
+<root>/rmqstore/index.topics                 every topic the index builder has seen, one a line
+<root>/rmqstore/store-id                     the store's identity (see ``rmqstore.identity``)
+<root>/rmqstore/quarantine/                  bytes recovery cut, kept aside
 """
 
 import datetime as dt
@@ -19,6 +22,10 @@ from rmqstore.formats.javahash import utf16_len
 TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9_%|-]+$")
 MAX_TOPIC_LENGTH = 127
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# RocketMQ 4.9's transaction topics: half messages (queue 0), and op records (tag "d",
+# body = the half's queue offset) that mark a half message committed or rolled back
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 
 
 def validate_topic(topic: str) -> str:
@@ -95,6 +102,11 @@ class StoreLayout:
         return self.root / "lock"
 
     @property
+    def own_dir(self) -> Path:
+        """rmqstore's own subdirectory (RocketMQ ignores it)."""
+        return self.root / "rmqstore"
+
+    @property
     def delay_offset(self) -> Path:
         return self.root / "config" / "delayOffset.json"
 
@@ -102,7 +114,36 @@ class StoreLayout:
         return self.consumequeue_dir / SCHEDULE_TOPIC / str(level - 1)
 
     def progress(self, builder: str) -> Path:
-        return self.root / "rmqstore" / f"{builder}.progress"
+        return self.own_dir / f"{builder}.progress"
+
+    @property
+    def index_topics(self) -> Path:
+        return self.own_dir / "index.topics"
+
+    def indexed_topics(self) -> set[str]:
+        """Topics the index builder has seen (a topic may have no consume queue: one holding
+        only prepared transaction messages, or one the consume-queue builder has not reached)."""
+        try:
+            lines = self.index_topics.read_text().split("\n")
+        except OSError:
+            return set()
+        return {t for t in lines if t and TOPIC_PATTERN.match(t)}
+
+    def topics(self) -> list[str]:
+        """Every topic of the store: with a consume queue, or seen by the index builder."""
+        found = self.indexed_topics()
+        if self.consumequeue_dir.is_dir():
+            found.update(p.name for p in self.consumequeue_dir.iterdir()
+                         if p.is_dir() and TOPIC_PATTERN.match(p.name))
+        return sorted(found)
+
+    @property
+    def store_id(self) -> Path:
+        return self.own_dir / "store-id"
+
+    @property
+    def quarantine_dir(self) -> Path:
+        return self.own_dir / "quarantine"
 
     def queues(self) -> list[tuple[str, int, Path]]:
         """Every (topic, queue id, dir) under consumequeue/ whose names are valid."""

@@ -50,6 +50,7 @@ from prometheus_client import (
 from rmqstore.metrics_http import (  # noqa: F401  (re-exported: services import them from here)
     FilesystemCollector,
     MetricsServer,
+    metrics_host,
     new_registry,
     on_scrape,
     start_metrics_server,
@@ -225,7 +226,14 @@ class WriterMetrics:
         )
         self.recovery_truncated_bytes = Counter(
             "rmqstore_writer_recovery_truncated_bytes_total",
-            "Bytes cut from the commitlog tail by recovery (torn or corrupt records).",
+            "Bytes cut from the commitlog tail by recovery (torn or corrupt records); each "
+            "was kept in the quarantine first.",
+            registry=r,
+        )
+        self.quarantined_bytes = Gauge(
+            "rmqstore_store_quarantined_bytes",
+            "Bytes recovery has cut from the commitlog and kept in rmqstore/quarantine/ "
+            "(all starts so far; rmqstore inspect lists the ranges).",
             registry=r,
         )
         self.abnormal_recoveries = Counter(
@@ -557,3 +565,66 @@ class QueryMetrics:
             ["kind", "budget"],
             registry=r,
         )
+
+
+class ProxyMetrics:
+    """The RocketMQ 5 protocol service (proxy): sends by topic and message type, business
+    errors by RocketMQ code, connected clients by language, transaction checks and outcomes.
+
+    ``outcome`` of a transaction: ``commit`` or ``rollback``; ``source``: ``client``, ``check``
+    (a producer's answer to a check) or ``server`` (rolled back after the last unanswered
+    check).
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.sends = Counter(
+            "rmqstore_proxy_messages_sent_total",
+            "Messages stored through the RocketMQ 5 protocol, by topic and message type.",
+            ["topic", "type"],
+            registry=r,
+        )
+        self.errors = Counter(
+            "rmqstore_proxy_errors_total",
+            "Requests refused with a RocketMQ status code, by RPC and code.",
+            ["rpc", "code"],
+            registry=r,
+        )
+        self.clients = Gauge(
+            "rmqstore_proxy_clients",
+            "Clients known to the proxy (by x-mq-client-id), by SDK language.",
+            ["language"],
+            registry=r,
+        )
+        self.transaction_checks = Counter(
+            "rmqstore_proxy_transaction_checks_total",
+            "Orphaned-transaction checks pushed to a producer (sent) or due with no producer "
+            "connected (no_producer).",
+            ["result"],
+            registry=r,
+        )
+        self.transactions = Counter(
+            "rmqstore_proxy_transactions_total",
+            "Transactions ended, by outcome and source.",
+            ["outcome", "source"],
+            registry=r,
+        )
+        self.open_transactions = Gauge(
+            "rmqstore_proxy_open_transactions",
+            "Half messages waiting for a commit or rollback.",
+            registry=r,
+        )
+        self.batch_size = Histogram(
+            "rmqstore_proxy_batch_messages",
+            "Messages per batched put to the writer.",
+            buckets=COUNT_BUCKETS,
+            registry=r,
+        )
+        self._languages: set[str] = set()
+
+    def set_clients(self, by_language: dict[str, int]) -> None:
+        for lang in self._languages - set(by_language):
+            self.clients.labels(lang).set(0)
+        for lang, n in by_language.items():
+            self.clients.labels(lang).set(n)
+        self._languages |= set(by_language)

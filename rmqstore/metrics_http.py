@@ -22,6 +22,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from rmqstore.errors import InvalidArgumentError
+from rmqstore.startup import StartupError, check_port_free, split_address
 
 
 def _version() -> str:
@@ -99,18 +100,33 @@ class MetricsServer:
 
 
 def start_metrics_server(
-    port: int, registry: CollectorRegistry, host: str = "0.0.0.0"
+    port: int, registry: CollectorRegistry, host: str = "127.0.0.1"
 ) -> MetricsServer | None:
     """Serve ``registry`` as Prometheus text on ``http://host:port/metrics`` in a thread.
 
-    ``port`` 0 means metrics are off: nothing is started and None is returned.
+    ``port`` 0 means metrics are off: nothing is started and None is returned. Services pass
+    the host they serve gRPC on (``metrics_host``). The port is bound exclusively; a port in
+    use raises ``StartupError`` naming it.
     """
     if port == 0:
         return None
     if not 0 < port < 65536:
         raise InvalidArgumentError(f"metrics port {port} is outside 1..65535 (0 = off)")
-    server, thread = start_http_server(port, addr=host, registry=registry)
+    check_port_free(f"{host}:{port}", "metrics")
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as e:
+        raise StartupError(f"cannot serve metrics on {host}:{port}: {e.strerror}") from None
     return MetricsServer(server, thread)
+
+
+def metrics_host(listen: str, override: str = "") -> str:
+    """Where a service's metrics listen: ``override`` when given, else the host of its gRPC
+    ``--listen`` address (so ``--listen 127.0.0.1:…`` keeps metrics on loopback too)."""
+    if override:
+        return override
+    host, _port = split_address(listen)
+    return host or "0.0.0.0"
 
 
 class _OnScrape(Collector):

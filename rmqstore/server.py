@@ -21,6 +21,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from rmqstore.errors import StoreError
+from rmqstore.startup import StartupError, check_port_free, split_address
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -29,7 +30,14 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # a service polls its writer while it is away (health): reconnect within a second of its
+    # return, not after gRPC's default back-off of up to two minutes
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
+# a server's port is its own: no SO_REUSEPORT, so a second server on a port fails to start
+# instead of sharing (and splitting) the first one's calls
+SERVER_OPTIONS = [*CHANNEL_OPTIONS, ("grpc.so_reuseport", 0)]
 
 
 def status_code(err: StoreError) -> grpc.StatusCode:
@@ -185,21 +193,33 @@ def channel(address: str) -> grpc.Channel:
     return grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
 
 
+def _bind(server: Any, address: str, credentials: grpc.ServerCredentials | None) -> int:
+    """Add ``address`` to ``server`` (exclusively); the bound port, or ``StartupError``."""
+    check_port_free(address)
+    try:
+        port = (server.add_secure_port(address, credentials) if credentials
+                else server.add_insecure_port(address))  # fmt: skip
+    except RuntimeError:
+        port = 0
+    if port == 0:
+        host, wanted = split_address(address)
+        check_port_free(address)  # taken between the check and the bind: say so
+        raise StartupError(f"cannot listen for gRPC on {host}:{wanted}")
+    return int(port)
+
+
 class Service:
     """A running gRPC server with health checking and reflection."""
 
     def __init__(self, address: str, max_workers: int = 16,
                  credentials: grpc.ServerCredentials | None = None) -> None:
         self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=max_workers), options=CHANNEL_OPTIONS
+            futures.ThreadPoolExecutor(max_workers=max_workers), options=SERVER_OPTIONS
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         self._names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
-        self.port = (self.server.add_secure_port(address, credentials) if credentials
-                     else self.server.add_insecure_port(address))
-        if self.port == 0:
-            raise OSError(f"cannot listen on {address}")
+        self.port = _bind(self.server, address, credentials)
         self.address = address.rsplit(":", 1)[0] + f":{self.port}"
 
     def add(self, add_fn: Callable, servicer: Any, descriptor: Any, name: str) -> None:
@@ -242,19 +262,15 @@ class AsyncService:
         self._blocking = futures.ThreadPoolExecutor(blocking_workers, "blocking")
         self._names: list[str] = [health_pb2.DESCRIPTOR.services_by_name["Health"].full_name]
         self.server, self.health, self.port = self.call(self._create(address, credentials))
-        if self.port == 0:
-            raise OSError(f"cannot listen on {address}")
         self.address = address.rsplit(":", 1)[0] + f":{self.port}"
 
     async def _create(
         self, address: str, credentials: grpc.ServerCredentials | None
     ) -> tuple[grpc.aio.Server, Any, int]:
-        server = grpc.aio.server(options=CHANNEL_OPTIONS)
+        server = grpc.aio.server(options=SERVER_OPTIONS)
         checker = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(checker, server)
-        port = (server.add_secure_port(address, credentials) if credentials
-                else server.add_insecure_port(address))  # fmt: skip
-        return server, checker, port
+        return server, checker, _bind(server, address, credentials)
 
     def call(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the service's loop and wait for its result."""
@@ -277,20 +293,25 @@ class AsyncService:
         self.call(self.server.start())
 
     def set_serving(self, serving: bool = True) -> None:
+        self.call(self.set_serving_here(serving))
+
+    async def set_serving_here(self, serving: bool = True) -> None:
+        """``set_serving`` from a coroutine on the service's own loop."""
         status = (
             health_pb2.HealthCheckResponse.SERVING
             if serving
             else health_pb2.HealthCheckResponse.NOT_SERVING
         )
         for n in ["", *self._names[1:]]:
-            self.call(self.health.set(n, status))
+            await self.health.set(n, status)
 
-    def serve(self, name: str, on_stop: Callable[[], None]) -> None:
-        """Serve until SIGTERM or SIGINT, then run ``on_stop``: start, report healthy, leave
-        the startup objects out of garbage collections, and ``announce`` it."""
+    def serve(self, name: str, on_stop: Callable[[], None], serving: bool = True) -> None:
+        """Serve until SIGTERM or SIGINT, then run ``on_stop``: start, report healthy (or not,
+        with ``serving`` False), leave the startup objects out of garbage collections, and
+        ``announce`` it."""
         termination = Termination()  # before the line: a stop sent on seeing it is handled
         self.start()
-        self.set_serving(True)
+        self.set_serving(serving)
         freeze_startup_objects()
         announce(name, self.address)
         termination.wait(on_stop)

@@ -101,6 +101,38 @@ def server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | Non
     )
 
 
+def check_internal(args: argparse.Namespace) -> None:
+    """Refuse TLS settings with which a service cannot reach the writer: a certificate (the
+    servers speak TLS) without a CA leaves the service's own client with no way to check the
+    writer's certificate, so every internal call would fail its handshake."""
+    files = load(args)
+    if files.cert and not files.ca:
+        raise ValueError("--tls-cert without --tls-ca: the services' connections to the writer "
+                         "could not check its certificate; give --tls-ca (the CA that signed "
+                         "the services' certificates)")
+
+
+def startup_client_check(args: argparse.Namespace) -> None:
+    """``check_internal`` for a service starting: a bad setting is a ``StartupError``."""
+    from rmqstore.startup import StartupError
+
+    try:
+        load(args)
+        check_internal(args)
+    except ValueError as e:
+        raise StartupError(f"TLS: {e}") from None
+
+
+def startup_server_credentials(args: argparse.Namespace) -> grpc.ServerCredentials | None:
+    """``server_credentials`` for a service starting: a bad setting is a ``StartupError``."""
+    from rmqstore.startup import StartupError
+
+    try:
+        return server_credentials(args)
+    except ValueError as e:
+        raise StartupError(f"TLS: {e}") from None
+
+
 def add_port(server: grpc.Server, address: str, args: argparse.Namespace) -> int:
     """Bind ``address`` with TLS when the flags ask for it; returns the port (0 = failed)."""
     creds = server_credentials(args)
@@ -130,9 +162,10 @@ def client_channel(address: str, args: argparse.Namespace,
     return grpc.secure_channel(address, creds, options=opts)
 
 
-def aio_client_channel(address: str, args: argparse.Namespace) -> grpc.aio.Channel:
+def aio_client_channel(address: str, args: argparse.Namespace,
+                       options: list[tuple[str, object]] | None = None) -> grpc.aio.Channel:
     """``client_channel`` for ``grpc.aio``: create it on the event loop that will use it."""
-    creds, opts = _client_settings(args, None)
+    creds, opts = _client_settings(args, options)
     if creds is None:
         return grpc.aio.insecure_channel(address, options=opts)
     return grpc.aio.secure_channel(address, creds, options=opts)

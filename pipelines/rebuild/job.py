@@ -32,6 +32,7 @@ from pipelines.source import (
     ByteRange,
     Corruption,
     commitlog_dir,
+    data_end,
     list_segments,
     misaligned,
     plan_ranges,
@@ -39,6 +40,7 @@ from pipelines.source import (
     valid_prefix,
 )
 from pipelines.staging import Staging
+from pipelines.task_errors import about
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import consume_queue
 from rmqstore.formats import index_file as index_fmt
@@ -92,39 +94,58 @@ class RebuildReport(JobReport):
 def _decode(r: ByteRange, check_crc: bool, tracker: tuple | None, work: str,
             index_slots: int) -> tuple:
     """Decode a range, leave its data for the writers (``handoff``), return its summary."""
-    data = decode_range(r, check_crc)
-    handoff.save(Path(work), data, index_slots)
+    with about(f"reading {r.where}"):
+        data = decode_range(r, check_crc)
+    with about(f"saving the decoded {r.where} in {work}"):
+        handoff.save(Path(work), data, index_slots)
     if tracker is not None:
         report_range(tracker, r.number, data.bytes)
     return data.number, data.end, data.records, data.bytes, data.queue_spans(), data.key_count
 
 
 def _write_files(files: list[tuple[tuple, list[tuple]]], work: str, staging_dir: str,
-                 settings: RebuildSettings, queue_first: dict[tuple[str, int], int]):
+                 settings: RebuildSettings, queue_first: dict[tuple[str, int], int],
+                 out: str):
     """Build these files from their ranges' pieces (``_FilePlan.sources``); yield what was
     written."""
     root, work_dir = Path(staging_dir), Path(work)
     epf = settings.cq_entries_per_file
     for key, sources in files:
-        if key[0] == "cq":
-            _, topic, qid, f = key
-            found = (cq_sink.split_by_file(handoff.units(work_dir, n, i), epf).get(f)
-                     for n, i in sorted(sources))
-            parts = [p for p in found if p is not None]
-            if not parts:  # the queue's offsets skip this file: nothing to write
-                continue
-            units = np.concatenate(parts)
-            data = cq_sink.file_bytes(units, f, epf, queue_first[(topic, qid)])
-            path = cq_sink.file_path(root, topic, qid, f, epf)
-            cq_sink.write_file(path, data, consume_queue.file_size(epf))
-            yield key, len(units), None
-        else:
-            _, f = key
-            pieces = [handoff.keys(work_dir, n, start, stop, settings.index_slots)
-                      for n, start, stop in sorted(sources)]
-            path = root / INDEX_DIR / f"{_PART_PREFIX}{f:010d}"
-            index_sink.build_file(path, pieces, settings.index_slots, settings.index_entries)
-            yield key, sum(len(p.hashes) for p in pieces), int(pieces[0].times[0])
+        with about(f"writing {_file_name(key, epf)} of {out}"):
+            yield from _write_file(key, sources, root, work_dir, settings, queue_first)
+
+
+def _file_name(key: tuple, epf: int) -> str:
+    """A file to write as the user knows it (relative to the output root)."""
+    if key[0] == "cq":
+        _, topic, qid, f = key
+        return f"{CQ_DIR}/{topic}/{qid}/{f * consume_queue.file_size(epf):020d}"
+    return f"index file number {key[1]} (named once all are written)"
+
+
+def _write_file(key: tuple, sources: list[tuple], root: Path, work_dir: Path,
+                settings: RebuildSettings, queue_first: dict[tuple[str, int], int]):
+    """Build one file from its pieces; yield (key, entries, first store time) if written."""
+    epf = settings.cq_entries_per_file
+    if key[0] == "cq":
+        _, topic, qid, f = key
+        found = (cq_sink.split_by_file(handoff.units(work_dir, n, i), epf).get(f)
+                 for n, i in sorted(sources))
+        parts = [p for p in found if p is not None]
+        if not parts:  # the queue's offsets skip this file: nothing to write
+            return
+        units = np.concatenate(parts)
+        data = cq_sink.file_bytes(units, f, epf, queue_first[(topic, qid)])
+        path = cq_sink.file_path(root, topic, qid, f, epf)
+        cq_sink.write_file(path, data, consume_queue.file_size(epf))
+        yield key, len(units), None
+        return
+    f = key[1]
+    pieces = [handoff.keys(work_dir, n, start, stop, settings.index_slots)
+              for n, start, stop in sorted(sources)]
+    path = root / INDEX_DIR / f"{_PART_PREFIX}{f:010d}"
+    index_sink.build_file(path, pieces, settings.index_slots, settings.index_entries)
+    yield key, sum(len(p.hashes) for p in pieces), int(pieces[0].times[0])
 
 
 # -- driver ---------------------------------------------------------------------------------
@@ -204,7 +225,7 @@ def rebuild(spark, store: str | Path, out: str | Path,
     work = staging.path(WORK_DIR)
     try:
         prog = Progress(sc, "rebuild", {r.number: r.segment.path for r in ranges},
-                        sum(s.size for s in segments), interval=progress_interval,
+                        sum(map(data_end, segments)), interval=progress_interval,
                         enabled=progress)
         with prog:
             summaries: list[tuple] = []
@@ -232,7 +253,8 @@ def rebuild(spark, store: str | Path, out: str | Path,
                 written = (
                     sc.parallelize(tasks, parts)
                     .flatMap(partial(_write_files, work=str(work), staging_dir=str(staging.dir),
-                                     settings=settings, queue_first=plan.queue_first))
+                                     settings=settings, queue_first=plan.queue_first,
+                                     out=str(staging.out)))
                     .collect()
                 )
         shutil.rmtree(work, ignore_errors=True)

@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats.javahash import index_hash
 
 HEADER = struct.Struct(">qqqqii")
@@ -39,6 +40,44 @@ KEY_SEPARATOR = "#"
 
 def file_size(slots: int = DEFAULT_SLOTS, entries: int = DEFAULT_ENTRIES) -> int:
     return HEADER_SIZE + SLOT_SIZE * slots + ENTRY_SIZE * entries
+
+
+def infer_shape(size: int, slots: int | None, entries: int | None,
+                name: str = "index file") -> tuple[int, int]:
+    """Slot and entry counts of an index file of ``size`` bytes."""
+    rest = size - HEADER_SIZE
+    formula = "size = 40 + 4*slots + 20*entries"
+    if slots is not None and entries is not None:
+        if file_size(slots, entries) != size:
+            raise InvalidArgumentError(
+                f"{name} is {size} bytes but {slots} slots and {entries} entries make "
+                f"{file_size(slots, entries)} ({formula})"
+            )
+        return slots, entries
+    if slots is not None:
+        left = rest - SLOT_SIZE * slots
+        if left <= 0 or left % ENTRY_SIZE:
+            raise InvalidArgumentError(
+                f"{name} is {size} bytes: no whole entry count fits {slots} slots ({formula})"
+            )
+        return slots, left // ENTRY_SIZE
+    if entries is not None:
+        left = rest - ENTRY_SIZE * entries
+        if left <= 0 or left % SLOT_SIZE:
+            raise InvalidArgumentError(
+                f"{name} is {size} bytes: no whole slot count fits {entries} entries ({formula})"
+            )
+        return left // SLOT_SIZE, entries
+    if size == file_size():
+        return DEFAULT_SLOTS, DEFAULT_ENTRIES
+    per = SLOT_SIZE + 4 * ENTRY_SIZE  # RocketMQ's default ratio: 4 entries per slot
+    if rest > 0 and rest % per == 0:
+        return rest // per, 4 * (rest // per)
+    raise InvalidArgumentError(
+        f"cannot infer the slot and entry counts of {name} ({size} bytes): it matches neither "
+        f"the defaults ({DEFAULT_SLOTS} slots, {DEFAULT_ENTRIES} entries) nor 4 entries "
+        f"per slot; pass --index-slots and/or --index-entries ({formula})"
+    )
 
 
 def build_key(topic: str, key: str) -> str:

@@ -9,6 +9,11 @@ UNIQ_KEY (client-made), 32 or 56 characters:
 ┌──────────────┬────────────┬───────────────────────┬──────────────────────────┬───────────────┐
 │ ip (4/16 B)  │ pid (int16)│ class-loader hash (i32)│ ms since month start(u32)│ counter(int16)│
 └──────────────┴────────────┴───────────────────────┴──────────────────────────┴───────────────┘
+
+RocketMQ 5 client message id (version 01), 34 characters, stored as the UNIQ_KEY:
+┌──────────┬───────────────┬────────────┬────────────────────────────────┬──────────────────┐
+│ 0x01     │ MAC (6 B)     │ pid (2 B)  │ seconds since 2021-01-01 (u32) │ sequence (u32)   │
+└──────────┴───────────────┴────────────┴────────────────────────────────┴──────────────────┘
 """
 
 import datetime as dt
@@ -27,6 +32,8 @@ from rmqstore.errors import InvalidArgumentError
 _PORT_OFFSET = struct.Struct(">iq")
 _UNIQ_TAIL = struct.Struct(">HIIH")  # pid, class-loader hash, ms since month start, counter
 OFFSET_ID_LENGTHS = (32, 56)
+V5_ID_LENGTH = 34
+V5_EPOCH_MS = 1_609_459_200_000  # 2021-01-01T00:00:00Z
 _HEX = frozenset("0123456789abcdefABCDEF")
 
 
@@ -167,3 +174,16 @@ def uniq_key_time(uniq_key: str, now_ms: int | None = None) -> int:
     if t >= now:
         t = _previous_month_start(start) + span
     return t
+
+
+def is_v5_id(msg_id: str) -> bool:
+    """A RocketMQ 5 client's message id (34 hex characters, version 01)."""
+    return len(msg_id) == V5_ID_LENGTH and msg_id[:2] == "01" and set(msg_id) <= _HEX
+
+
+def v5_id_time(msg_id: str) -> int:
+    """When a RocketMQ 5 message id was made (ms, to the second)."""
+    if not is_v5_id(msg_id):
+        raise InvalidArgumentError(f"{msg_id[:80]!r} is not a RocketMQ 5 message id")
+    (seconds,) = struct.unpack_from(">I", bytes.fromhex(msg_id), 9)
+    return V5_EPOCH_MS + seconds * 1000

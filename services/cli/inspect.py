@@ -11,7 +11,8 @@ Kinds (detected from the path, or forced with ``--kind``):
                    file size (RocketMQ's defaults, or its 1 slot : 4 entries ratio).
 * ``checkpoint``   the ``checkpoint`` file.
 * ``store``        a store directory: segments, min/max offset, queues, index files, checkpoint,
-                   delayed delivery per level and retention (``inspect_background``).
+                   delayed delivery per level and retention (``inspect_background``), and the
+                   byte ranges recovery cut and kept in ``rmqstore/quarantine/``.
 
 Files are only ever opened read-only. Human-readable output by default, JSON lines with
 ``--json``. Exit status: 0, 1 when a commitlog segment holds a corrupt record, 2 on bad input.
@@ -23,7 +24,6 @@ import argparse
 import datetime as dt
 import json
 import mmap
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from rmqstore import quarantine
 from rmqstore.dispatch import tags_code
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError, StoreError
 from rmqstore.formats import checkpoint as ck
@@ -38,9 +39,11 @@ from rmqstore.formats import commitlog as cl
 from rmqstore.formats import commitlog_segment
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ix
+from rmqstore.formats.index_file import infer_shape as infer_index_shape
 from rmqstore.formats.msgid import offset_msg_id
-from rmqstore.layout import is_index_file_name
+from rmqstore.layout import StoreLayout, is_index_file_name
 from rmqstore.segments import parse_segment_name
+from services.cli.errors import USAGE, CliError
 from services.cli.inspect_background import delivery_rows, retention_row
 
 KINDS = ("commitlog", "consumequeue", "index", "checkpoint", "store")
@@ -185,44 +188,6 @@ def inspect_consume_queue(buf, path: Path, limit: int | None) -> Iterator[Row]:
 
 
 # -- index ---------------------------------------------------------------------------------
-def infer_index_shape(size: int, slots: int | None, entries: int | None,
-                      name: str = "index file") -> tuple[int, int]:
-    """Slot and entry counts of an index file of ``size`` bytes."""
-    rest = size - ix.HEADER_SIZE
-    formula = "size = 40 + 4*slots + 20*entries"
-    if slots is not None and entries is not None:
-        if ix.file_size(slots, entries) != size:
-            raise InvalidArgumentError(
-                f"{name} is {size} bytes but {slots} slots and {entries} entries make "
-                f"{ix.file_size(slots, entries)} ({formula})"
-            )
-        return slots, entries
-    if slots is not None:
-        left = rest - ix.SLOT_SIZE * slots
-        if left <= 0 or left % ix.ENTRY_SIZE:
-            raise InvalidArgumentError(
-                f"{name} is {size} bytes: no whole entry count fits {slots} slots ({formula})"
-            )
-        return slots, left // ix.ENTRY_SIZE
-    if entries is not None:
-        left = rest - ix.ENTRY_SIZE * entries
-        if left <= 0 or left % ix.SLOT_SIZE:
-            raise InvalidArgumentError(
-                f"{name} is {size} bytes: no whole slot count fits {entries} entries ({formula})"
-            )
-        return left // ix.SLOT_SIZE, entries
-    if size == ix.file_size():
-        return ix.DEFAULT_SLOTS, ix.DEFAULT_ENTRIES
-    per = ix.SLOT_SIZE + 4 * ix.ENTRY_SIZE  # RocketMQ's default ratio: 4 entries per slot
-    if rest > 0 and rest % per == 0:
-        return rest // per, 4 * (rest // per)
-    raise InvalidArgumentError(
-        f"cannot infer the slot and entry counts of {name} ({size} bytes): it matches neither "
-        f"the defaults ({ix.DEFAULT_SLOTS} slots, {ix.DEFAULT_ENTRIES} entries) nor 4 entries "
-        f"per slot; pass --index-slots and/or --index-entries ({formula})"
-    )
-
-
 def index_header_row(f: ix.IndexFile, path: Path) -> Row:
     h = f.header
     return {
@@ -350,6 +315,10 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
     yield retention_row(root)
     yield {"type": "markers", "abort": (root / "abort").exists(),
            "lock": (root / "lock").exists()}
+    for r in quarantine.ranges(StoreLayout.of(root)):  # bytes recovery cut and kept aside
+        yield {"type": "quarantined", "phyOffset": r.offset, "end": r.end, "size": r.size,
+               "segment": r.segment, "file": str(quarantine.path_of(StoreLayout.of(root), r)),
+               "reason": r.reason, "cutAt": _time(r.at)}
 
 
 # -- output --------------------------------------------------------------------------------
@@ -376,6 +345,9 @@ def human(row: Row) -> str:
     if t == "blank":
         return (f"blank end-of-file record at {row['phyOffset']} (file position "
                 f"{row['filePos']}), declares {row['declaredSize']} bytes")
+    if t == "quarantined":
+        return (f"QUARANTINED [{row['phyOffset']}, {row['end']}) {row['size']} bytes of segment "
+                f"{row['segment']}, cut {row['cutAt']}: {row['reason']} -> {row['file']}")
     if t == "queue":
         return (f"queue {row['topic']}/{row['queueId']}: files={row['files']}"
                 f" min={row['minOffset']} max={row['maxOffset']}")
@@ -415,14 +387,18 @@ def run(args: argparse.Namespace) -> int:
             if row["type"] == "corrupt" or (row["type"] == "commitlog" and row["corrupt"]):
                 status = 1
             print(json.dumps(row) if args.json else human(row))
+    except BrokenPipeError:
+        raise
     except (StoreError, OSError) as e:
-        print(f"rmqstore inspect: error: {e}", file=sys.stderr)
-        return 2
+        raise CliError(str(e), USAGE) from None
     return status
 
 
 def _positive(text: str) -> int:
-    n = int(text)
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
     if n < 0:
         raise argparse.ArgumentTypeError(f"{text} is negative")
     return n

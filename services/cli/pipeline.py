@@ -1,22 +1,36 @@
 """``rmqstore rebuild | export | find``: the Spark pipeline over commitlog segments.
 
-Local Spark is the default (``--master local[*]``); any Spark master URL works when every
-executor sees the store and output paths and has rmqstore installed.
+Local Spark is the default (``--master local[*]``). On any other master the store and output
+paths are made absolute and must be visible to every executor at the same path (checked
+before the job starts); the executors' Python is ``spark.pyspark.python`` (``--conf``) or the
+cluster's own. A failed task is reported as one ``error:`` line: its Python exception and the
+file and position it was working on.
 """
 
 import argparse
 import json
+import shutil
 import sys
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
 
 from rmqstore.errors import StoreError
+from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
 
 MIB = 1024 * 1024
+FIND_PRINT_LIMIT = 20
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--store", required=True,
                    help="store root (holding commitlog/) or a commitlog directory")
-    p.add_argument("--master", default="local[*]", help="Spark master (default local[*])")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master (default local[*]); on a cluster, --store and --out must "
+                        "be on a filesystem every executor mounts at the same path")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting, e.g. spark.pyspark.python=/opt/venv/bin/python "
+                        "(the executors' Python); repeatable")
     p.add_argument("--split-mib", type=int, default=64,
                    help="cut segments larger than this into ranges of about this size")
     p.add_argument("--no-crc", action="store_true", help="skip body CRC checks")
@@ -50,22 +64,58 @@ def register(subparsers) -> None:
     p.add_argument("--key", help="a KEYS token or a UNIQ_KEY")
     p.add_argument("--begin", type=int, help="store time from (ms, inclusive)")
     p.add_argument("--end", type=int, help="store time to (ms, inclusive)")
+    p.add_argument("--out", help="new directory for every match, as JSON lines "
+                                 "(required on a cluster; else a temporary one)")
+    p.add_argument("--limit", type=int, default=FIND_PRINT_LIMIT,
+                   help=f"print at most this many matches (default {FIND_PRINT_LIMIT}; "
+                        "0: none); --out holds them all")
     p.add_argument("--json", action="store_true", help="one JSON document per message")
     p.set_defaults(run=run_find)
 
 
-def _fail(e: StoreError) -> int:
-    print(f"rmqstore: {e.grpc_status}: {e}", file=sys.stderr)
-    return 2
+def _spark_conf(pairs: list[str]) -> dict[str, str]:
+    conf = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise CliError(f"--conf {pair!r}: expected KEY=VALUE")
+        conf[key.strip()] = value
+    return conf
 
 
-def _job_failed(what: str, e: Exception) -> int:
-    """A Spark job that failed in a task: name the task's own error, not the JVM trace."""
-    lines = [ln.strip() for ln in str(e).splitlines()]
-    cause = next((ln for ln in reversed(lines) if ln.startswith("rmqstore.errors.")), None)
-    cause = cause or next((ln for ln in lines if ln), type(e).__name__)
-    print(f"rmqstore: {what} failed, nothing was written: {cause}", file=sys.stderr)
-    return 1
+def _spark_error_types() -> tuple[type[BaseException], ...]:
+    from py4j.protocol import Py4JError
+    from pyspark.errors import PySparkException
+
+    return PySparkException, Py4JError
+
+
+@contextmanager
+def _job(args, what: str, outputs: dict[str, Path]):
+    """A Spark session for one job on ``args.master``, with its failures as ``CliError``s:
+    bad input (code 2), a failed Spark job or session (3, with the task's own error)."""
+    from pipelines.source import commitlog_dir
+    from pipelines.spark import SessionScope, check_visible, is_single_machine
+
+    conf = _spark_conf(args.conf)
+    try:
+        paths = {"--store": commitlog_dir(args.store), **outputs}
+        with SessionScope(args.master, app_name=f"rmqstore-{what}", extra_conf=conf) as spark:
+            if not is_single_machine(args.master):
+                check_visible(spark, paths)
+            yield spark
+    except StoreError as e:
+        raise CliError(f"{what}: {e}", USAGE) from None
+    except _spark_error_types() as e:
+        from pipelines.task_errors import task_error_message
+
+        raise CliError(f"{what} failed, nothing was written: {task_error_message(e)}",
+                       UNAVAILABLE) from None
+
+
+def _output(path: str) -> Path:
+    """An output path made absolute (executors resolve relative ones elsewhere)."""
+    return Path(path).expanduser().absolute()
 
 
 def _warn(corruptions, notes) -> None:
@@ -77,8 +127,8 @@ def _warn(corruptions, notes) -> None:
 
 def run_rebuild(args) -> int:
     from pipelines.rebuild.job import RebuildSettings, rebuild
-    from pipelines.spark import SessionScope
 
+    out = _output(args.out)
     try:
         defaults = RebuildSettings()
         settings = RebuildSettings(
@@ -87,18 +137,16 @@ def run_rebuild(args) -> int:
             cq_entries_per_file=args.cq_entries_per_file or defaults.cq_entries_per_file,
             split_bytes=args.split_mib * MIB, check_crc=not args.no_crc,
         )
-        with SessionScope(args.master, app_name="rmqstore-rebuild") as spark:
-            report = rebuild(spark, args.store, args.out, settings, replace=args.replace,
-                             progress=not args.quiet)
     except StoreError as e:
-        return _fail(e)
-    except Exception as e:  # a task failed: Spark re-raises it wrapped
-        return _job_failed("rebuild", e)
+        raise CliError(f"rebuild: {e}", USAGE) from None
+    with _job(args, "rebuild", {"the parent of --out": out.parent}) as spark:
+        report = rebuild(spark, args.store, out, settings, replace=args.replace,
+                         progress=not args.quiet)
     _warn(report.corruptions, report.notes)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
-        print(f"rebuilt {args.out}: {report.records} records, {report.bytes} bytes of "
+        print(f"rebuilt {out}: {report.records} records, {report.bytes} bytes of "
               f"commitlog in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s); "
               f"{report.cq_files} consume-queue files ({report.queues} queues, "
               f"{report.cq_units} units), {len(report.index_files)} index files "
@@ -108,44 +156,58 @@ def run_rebuild(args) -> int:
 
 def run_export(args) -> int:
     from pipelines.export import export
-    from pipelines.spark import SessionScope
 
-    try:
-        with SessionScope(args.master, app_name="rmqstore-export") as spark:
-            report = export(spark, args.store, args.out, split_bytes=args.split_mib * MIB,
-                            check_crc=not args.no_crc, progress=not args.quiet)
-    except StoreError as e:
-        return _fail(e)
-    except Exception as e:  # a task failed: Spark re-raises it wrapped
-        return _job_failed("export", e)
+    out = _output(args.out)
+    with _job(args, "export", {"the parent of --out": out.parent}) as spark:
+        report = export(spark, args.store, out, split_bytes=args.split_mib * MIB,
+                        check_crc=not args.no_crc, progress=not args.quiet)
     _warn(report.corruptions, report.notes)
     if args.json:
         print(json.dumps(report.to_dict()))
         return 0
     print(f"exported {report.records} records ({report.bytes} bytes of commitlog) to "
-          f"{args.out} in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned "
+          f"{out} in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned "
           "by topic and date")
     return 0
 
 
 def run_find(args) -> int:
     from pipelines.find import Criteria, find
-    from pipelines.spark import SessionScope
+    from pipelines.spark import is_single_machine
 
+    if args.limit < 0:
+        raise CliError(f"--limit {args.limit} must be 0 or more")
     try:
         criteria = Criteria(args.topic, args.key, args.begin, args.end)
-        with SessionScope(args.master, app_name="rmqstore-find") as spark:
-            result = find(spark, args.store, criteria, split_bytes=args.split_mib * MIB,
-                          check_crc=not args.no_crc)
     except StoreError as e:
-        return _fail(e)
-    _warn(result.corruptions, result.notes)
-    for m in result.matches:
-        if args.json:
-            print(json.dumps(m, ensure_ascii=False))
-        else:
-            print(f"{m['phyOffset']}\t{m['topic']}/{m['queueId']}@{m['queueOffset']}\t"
-                  f"{m['storeTimestamp']}\t{m['msgId']}\tuniqKey={m['uniqKey']}\t"
-                  f"keys={m['keys']}\ttags={m['tags']}")
-    print(f"{len(result.matches)} of {result.records_scanned} records match", file=sys.stderr)
-    return 0
+        raise CliError(f"find: {e}", USAGE) from None
+    scratch = None
+    if args.out is not None:
+        out = _output(args.out)
+    elif is_single_machine(args.master):
+        scratch = Path(tempfile.mkdtemp(prefix="rmqstore-find-"))
+        out = scratch / "matches"
+    else:
+        raise CliError("find on a cluster needs --out: a directory every executor sees")
+    try:
+        with _job(args, "find", {"the parent of --out": out.parent}) as spark:
+            result = find(spark, args.store, criteria, out, split_bytes=args.split_mib * MIB,
+                          check_crc=not args.no_crc)
+        _warn(result.corruptions, result.notes)
+        printed = 0
+        for m in result.read(args.limit):
+            printed += 1
+            if args.json:
+                print(json.dumps(m, ensure_ascii=False))
+            else:
+                print(f"{m['phyOffset']}\t{m['topic']}/{m['queueId']}@{m['queueOffset']}\t"
+                      f"{m['storeTimestamp']}\t{m['msgId']}\tuniqKey={m['uniqKey']}\t"
+                      f"keys={m['keys']}\ttags={m['tags']}")
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    kept = f"; all of them in {out}" if scratch is None else (
+        "; --out DIR keeps them all" if printed < result.matches else "")
+    print(f"{result.matches} of {result.records_scanned} records match, {printed} printed{kept}",
+          file=sys.stderr)
+    return 0 if result.matches else NOT_FOUND

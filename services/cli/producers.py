@@ -5,10 +5,13 @@ Every process connects first; once all have, they start together and send their 
 over their own ``PutStream`` (``put_stream.send_all``). The parent gathers what each
 acknowledged and its latencies, and times the span from the start to the last answer. A
 producer's failure comes back as its gRPC status; one that dies without a word is named.
+After a failure the others stop at their next batch, so that the messages stored in all
+can be told (``Refused.acknowledged``).
 """
 
 import argparse
 import asyncio
+import itertools
 import multiprocessing as mp
 import queue
 import time
@@ -31,21 +34,23 @@ def run_all(
     """One producer process per (first message number, count) of ``shares``, sending
     ``requests(args, first, count)`` (a module-level function: it goes to a spawned
     process). Returns the messages acknowledged, every batch's latency, and the seconds from
-    the start to the last answer; raises ``put_stream.Refused`` with a producer's status."""
+    the start to the last answer; raises ``put_stream.Refused`` with a producer's status
+    and the messages all producers had stored."""
     ctx = mp.get_context("spawn")  # gRPC does not survive a fork
-    results, go = ctx.Queue(), ctx.Event()
+    results, go, stop = ctx.Queue(), ctx.Event(), ctx.Event()
     procs = [
-        ctx.Process(target=_producer, args=(i, args, first, count, requests, results, go),
-                    daemon=True)  # fmt: skip
+        ctx.Process(
+            target=_producer, args=(i, args, first, count, requests, results, go, stop), daemon=True
+        )  # fmt: skip
         for i, (first, count) in enumerate(shares)
     ]
     for p in procs:
         p.start()
     try:
-        _gather(results, procs, "ready")
+        _gather(results, procs, "ready", stop)
         go.set()
         t0 = time.perf_counter()
-        done = _gather(results, procs, "done")
+        done = _gather(results, procs, "done", stop)
         seconds = time.perf_counter() - t0
         return sum(d[0] for d in done), [t for d in done for t in d[1]], seconds
     finally:
@@ -56,9 +61,12 @@ def run_all(
                 p.join()
 
 
-def _gather(results: Any, procs: list, stage: str) -> list[tuple]:
-    """Every producer's message of ``stage`` (in producer order); the first error raised."""
+def _gather(results: Any, procs: list, stage: str, stop: Any) -> list[tuple]:
+    """Every producer's message of ``stage`` (in producer order). On an error the others
+    are told to stop and heard to the end; then the first error is raised, with the
+    messages every producer acknowledged."""
     got: dict[int, tuple] = {}
+    error: put_stream.Refused | None = None
     while len(got) < len(procs):
         try:
             kind, i, *rest = results.get(timeout=_POLL_S)
@@ -70,29 +78,39 @@ def _gather(results: Any, procs: list, stage: str) -> list[tuple]:
                     f"(exit code {procs[silent[0]].exitcode})") from None  # fmt: skip
             continue
         if kind == "error":
-            raise put_stream.Refused(grpc.StatusCode[rest[0]], f"producer {i}: {rest[1]}")
+            error = error or put_stream.Refused(grpc.StatusCode[rest[0]],
+                                                f"producer {i}: {rest[1]}")  # fmt: skip
+            if stage == "ready":
+                raise error
+            stop.set()
+            rest = [rest[2], []]
         got[i] = tuple(rest)
+    if error is not None:
+        error.acknowledged = sum(got[i][0] for i in got)
+        raise error
     return [got[i] for i in range(len(procs))]
 
 
 def _producer(i: int, args: argparse.Namespace, first: int, count: int, requests: Requests,
-              results: Any, go: Any) -> None:  # fmt: skip
+              results: Any, go: Any, stop: Any) -> None:  # fmt: skip
+    acked = [0]
     try:
-        asyncio.run(_produce(i, args, first, count, requests, results, go))
+        asyncio.run(_produce(i, args, first, count, requests, results, go, stop, acked))
     except grpc.RpcError as e:
-        results.put(("error", i, e.code().name, e.details()))
+        results.put(("error", i, e.code().name, e.details(), acked[0]))
     except BaseException as e:  # anything else still reaches the parent
-        results.put(("error", i, "UNKNOWN", repr(e)))
+        results.put(("error", i, "UNKNOWN", repr(e), acked[0]))
 
 
 async def _produce(i: int, args: argparse.Namespace, first: int, count: int,
-                   requests: Requests, results: Any, go: Any) -> None:  # fmt: skip
+                   requests: Requests, results: Any, go: Any, stop: Any,
+                   acked: list[int]) -> None:  # fmt: skip
     async with tls.aio_client_channel(args.commitlog, args) as ch:
         stub = commitlog_pb2_grpc.CommitLogStub(ch)
         await stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connected before the start
         results.put(("ready", i))
         await asyncio.get_running_loop().run_in_executor(None, go.wait)
         latencies: list[float] = []
-        sent = await put_stream.send_all(stub, requests(args, first, count), args.inflight,
-                                         latencies)  # fmt: skip
+        batches = itertools.takewhile(lambda _: not stop.is_set(), requests(args, first, count))
+        sent = await put_stream.send_all(stub, batches, args.inflight, latencies, acked)
         results.put(("done", i, sent, latencies))

@@ -16,11 +16,13 @@ from rmqstore.v1 import commitlog_pb2
 
 
 class Refused(grpc.RpcError):
-    """A batch the writer answered with an error status, or a stream it ended early."""
+    """A batch the writer answered with an error status, or a stream it ended early;
+    ``acknowledged``: the messages stored before it, when the raiser knows them."""
 
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+    def __init__(self, code: grpc.StatusCode, details: str, acknowledged: int = 0) -> None:
         super().__init__(details)
         self._code, self._details = code, details
+        self.acknowledged = acknowledged
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -39,12 +41,15 @@ def request(batch: list | commitlog_pb2.MessageColumns) -> commitlog_pb2.PutBatc
 
 async def send_all(
     stub, requests: Iterable[commitlog_pb2.PutBatchRequest], inflight: int,
-    latencies: list[float],
+    latencies: list[float], progress: list[int] | None = None,
 ) -> int:  # fmt: skip
     """Send every request over one ``PutStream`` of ``stub`` (a ``grpc.aio`` stub), waiting
     for the oldest answer whenever ``inflight`` are unanswered; append each batch's time from
-    sending to its answer to ``latencies``. Returns the messages acknowledged; raises
-    ``Refused`` for a batch the writer refused, ``grpc.aio.AioRpcError`` if the call fails."""
+    sending to its answer to ``latencies``. Returns the messages acknowledged (also kept in
+    ``progress[0]`` as they come, for a caller that must report them after a failure);
+    raises ``Refused`` for a batch the writer refused, ``grpc.aio.AioRpcError`` if the call
+    fails."""
+    progress = [0] if progress is None else progress
     call = stub.PutStream()
     sent: collections.deque[float] = collections.deque()
     acknowledged = 0
@@ -52,12 +57,15 @@ async def send_all(
     async def answer() -> int:
         reply = await call.read()
         if reply is grpc.aio.EOF:  # ended without an error status, yet owing answers
-            raise Refused(grpc.StatusCode.UNKNOWN,
-                          f"the writer ended the stream with {len(sent)} batches unanswered")
+            raise Refused(
+                grpc.StatusCode.UNKNOWN,
+                f"the writer ended the stream with {len(sent)} batches unanswered",
+            )
         latencies.append(time.perf_counter() - sent.popleft())
         if reply.status_code:
             code = next(c for c in grpc.StatusCode if c.value[0] == reply.status_code)
             raise Refused(code, reply.error)
+        progress[0] += len(reply.response.columns.phy_offset)
         return len(reply.response.columns.phy_offset)
 
     try:

@@ -1,143 +1,301 @@
-"""``rmqstore serve``: run every service of one store node locally, as separate processes.
+"""``rmqstore serve``: run every service of one store node locally, as supervised processes.
 
-Ports: writer N, query N+1, consume-queue builder N+2, index builder N+3 (``--port-base N``),
-their metrics on N+10..N+13. Ctrl-C or SIGTERM stops them all (builders first, writer last).
+Ports come from ``SERVICES``: writer N (``--port-base N``), query N+1, consume-queue builder
+N+2, index builder N+3, proxy N+4, console (HTTP, loopback only) N+5; metrics N + 10 + slot.
+
+``serve`` is a supervisor: when a service fails to start or dies, it says which and why in
+one line, stops the others (services first, the writer last) and exits ``UNAVAILABLE`` (3).
+Its services die with it, even under ``kill -9`` of serve: each runs through
+``rmqstore.launch``, which asks the kernel for SIGTERM when its parent dies. Ctrl-C or SIGTERM
+stops them all and exits 0.
 """
 
 import argparse
 import importlib.util
+import ipaddress
+import os
 import signal
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 
+from rmqstore import tls
+from rmqstore.startup import PARENT_PID_ENV
+from services.cli.errors import UNAVAILABLE, USAGE, CliError
 from services.commitlog.config import WriterConfig, add_background_flags, background_args
+from services.proxy import config as proxy_config
 
-SERVICES = (  # name, module, extra args, port slot
-    ("commitlog", "services.commitlog", (), 0),
-    ("consume-queue", "services.indexer", ("consume-queue",), 2),
-    ("index", "services.indexer", ("index",), 3),
-    ("query", "services.query", (), 1),
-)
+START_TIMEOUT_S = 600.0  # a large store's recovery may take minutes
+STOP_TIMEOUT_S = 30.0
+METRICS_OFFSET = 10
+
+Flags = Callable[[argparse.Namespace, dict[str, int]], list[str]]
+
+
+def _given(args: argparse.Namespace, *names: str) -> list[str]:
+    """``--flag value`` for each option the user gave (None: let the service decide)."""
+    out: list[str] = []
+    for name in names:
+        value = getattr(args, name.replace("-", "_"))
+        if value is not None:
+            out += [f"--{name}", str(value)]
+    return out
+
+
+def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    return [
+        "--flush", args.flush, "--max-message-size", str(args.max_message_size),
+        "--queues-per-topic", str(args.queues_per_topic),
+        "--dispatch-linger-ms", str(args.dispatch_linger_ms),
+        *_given(args, "commitlog-segment-size"), *background_args(args),
+    ]
+
+
+def _writer_address(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    return ["--commitlog", f"{args.host}:{ports['commitlog']}"]
+
+
+def _cq_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    return [*_writer_address(args, ports), *_given(args, "cq-entries-per-file")]
+
+
+def _index_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    return [*_writer_address(args, ports), *_given(args, "index-slots", "index-entries")]
+
+
+def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    return [*_writer_address(args, ports), *proxy_config.forward(args)]
+
+
+def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    return ["--query", f"{args.host}:{ports['query']}", *_writer_address(args, ports),
+            *_given(args, "index-entries")]
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _console_skip(args: argparse.Namespace) -> str:
+    if _loopback(args.host):
+        return ""
+    return ("without authentication it serves loopback only (run python -m services.console "
+            "with --auth basic or proxy-header)")
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service ``serve`` runs: ``python -m <module> <extra>`` on port N + ``slot``."""
+
+    name: str
+    module: str
+    slot: int
+    port_flag: str  # serve's flag to override its port
+    extra: tuple[str, ...] = ()
+    flags: Flags = field(default=lambda _args, _ports: [])
+    read_only: bool = True  # runs when the store is served --read-only
+    takes_read_only: bool = True  # and is then given --read-only itself
+    metrics: bool = True  # takes --metrics-port (N + 10 + slot)
+    scheme: str = "grpc"  # how serve prints its address
+    skip: Callable[[argparse.Namespace], str] = field(default=lambda _args: "")  # why not
+
+
+# In start order; stopped in reverse. A service whose module is not in this build is skipped,
+# so a service can be added here before it exists (proxy).
+SERVICES: list[ServiceSpec] = [
+    ServiceSpec("commitlog", "services.commitlog", 0, "commitlog-port", flags=_writer_flags),
+    ServiceSpec("consume-queue", "services.indexer", 2, "cq-port", ("consume-queue",),
+                _cq_flags, read_only=False),
+    ServiceSpec("index", "services.indexer", 3, "index-port", ("index",), _index_flags,
+                read_only=False),
+    ServiceSpec("query", "services.query", 1, "query-port", flags=_index_flags),
+    ServiceSpec("proxy", "services.proxy", 4, "proxy-port", flags=_proxy_flags,
+                read_only=False),
+    ServiceSpec("console", "services.console", 5, "console-port", flags=_console_flags,
+                takes_read_only=False, metrics=False, scheme="http", skip=_console_skip),
+]
 
 
 def _exists(module: str) -> bool:
-    return importlib.util.find_spec(f"{module}.__main__") is not None
+    try:
+        return importlib.util.find_spec(f"{module}.__main__") is not None
+    except ModuleNotFoundError:
+        return False
 
 
-def _command(name: str, module: str, extra: tuple, args: argparse.Namespace, ports: dict) -> list:
-    host = args.host
-    cmd = [
-        sys.executable,
-        "-m",
-        module,
-        *extra,
-        "--store",
-        args.store,
-        "--listen",
-        f"{host}:{ports[name]}",
-    ]
-    if args.metrics:
-        cmd += ["--metrics-port", str(ports[name] + 10)]
-    writer = f"{host}:{ports['commitlog']}"
-    if name == "commitlog":
-        cmd += [
-            "--commitlog-segment-size",
-            str(args.commitlog_segment_size),
-            "--flush",
-            args.flush,
-            "--max-message-size",
-            str(args.max_message_size),
-            "--queues-per-topic",
-            str(args.queues_per_topic),
-            "--dispatch-linger-ms",
-            str(args.dispatch_linger_ms),
-            *background_args(args),
-        ]
-    elif name == "consume-queue":
-        cmd += ["--commitlog", writer, "--cq-entries-per-file", str(args.cq_entries_per_file)]
-    else:
-        cmd += [
-            "--commitlog",
-            writer,
-            "--index-slots",
-            str(args.index_slots),
-            "--index-entries",
-            str(args.index_entries),
-        ]
-    return cmd
+def _command(spec: ServiceSpec, args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    cmd = [sys.executable, "-m", spec.module, *spec.extra, "--store", args.store,
+           "--listen", f"{args.host}:{ports[spec.name]}"]
+    if args.metrics and spec.metrics:
+        cmd += ["--metrics-port", str(ports[spec.name] + METRICS_OFFSET)]
+        if args.metrics_host:
+            cmd += ["--metrics-host", args.metrics_host]
+    if args.read_only and spec.takes_read_only:
+        cmd.append("--read-only")
+    return cmd + spec.flags(args, ports)
+
+
+class Child:
+    """A running service: its stdout is watched for the listening line; its stderr (its log)
+    is passed through as it comes, except its own ``error:`` line, which ``serve`` quotes in
+    its one line when the service fails."""
+
+    def __init__(self, spec: ServiceSpec, cmd: list[str]) -> None:
+        self.spec = spec
+        env = {**os.environ, PARENT_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
+        assert cmd[1:2] == ["-m"], cmd  # python -m MODULE …, run through the launcher
+        self.proc = subprocess.Popen([cmd[0], "-m", "rmqstore.launch", *cmd[2:]],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env)
+        self.address = ""
+        self.announced = threading.Event()
+        self.errors: list[str] = []
+        threading.Thread(target=self._stdout, daemon=True).start()
+        self._err = threading.Thread(target=self._stderr, daemon=True)
+        self._err.start()
+
+    def _stdout(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if not self.address and " listening on " in line:
+                self.address = line.rsplit(" listening on ", 1)[1].strip()
+                self.announced.set()
+        self.announced.set()  # EOF: it exited
+
+    def _stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            if line.startswith("error: "):
+                self.errors.append(line[len("error: "):].strip())
+            else:
+                sys.stderr.write(line)
+                sys.stderr.flush()
+
+    def failure(self) -> str:
+        """Why it did not start: its own ``error:`` line, else how it ended."""
+        self._err.join(5)
+        prefix = f"{self.spec.name}: "
+        if self.errors:
+            reason = self.errors[-1]
+            return reason[len(prefix):] if reason.startswith(prefix) else reason
+        code = self.proc.poll()
+        how = "is still running" if code is None else _exit_text(code)
+        return f"{how} without serving (its log is above)"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+            while self.proc.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait(10)
+
+
+def _exit_text(code: int) -> str:
+    if code < 0:
+        try:
+            return f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"was killed by signal {-code}"
+    return f"exited with code {code}"
+
+
+def _ports(args: argparse.Namespace) -> dict[str, int]:
+    ports = {}
+    for spec in SERVICES:
+        port = getattr(args, spec.port_flag.replace("-", "_")) or args.port_base + spec.slot
+        if not 0 < port < 65536 or (args.metrics and port + METRICS_OFFSET > 65535):
+            raise CliError(f"--{spec.port_flag} / --port-base: port {port} is outside 1..65535"
+                           + (" (with its metrics port)" if args.metrics else ""), USAGE)
+        ports[spec.name] = port
+    return ports
+
+
+def _check_tls() -> None:
+    """The services take TLS from RMQSTORE_TLS_*: refuse a setting that cannot work before
+    starting any (see ``tls.check_internal``)."""
+    ns = argparse.Namespace(**{k: os.environ.get(v, "") for k, v in tls.ENV.items()})
+    try:
+        tls.server_credentials(ns)
+        tls.check_internal(ns)
+    except ValueError as e:
+        raise CliError(f"TLS (from the environment): {e}", USAGE) from None
 
 
 def run(args: argparse.Namespace) -> int:
-    base = args.port_base
-    ports = {
-        "commitlog": args.commitlog_port or base,
-        "query": args.query_port or base + 1,
-        "consume-queue": args.cq_port or base + 2,
-        "index": args.index_port or base + 3,
-    }
-    procs: list[tuple[str, subprocess.Popen]] = []
+    ports = _ports(args)
+    _check_tls()
     stopping = threading.Event()
-
-    def stop_all(*_a: object) -> None:
-        stopping.set()
-
-    signal.signal(signal.SIGTERM, stop_all)
-    signal.signal(signal.SIGINT, stop_all)
-    for name, module, extra, _slot in SERVICES:
-        if not _exists(module):
-            print(f"{name:14s} not available in this build", flush=True)
-            continue
-        cmd = _command(name, module, extra, args, ports)
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=None, text=True)
-        assert proc.stdout is not None
-        line = proc.stdout.readline()  # the listening line, or EOF if it failed
-        if " listening on " not in line:
-            print(f"{name} failed to start", file=sys.stderr)
-            procs.append((name, proc))
-            stop_all()
-            break
-        print(
-            f"{name:14s} grpc {line.rsplit(' listening on ', 1)[1].strip()}"
-            + (f"  metrics http://{args.host}:{ports[name] + 10}/metrics" if args.metrics else ""),
-            flush=True,
-        )
-        threading.Thread(target=lambda s=proc.stdout: [None for _ in s], daemon=True).start()
-        procs.append((name, proc))
-    if not stopping.is_set():
-        print("serving; Ctrl-C to stop", flush=True)
-    code = 0
-    while not stopping.is_set():
-        for name, proc in procs:
-            if proc.poll() is not None:
-                print(f"{name} exited with code {proc.returncode}; stopping", file=sys.stderr)
-                code = 1
-                stopping.set()
-        stopping.wait(0.5)
-    for _name, proc in reversed(procs):  # builders and query first, the writer last
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            deadline = time.monotonic() + 30
-            while proc.poll() is None and time.monotonic() < deadline:
-                time.sleep(0.05)
-            if proc.poll() is None:
-                proc.kill()
+    signal.signal(signal.SIGTERM, lambda *_a: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_a: stopping.set())
+    children: list[Child] = []
+    failure = ""
+    try:
+        for spec in SERVICES:
+            if (args.read_only and not spec.read_only) or not _exists(spec.module):
+                continue
+            if why := spec.skip(args):
+                print(f"{spec.name:14s} not started: {why}", flush=True)
+                continue
+            child = Child(spec, _command(spec, args, ports))
+            children.append(child)
+            deadline = time.monotonic() + START_TIMEOUT_S
+            while not child.announced.wait(0.1) and not stopping.is_set():
+                if time.monotonic() > deadline:
+                    break
+            if stopping.is_set():
+                break
+            if not child.address:
+                failure = f"{spec.name} failed to start: {child.failure()}"
+                break
+            metrics = (f"  metrics http://{args.metrics_host or args.host}:"
+                       f"{ports[spec.name] + METRICS_OFFSET}/metrics"
+                       if args.metrics and spec.metrics else "")
+            where = (f"http://{child.address}/" if spec.scheme == "http"
+                     else f"grpc {child.address}")
+            print(f"{spec.name:14s} {where}{metrics}", flush=True)
+        if not failure and not stopping.is_set():
+            print("serving" + (" read-only" if args.read_only else "") + "; Ctrl-C to stop",
+                  flush=True)
+        while not failure and not stopping.wait(0.2):
+            for child in children:
+                code = child.proc.poll()
+                if code is not None:
+                    said = f": {child.errors[-1]}" if child.errors else ""
+                    failure = f"{child.spec.name} {_exit_text(code)}{said}; stopping the others"
+                    break
+    finally:
+        for child in reversed(children):  # services first, the writer last
+            child.stop()
+    if failure:
+        raise CliError(failure, UNAVAILABLE)
     print("stopped", flush=True)
-    return code
+    return 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("serve", help="run every service locally on one store")
     p.add_argument("--store", default="./data/store")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     p.add_argument("--port-base", type=int, default=8100)
-    p.add_argument("--commitlog-port", type=int, default=0)
-    p.add_argument("--query-port", type=int, default=0)
-    p.add_argument("--cq-port", type=int, default=0)
-    p.add_argument("--index-port", type=int, default=0)
+    for spec in SERVICES:
+        p.add_argument(f"--{spec.port_flag}", type=int, default=0,
+                       help=f"{spec.name} port (default: base + {spec.slot})")
     p.add_argument("--no-metrics", dest="metrics", action="store_false")
-    p.add_argument("--commitlog-segment-size", type=int, default=WriterConfig.segment_size)
+    p.add_argument("--metrics-host", default="", help="where metrics listen (default: --host)")
+    p.add_argument("--read-only", action="store_true",
+                   help="serve queries from the store without writing a byte into it (no "
+                        "builders, no puts)")
+    p.add_argument("--commitlog-segment-size", type=int, default=None,
+                   help="default: read from the store's segments, else 1 GiB")
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--max-message-size", type=int, default=WriterConfig.max_message_size)
     p.add_argument("--queues-per-topic", type=int, default=WriterConfig.queues_per_topic)
@@ -149,7 +307,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default: %(default)s)",
     )
     add_background_flags(p)
-    p.add_argument("--index-slots", type=int, default=5_000_000)
-    p.add_argument("--index-entries", type=int, default=20_000_000)
-    p.add_argument("--cq-entries-per-file", type=int, default=300_000)
+    p.add_argument("--index-slots", type=int, default=None,
+                   help="default: read from the store's index files, else 5,000,000")
+    p.add_argument("--index-entries", type=int, default=None,
+                   help="default: read from the store's index files, else 20,000,000")
+    p.add_argument("--cq-entries-per-file", type=int, default=None,
+                   help="default: read from the store's consume queues, else 300,000")
+    proxy_config.add_flags(p.add_argument_group("proxy (RocketMQ 5 protocol)"))
     p.set_defaults(run=run)

@@ -5,14 +5,19 @@ import logging
 import sys
 from pathlib import Path
 
-from rmqstore import delay, metrics, tls
-from rmqstore.errors import StoreError
+from rmqstore import delay, metrics, store_shape, tls
+from rmqstore.errors import StoreError, StoreLockedError
+from rmqstore.layout import StoreLayout
+from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
-from rmqstore.v1 import commitlog_pb2
+from rmqstore.startup import StartupError, run_main
+from rmqstore.v1 import commitlog_pb2, topics_pb2
+from services.commitlog import topics
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig, add_background_flags
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
 from services.commitlog.observe import WriterObserver
+from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.retention import Retention
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 
@@ -20,7 +25,13 @@ log = logging.getLogger("rmqstore.commitlog")
 
 
 def add_store_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--commitlog-segment-size", type=int, default=DEFAULT_SEGMENT_SIZE)
+    p.add_argument("--commitlog-segment-size", type=int, default=None,
+                   help="default: the size of the store's segment files, else "
+                        f"{DEFAULT_SEGMENT_SIZE} (a value that disagrees with the files is "
+                        "refused)")
+    p.add_argument("--read-only", action="store_true",
+                   help="serve reads from an existing store without writing a byte into it "
+                        "(no lock, abort, checkpoint or rmqstore/ made; puts refused)")
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--flush-interval-ms", type=int, default=500)
     p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
@@ -44,9 +55,11 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
+    layout = StoreLayout.of(args.store)
     return WriterConfig(
         store=Path(args.store),
-        segment_size=args.commitlog_segment_size,
+        segment_size=store_shape.segment_size(layout, args.commitlog_segment_size,
+                                              DEFAULT_SEGMENT_SIZE),
         flush=args.flush,
         flush_interval_ms=args.flush_interval_ms,
         max_message_size=args.max_message_size,
@@ -69,56 +82,83 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--store", required=True)
     p.add_argument("--listen", default="127.0.0.1:8100")
     p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--log-level", default="INFO")
     add_store_flags(p)
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
     configure_logging(args.log_level)
+    return run_main("commitlog", lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    credentials, m_host = preflight(args, calls_writer=False)
     try:
-        credentials = tls.server_credentials(args)
+        topic_store = topics.TopicStore(Path(args.store), args.queues_per_topic, args.read_only)
         config = config_from(args)
         delay.use_levels(config.delay_levels)  # before any message is built or dispatched
-        engine = CommitLogEngine(config)
+        engine: CommitLogEngine | ReadOnlyStore = (
+            ReadOnlyStore(config) if args.read_only else CommitLogEngine(config))
+    except StoreLockedError as e:
+        raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
-        log.error("cannot open the store: %s", e)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+        raise StartupError(f"cannot open the store {args.store}: {e}") from None
+    # delayed delivery appends and retention deletes: only a writable store has them
+    delivery: DeliveryService | None = None
+    retention: Retention | None = None
     try:
-        delivery = DeliveryService(engine) if config.delivery else None
-    except StoreError as e:
+        if isinstance(engine, CommitLogEngine):
+            try:
+                delivery = DeliveryService(engine) if config.delivery else None
+            except StoreError as e:
+                raise StartupError(f"cannot start delayed delivery: {e}") from None
+            retention = Retention(engine)
+        registry = metrics.new_registry("commitlog")
+        observer = WriterObserver(engine, registry, delivery, retention)
+        metrics_server = metrics.start_metrics_server(
+            args.metrics_port, registry, m_host)
+        # calls run on one event loop; each builder's dispatch stream waits for records in a
+        # worker thread (64 subscribers at most, see the engine), nothing else does
+        service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
+    except BaseException:
+        _stop_background(delivery, retention)
         engine.close()
-        log.error("cannot start delayed delivery: %s", e)
-        print(f"error: {e}", file=sys.stderr)
-        return 2
-    retention = Retention(engine)
-    registry = metrics.new_registry("commitlog")
-    observer = WriterObserver(engine, registry, delivery, retention)
-    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
-    # calls run on one event loop; each builder's dispatch stream waits for records in a
-    # worker thread (64 subscribers at most, see the engine), nothing else does
-    service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)
+        raise
     service.add(
         add_to_server,
         CommitLogServicer(engine, observer, service.run_blocking, delivery, retention),
         commitlog_pb2.DESCRIPTOR,
         "CommitLog",
     )
+    service.add(
+        topics.add_to_server,
+        topics.TopicsServicer(topic_store, service.run_blocking),
+        topics_pb2.DESCRIPTOR,
+        "Topics",
+    )
 
     if delivery is not None:
         delivery.start()
-    retention.start()
+    if retention is not None:
+        retention.start()
 
     def stop() -> None:
         service.stop()
-        if delivery is not None:
-            delivery.close()
-        retention.close()
+        _stop_background(delivery, retention)  # before the engine they append to closes
         engine.close()
         if metrics_server is not None:
             metrics_server.stop()
 
     service.serve("commitlog", stop)
     return 0
+
+
+def _stop_background(delivery: DeliveryService | None, retention: Retention | None) -> None:
+    """Stop delayed delivery (it persists its offsets), then retention."""
+    if delivery is not None:
+        delivery.close()
+    if retention is not None:
+        retention.close()
 
 
 if __name__ == "__main__":

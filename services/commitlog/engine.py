@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from functools import partial
 from itertools import count
 
+from rmqstore import identity, quarantine
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
     InvalidArgumentError,
@@ -23,7 +24,7 @@ from rmqstore.errors import (
     StoreError,
     UnavailableError,
 )
-from rmqstore.formats import checkpoint, commitlog
+from rmqstore.formats import checkpoint
 from rmqstore.formats.commitlog_batch import PlainRun
 from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
@@ -33,6 +34,7 @@ from services.commitlog.dispatch_files import RecentBatches, decode_dispatch
 from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
 from services.commitlog.messages import MessageBuilder
+from services.commitlog.record_reads import read_records, record_at
 from services.commitlog.recovery import Recovered, recover, save_snapshot
 from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
@@ -63,6 +65,8 @@ def _now_ms() -> int:
 
 
 class CommitLogEngine:
+    read_only = False  # see ``ReadOnlyStore`` for a store served read-only
+
     def __init__(self, config: WriterConfig) -> None:
         self.config = config
         self.layout = StoreLayout.of(config.store)
@@ -77,12 +81,14 @@ class CommitLogEngine:
     # -- start-up ------------------------------------------------------------------------
     def _open(self) -> None:
         cfg = self.config
+        self.store_id = identity.create_or_read(self.layout)
         self.last_exit_clean = not self.layout.abort.exists()
         self.segments = SegmentQueue(
             self.layout.commitlog_dir, cfg.segment_size, cfg.warmup, cfg.preallocate
         )
         t0 = time.perf_counter()
-        self.recovered: Recovered = recover(self.segments, self._snapshot_path)
+        self.recovered: Recovered = recover(self.segments, self._snapshot_path,
+                                            keep=self._keep_cut)
         self.recovery_seconds = time.perf_counter() - t0
         r = self.recovered
         log.info(
@@ -131,6 +137,9 @@ class CommitLogEngine:
             self.epochs.begin(r.end)
         self.layout.abort.write_bytes(b"")
         self.flusher.start(r.end)
+
+    def _keep_cut(self, offset: int, data: memoryview, segment: str, reason: str) -> None:
+        quarantine.keep(self.layout, offset, data, segment, reason)
 
     @property
     def _snapshot_path(self):
@@ -330,48 +339,12 @@ class CommitLogEngine:
     # -- reading -------------------------------------------------------------------------
     def _record_at(self, offset: int) -> tuple[Segment, int, int]:
         """(segment, position, size) of the record starting at ``offset``, checked."""
-        if offset < self.min_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is below the store's minimum offset {self.min_offset}"
-            )
-        if offset >= self.max_offset:
-            raise OffsetOutOfRangeError(
-                f"offset {offset} is outside the commitlog [{self.min_offset}, {self.max_offset})"
-            )
-        seg = self.segments.find(offset)
-        pos = offset - seg.start
-        size, magic = commitlog.peek(seg.map, pos)
-        if magic == commitlog.BLANK_MAGIC:
-            return seg, pos, 0
-        phy = int.from_bytes(
-            seg.map[pos + commitlog.PHYSICAL_OFFSET_AT : pos + commitlog.PHYSICAL_OFFSET_AT + 8],
-            "big",
-            signed=True,
-        )
-        if magic not in (commitlog.MAGIC_V1, commitlog.MAGIC_V2) or phy != offset or size <= 0:
-            raise InvalidArgumentError(f"offset {offset} does not start a record")
-        return seg, pos, size
+        return record_at(self.segments.find, self.min_offset, self.max_offset, offset)
 
     def read(self, offsets: Sequence[int], max_bytes: int = 1 << 62) -> list[bytes]:
         """Records starting at ``offsets``; RESOURCE_EXHAUSTED past ``max_bytes`` in all."""
-        out = []
-        total = 0
-        for off in offsets:
-            try:
-                seg, pos, size = self._record_at(off)
-                if size == 0:
-                    raise InvalidArgumentError(f"offset {off} is an end-of-segment marker")
-                total += size
-                if total > max_bytes:
-                    raise ResourceExhaustedError(
-                        f"{len(offsets)} records are more than {max_bytes} bytes: ask for fewer"
-                    )
-                out.append(bytes(seg.map[pos : pos + size]))
-            except ValueError:  # its segment was deleted (and unmapped) meanwhile
-                raise OffsetOutOfRangeError(
-                    f"offset {off} is below the store's minimum offset {self.min_offset}"
-                ) from None
-        return out
+        return read_records(self.segments.find, self.min_offset, self.max_offset, offsets,
+                            max_bytes)
 
     def read_sized(self, offset: int, size: int) -> bytes:
         """The ``size`` bytes at ``offset`` (a record whose size a consume-queue unit gives;

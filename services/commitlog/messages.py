@@ -19,12 +19,14 @@ from rmqstore.formats import properties as P
 from rmqstore.formats.hosts import Host, parse_host
 from rmqstore.formats.javahash import tags_code, utf16_len
 from rmqstore.formats.msgid import UniqKeyGenerator
-from rmqstore.layout import SCHEDULE_TOPIC, validate_topic
+from rmqstore.layout import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, validate_topic
 from services.commitlog.config import WriterConfig
 
 RESERVED = frozenset(
     (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
 )
+# a transaction's half message names its real destination (as RocketMQ 4.9 stores it)
+HALF_MESSAGE_PROPERTIES = frozenset((P.REAL_TOPIC, P.REAL_QID))
 # TIMER_DELIVER_MS may come as a property (a RocketMQ 5 client's delivery time, with the
 # delay level it was parked on); ``deliver_at_ms`` sets it instead and picks the level
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
@@ -433,7 +435,9 @@ class MessageBuilder:
         for prop in m.properties:
             if not prop.name or not prop.value:
                 raise MessageIllegalError(f"property {prop.name!r} has an empty name or value")
-            if prop.name in RESERVED:
+            if prop.name in RESERVED and not (
+                m.topic == TRANS_HALF_TOPIC and prop.name in HALF_MESSAGE_PROPERTIES
+            ):
                 raise MessageIllegalError(f"property {prop.name} is set by its own field")
             _check_text(f"property {prop.name!r}", prop.name + prop.value)
             props[prop.name] = prop.value

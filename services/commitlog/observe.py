@@ -5,16 +5,17 @@ from collections import Counter as Tally
 
 from prometheus_client import CollectorRegistry
 
+from rmqstore import quarantine
 from rmqstore.metrics import BackgroundMetrics, WriterMetrics, on_scrape
 from services.commitlog.delivery import DeliveryService
-from services.commitlog.engine import CommitLogEngine
+from services.commitlog.read_only import Store
 from services.commitlog.retention import Retention
 from services.commitlog.stored import Stored
 
 
 class WriterObserver:
     def __init__(
-        self, engine: CommitLogEngine, registry: CollectorRegistry | None,
+        self, engine: Store, registry: CollectorRegistry | None,
         delivery: DeliveryService | None = None, retention: Retention | None = None,
     ) -> None:  # fmt: skip
         self.engine = engine
@@ -35,6 +36,7 @@ class WriterObserver:
         metrics.recovery_scanned_bytes.set(engine.recovered.scanned_bytes)
         metrics.recovery_progress.set(1.0)
         metrics.recovering.set(0)
+        metrics.recovery_truncated_bytes.inc(engine.recovered.quarantined_bytes)
         if not engine.last_exit_clean:
             metrics.abnormal_recoveries.inc()
         metrics.watch_store(engine.layout.root)
@@ -78,6 +80,7 @@ class WriterObserver:
         e, m = self.engine, self.m
         if m is None:
             return
+        m.quarantined_bytes.set(quarantine.total_bytes(e.layout))
         m.min_offset.set(e.min_offset)
         m.max_offset.set(e.max_offset)
         m.flushed_offset.set(e.flushed_offset)

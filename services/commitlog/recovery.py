@@ -3,7 +3,9 @@
 * Every segment must have the configured size and follow the previous one.
 * The last three segments are decoded fully with CRC checks; earlier ones are trusted.
 * The first bad record (torn write, bit flip, zeros) ends the data: the rest of its segment
-  is zeroed and every later segment file (e.g. one pre-created) is deleted.
+  is zeroed and every later segment file (e.g. one pre-created) is deleted. Whatever of that
+  is not zero is first copied into the quarantine (``rmqstore.quarantine``, through the
+  ``keep`` callback) and logged at ERROR: recovery never deletes written bytes silently.
 * The per-queue next offsets come from the writer's snapshot when it is still valid, and from
   the records after it (or after the start) otherwise: the checked segments count them while
   they are checked, earlier segments by reading their records without CRCs.
@@ -14,6 +16,7 @@ import json
 import logging
 import mmap
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,6 +30,9 @@ CRC_CHECKED_SEGMENTS = 3
 _ZERO = bytes(1 << 20)
 
 
+Keep = Callable[[int, memoryview, str, str], None]  # offset, bytes, segment name, reason
+
+
 @dataclass
 class Recovered:
     end: int = 0
@@ -35,6 +41,7 @@ class Recovered:
     removed_files: list[str] = field(default_factory=list)
     corruption: str = ""
     scanned_bytes: int = 0
+    quarantined_bytes: int = 0  # cut bytes (not zero) kept aside
 
 
 def load_snapshot(path: Path) -> tuple[int, dict[tuple[str, int], int]] | None:
@@ -80,11 +87,62 @@ def _zero_range(mm: mmap.mmap, pos: int, end: int) -> None:
         pos += step
 
 
+def _last_nonzero(mm: mmap.mmap, pos: int, end: int) -> int | None:
+    """The end of the last byte in [pos, end) that is not zero, or None."""
+    b = end
+    while b > pos:
+        a = max(pos, b - len(_ZERO))
+        kept = mm[a:b].rstrip(b"\0")
+        if kept:
+            return a + len(kept)
+        b = a
+    return None
+
+
+def _data_end(seg: Segment, begin: int) -> int:
+    """The end of the last byte of ``seg`` at or after ``begin`` that is not zero (``begin``
+    when none is); holes the file system reports are skipped unread, as in ``_zero_tail``."""
+    last, pos = begin, begin
+    while pos < seg.size:
+        try:
+            pos = os.lseek(seg.fd, pos, os.SEEK_DATA)
+            data_end = min(os.lseek(seg.fd, pos, os.SEEK_HOLE), seg.size)
+        except OSError as e:
+            if e.errno == errno.ENXIO:
+                break
+            data_end = seg.size
+        found = _last_nonzero(seg.map, pos, data_end)
+        if found is not None:
+            last = found
+        pos = data_end
+    return last
+
+
+def _quarantine(segs: list[Segment], end: int, reason: str, keep: Keep | None,
+                out: Recovered) -> None:
+    """Copy every byte recovery is about to cut (past ``end``) that is not zero aside."""
+    for seg in segs:
+        if seg.end <= end:
+            continue
+        begin = max(end - seg.start, 0)
+        stop = _data_end(seg, begin)
+        if stop <= begin:
+            continue
+        if keep is None:
+            raise RuntimeError("recovery would cut written bytes and has nowhere to keep them")
+        with memoryview(seg.map) as view:
+            keep(seg.start + begin, view[begin:stop], seg.path.name, reason)
+        out.quarantined_bytes += stop - begin
+        log.error("commitlog recovery: cut [%d, %d) (%d bytes, segment %s, file offsets "
+                  "%d..%d) and kept them in the quarantine: %s", seg.start + begin,
+                  seg.start + stop, stop - begin, seg.path.name, begin, stop, reason)
+
+
 def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None = None,
-            ) -> Recovered:
-    """Find the end of valid data, cut the rest, rebuild the queue table. Segments are read
-    on every core once there are ``parallel_bytes`` to read (default
-    ``segment_scan.PARALLEL_BYTES``)."""
+            keep: Keep | None = None) -> Recovered:
+    """Find the end of valid data, keep aside (``keep``) and cut the rest, rebuild the queue
+    table. Segments are read on every core once there are ``parallel_bytes`` to read
+    (default ``segment_scan.PARALLEL_BYTES``)."""
     if parallel_bytes is None:
         parallel_bytes = segment_scan.PARALLEL_BYTES
     out = Recovered()
@@ -117,6 +175,8 @@ def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None =
             break
         end = seg.end  # a blank record fills the segment: data goes on in the next one
     out.end = end
+    _quarantine(segs, end, out.corruption or f"bytes past the end of valid data at {end}",
+                keep, out)
     head = None
     for seg in segs:
         if seg.start <= end < seg.end:

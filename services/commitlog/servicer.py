@@ -14,13 +14,19 @@ from typing import Any
 
 import grpc
 
-from rmqstore.errors import MessageIllegalError, ResourceExhaustedError, StoreError
+from rmqstore.errors import (
+    MessageIllegalError,
+    ResourceExhaustedError,
+    StoreError,
+    WrongStoreError,
+)
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
 from services.commitlog.delivery import DeliveryService
-from services.commitlog.engine import DURABLE_TIMEOUT_S, CommitLogEngine, flush_timeout
+from services.commitlog.engine import DURABLE_TIMEOUT_S, flush_timeout
 from services.commitlog.observe import WriterObserver
+from services.commitlog.read_only import Store
 from services.commitlog.retention import Retention
 from services.commitlog.stored import PutResult, Stored
 
@@ -82,7 +88,7 @@ def _batch(request: commitlog_pb2.PutBatchRequest):
 
 class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(
-        self, engine: CommitLogEngine, observer: WriterObserver | None,
+        self, engine: Store, observer: WriterObserver | None,
         run_blocking: RunBlocking, delivery: DeliveryService | None = None,
         retention: Retention | None = None,
     ) -> None:  # fmt: skip
@@ -217,11 +223,20 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         _add_results(reply.response, s)
         return reply
 
+    def _check_store(self, store_id: str) -> None:
+        """Refuse a reader or builder of another store (an empty id is not checked)."""
+        if store_id and store_id != self.engine.store_id:
+            raise WrongStoreError(
+                f"this writer serves store {self.engine.store_id}, not {store_id}: check the "
+                "--commitlog address and the --store of the caller")
+
     @grpc_errors
     async def ReadRecords(self, request, context):
+        self._check_store(request.store_id)
         return commitlog_pb2.ReadRecordsResponse(records=self._read(request.offsets))
 
-    def _read(self, offsets) -> list[bytes]:
+    def _read(self, offsets, store_id: str = "") -> list[bytes]:
+        self._check_store(store_id)
         try:
             records = self.engine.read(offsets, READ_MAX_BYTES)
         except StoreError as e:
@@ -233,7 +248,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     @grpc_errors
     async def ReadRecordsStream(self, request_iterator, context):
         async def answer(request) -> commitlog_pb2.ReadRecordsReply:
-            return commitlog_pb2.ReadRecordsReply(records=self._read(request.offsets))
+            return commitlog_pb2.ReadRecordsReply(
+                records=self._read(request.offsets, request.store_id))
 
         async for reply in self._stream(
             "read", self._read_streams, request_iterator, answer, commitlog_pb2.ReadRecordsReply
@@ -251,12 +267,15 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             epoch=e.epochs.current,
             cut_offset=e.epochs.cut_offset_since(request.since_epoch),
             store_host=e.config.store_host,
+            store_id=e.store_id,
+            read_only=e.read_only,
         )
 
     @grpc_errors
     async def Subscribe(self, request, context):
         """Dispatch batches, each waited for in a worker thread (the engine blocks until
         records arrive); the call's end stops the wait within its next check."""
+        self._check_store(request.store_id)
         ended = threading.Event()
         context.add_done_callback(lambda _call: ended.set())
         batches = self.engine.subscribe(

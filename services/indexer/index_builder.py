@@ -17,11 +17,13 @@ No gRPC here, so the service, the tests and the rebuild pipeline share it.
 """
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
 from rmqstore.dispatch_columns import index_keys_of_texts
+from rmqstore.durable import replace_file
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import index_file as ixf
 from rmqstore.layout import StoreLayout, is_index_file_name, unique_index_file_name
@@ -67,6 +69,7 @@ class IndexBuilder(progress.FlushedOutput):
         self.total_flush_seconds = 0.0
         self.repaired_entries = 0  # entries past the durable point dropped on start
         self.emptied_files = 0  # files emptied on start (all their entries past it)
+        self.topics = layout.indexed_topics()  # kept in layout.index_topics for lookups by id
         self._recover()
 
     # -- start-up ----------------------------------------------------------------------
@@ -194,15 +197,26 @@ class IndexBuilder(progress.FlushedOutput):
         if n > 1 and not bool(np.all(phy[1:] > phy[:-1])):
             raise InvalidArgumentError("dispatch batch is not in commitlog order")
         start = int(np.searchsorted(phy, self.skip_below, side="left")) if n else 0
+        topics: list[str] = []
         record, hashes = index_keys_of_texts(
-            batch.topic[start:], batch.uniq_key[start:], batch.keys[start:], batch.sys_flag[start:]
+            batch.topic[start:], batch.uniq_key[start:], batch.keys[start:], batch.sys_flag[start:],
+            distinct_topics=topics,
         )
+        self._note_topics(topics)
         if len(record):
             self._put(hashes, phy[start:][record], batch.store_timestamp[start:][record])
         self.records += n - start
         self.built_offset = max(self.built_offset, batch.next_offset)
         self.skip_below = max(self.skip_below, self.built_offset)
         return len(record)
+
+    def _note_topics(self, topics: Sequence[str]) -> None:
+        """Record topics not seen before, durably, before any entry of theirs is: the query
+        service looks a message id up in every indexed topic, consume queue or not."""
+        new = set(topics) - self.topics
+        if new:
+            self.topics |= new
+            replace_file(self.layout.index_topics, "\n".join(sorted(self.topics)).encode() + b"\n")
 
     def _put(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:
         done, total = 0, len(hashes)

@@ -20,6 +20,7 @@ from rmqstore.errors import StoreError
 from rmqstore.layout import StoreLayout
 from rmqstore.server import channel as make_channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from rmqstore.writer_link import check_identity
 from services.indexer.batch import Columns
 from services.indexer.progress import FlushTicket
 
@@ -99,17 +100,17 @@ class Subscriber:
             except grpc.RpcError as e:
                 code = e.code() if isinstance(e, grpc.Call) else None
                 if not self._stop.is_set():
-                    self.last_error = f"{code}: {e.details() if isinstance(e, grpc.Call) else e}"
-                    log.info(
-                        "%s: writer at %s not usable (%s); retrying in %.2fs",
-                        self.builder.name,
-                        self.address,
-                        self.last_error,
-                        backoff,
-                    )
-            except StoreError as e:
+                    error = f"{code}: {e.details() if isinstance(e, grpc.Call) else e}"
+                    # WARNING when the reason changes (a TLS handshake failure, the writer
+                    # down…), not at every retry
+                    level = logging.WARNING if error != self.last_error else logging.DEBUG
+                    self.last_error = error
+                    log.log(level, "%s: writer at %s not usable (%s); retrying",
+                            self.builder.name, self.address, error)
+            except (StoreError, ValueError) as e:
+                level = logging.ERROR if str(e) != self.last_error else logging.DEBUG
                 self.last_error = str(e)
-                log.error("%s: %s; retrying in %.2fs", self.builder.name, e, backoff)
+                log.log(level, "%s: %s; retrying", self.builder.name, e)
             self.connected = False
             self.reconnects += 1
             self._stop.wait(backoff)
@@ -120,6 +121,7 @@ class Subscriber:
         offsets = self._stub.GetOffsets(
             commitlog_pb2.GetOffsetsRequest(since_epoch=seen or 0), timeout=RPC_TIMEOUT
         )
+        store_id = check_identity(self.builder.layout, offsets, self.address)
         self.writer_max_offset = offsets.max_offset
         with self.lock, self.progress_lock:
             b = self.builder
@@ -163,6 +165,7 @@ class Subscriber:
                 subscriber=self.builder.name,
                 from_offset=start,
                 max_batch_records=self.max_batch_records,
+                store_id=store_id,
             )
         )
         self._stream = stream
@@ -209,11 +212,11 @@ class Subscriber:
         if not self.connected:
             return 0
         try:
-            low = self._stub.GetOffsets(
-                commitlog_pb2.GetOffsetsRequest(), timeout=RPC_TIMEOUT
-            ).min_offset
-        except grpc.RpcError:
+            offsets = self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=RPC_TIMEOUT)
+            check_identity(self.builder.layout, offsets, self.address)
+        except (grpc.RpcError, StoreError, ValueError):  # never delete for another store's writer
             return 0
+        low = offsets.min_offset
         if low <= self.writer_min_offset:
             return 0
         self.writer_min_offset = low

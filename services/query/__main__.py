@@ -4,15 +4,21 @@ import argparse
 import logging
 import sys
 
-from rmqstore import metrics, tls
+import grpc
+
+from rmqstore import metrics, store_shape, tls
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
-from rmqstore.server import AsyncService, configure_logging
+from rmqstore.layout import StoreLayout
+from rmqstore.preflight import preflight
+from rmqstore.server import CHANNEL_OPTIONS, AsyncService, configure_logging
+from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
 from services.query.metrics import QueryObserver
 from services.query.record_source import GrpcRecordSource
+from services.query.writer_watch import WriterWatch
 
 log = logging.getLogger("services.query")
 
@@ -22,9 +28,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--store", required=True, help="store directory (index/, consumequeue/)")
     p.add_argument("--commitlog", required=True, help="commitlog writer address HOST:PORT")
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 = any free)")
-    p.add_argument("--index-slots", type=int, default=DEFAULT_SLOTS)
-    p.add_argument("--index-entries", type=int, default=DEFAULT_ENTRIES)
+    p.add_argument("--index-slots", type=int, default=None,
+                   help=f"default: read from the store's index files, else {DEFAULT_SLOTS}")
+    p.add_argument("--index-entries", type=int, default=None,
+                   help=f"default: read from the store's index files, else {DEFAULT_ENTRIES}")
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
+    p.add_argument("--metrics-host", default="", help="default: the host of --listen")
+    p.add_argument("--read-only", action="store_true",
+                   help="the store is served read-only (the query service never writes; "
+                        "accepted so every service takes the same flag)")
     p.add_argument(
         "--budget-hops",
         type=int,
@@ -44,7 +56,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
     for name in ("index_slots", "index_entries", "budget_hops", "budget_bytes", "budget_ms"):
-        if getattr(args, name) <= 0:
+        if getattr(args, name) is not None and getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     return args
 
@@ -52,11 +64,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     configure_logging(args.log_level)
-    try:
-        credentials = tls.server_credentials(args)
-    except ValueError as e:
-        print(f"rmqstore query: {e}", file=sys.stderr)
-        return 2
+    return run_main("query", lambda: _serve(args))
+
+
+def _serve(args: argparse.Namespace) -> int:
+    layout = StoreLayout.of(args.store)
+    credentials, m_host = preflight(args, calls_writer=True)
     limits = BudgetLimits(args.budget_hops, args.budget_bytes, args.budget_ms)
     # every query runs on the service's event loop, and so do its reads from the writer
     service = AsyncService(args.listen, credentials=credentials)
@@ -66,15 +79,28 @@ def main(argv: list[str] | None = None) -> int:
             args.commitlog, grpc_channel=tls.aio_client_channel(args.commitlog, args)
         )
 
+    async def open_probe() -> grpc.aio.Channel:  # its own connection: see WriterWatch
+        return tls.aio_client_channel(args.commitlog, args,
+                                      [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)])
+
     source = service.call(open_source())
+    watch = WriterWatch(source, layout, service.set_serving_here, service.call(open_probe()))
+
+    async def close() -> None:
+        await watch.stop()
+        await source.close()
+
     try:
-        app = QueryApp.build(args.store, source, args.index_slots, args.index_entries, limits)
-    except StoreError as e:
-        print(f"rmqstore query: {e}", file=sys.stderr)
-        service.stop(then=source.close)
-        return 2
+        problem = service.call(watch.check())
+        if "another store" in problem:
+            raise StartupError(problem)
+        slots, entries = store_shape.index_shape(layout, args.index_slots, args.index_entries)
+        app = QueryApp.build(args.store, source, slots, entries, limits)
+    except (StoreError, StartupError) as e:
+        service.stop(then=close)
+        raise StartupError(str(e)) from None
     registry = metrics.new_registry("query")
-    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry, m_host)
     service.add(
         query_pb2_grpc.add_QueryServicer_to_server,
         app.servicer(QueryObserver(registry)),
@@ -82,13 +108,17 @@ def main(argv: list[str] | None = None) -> int:
         "Query",
     )
 
+    async def start_watch() -> None:
+        watch.start()
+
     def stop() -> None:
-        service.stop(then=source.close)
+        service.stop(then=close)
         if metrics_server is not None:
             metrics_server.stop()
         app.close()
 
-    service.serve("query", stop)
+    service.call(start_watch())
+    service.serve("query", stop, serving=not problem)
     return 0
 
 

@@ -8,7 +8,6 @@ commitlog order (the writer assigns them under its append lock), as RocketMQ doe
 """
 
 import asyncio
-import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,7 +21,12 @@ from rmqstore.formats import commitlog
 from rmqstore.formats.hosts import Host
 from rmqstore.formats.index_file import build_key
 from rmqstore.formats.javahash import index_hash, utf16_len
-from rmqstore.formats.msgid import OFFSET_ID_LENGTHS, decode_offset_msg_id, month_start_ms
+from rmqstore.formats.msgid import (
+    OFFSET_ID_LENGTHS,
+    decode_offset_msg_id,
+    is_v5_id,
+    month_start_ms,
+)
 from rmqstore.formats.properties import MAX_PROPERTIES_LENGTH
 from rmqstore.layout import StoreLayout, validate_topic
 from services.query import cursor as cursor_fmt
@@ -62,7 +66,6 @@ class KeyLookup:
     def __init__(self, layout: StoreLayout, catalog: IndexCatalog, source: RecordSource,
                  limits: BudgetLimits | None = None, fetch_batch: int = FETCH_BATCH) -> None:
         self.layout = layout
-        self._topic_prefix = os.path.join(layout.consumequeue_dir, "")
         self.catalog = catalog
         self.source = source
         self.limits = limits or BudgetLimits()
@@ -70,11 +73,14 @@ class KeyLookup:
 
     # -- by key ------------------------------------------------------------------------------
     def check_topic(self, topic: str) -> None:
+        """A valid topic of this store: with a consume queue, or seen by the index builder
+        (the index is the truth for keys and ids: a topic of prepared messages only, or one
+        the consume-queue builder has not reached yet, has no consume queue)."""
         validate_topic(topic)
-        if not os.path.isdir(self._topic_prefix + topic):  # a valid topic is one plain name
-            raise NotFoundError(
-                f"topic {topic!r} is not in this store (no consume queue is built for it)"
-            )
+        if not (self.layout.consumequeue_dir / topic).is_dir() and \
+                topic not in self.layout.indexed_topics():
+            raise NotFoundError(f"topic {topic!r} is not in this store (no message of it is "
+                                "indexed)")
 
     async def by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
                      limit: int = 0, cursor: str = "") -> KeyResult:
@@ -168,10 +174,16 @@ class KeyLookup:
     # -- by id -------------------------------------------------------------------------------
     async def by_id(self, msg_id: str, topic: str = "", now_ms: int | None = None
                     ) -> list[commitlog.Record]:
-        """An offset message id read directly, else a UNIQ_KEY looked up in the index."""
+        """An offset message id read directly, else a UNIQ_KEY looked up in the index (a
+        RocketMQ 5 client's 34-character id is a UNIQ_KEY)."""
+        if is_v5_id(msg_id):
+            if topic:
+                self.check_topic(topic)
+            return await self._by_uniq_key(msg_id.upper(), topic, now_ms)
         if len(msg_id) not in OFFSET_ID_LENGTHS or not set(msg_id) <= _HEX:
             raise InvalidArgumentError(
-                f"message id {msg_id[:80]!r} is not 32 or 56 hexadecimal characters"
+                f"message id {msg_id[:80]!r} is not 32, 34 (RocketMQ 5) or 56 hexadecimal "
+                "characters"
             )
         if topic:
             self.check_topic(topic)
@@ -193,10 +205,7 @@ class KeyLookup:
         return rec
 
     def topics(self) -> list[str]:
-        d = self.layout.consumequeue_dir
-        if not d.is_dir():
-            return []
-        return sorted(p.name for p in d.iterdir() if p.is_dir())
+        return self.layout.topics()
 
     async def _by_uniq_key(self, uniq_key: str, topic: str, now_ms: int | None
                            ) -> list[commitlog.Record]:

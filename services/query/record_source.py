@@ -20,6 +20,7 @@ from rmqstore.errors import (
     OffsetOutOfRangeError,
     StoreError,
     UnavailableError,
+    WrongStoreError,
 )
 from rmqstore.formats import commitlog
 from rmqstore.server import CHANNEL_OPTIONS
@@ -81,6 +82,8 @@ _CODES = {code.value[0]: code for code in grpc.StatusCode}
 def _translate(code: grpc.StatusCode, details: str | None, what: str) -> StoreError:
     if code in _BAD_OFFSET:
         return OffsetOutOfRangeError(f"commitlog writer refused {what}: {details}")
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        return WrongStoreError(f"commitlog writer refused {what}: {details}")
     if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
         return UnavailableError(f"commitlog writer unavailable for {what}: {details}")
     return StoreError(f"commitlog writer failed {what}: {code.name} {details}")
@@ -104,10 +107,11 @@ class _ReadStream:
     def __init__(self, stub: commitlog_pb2_grpc.CommitLogStub) -> None:
         self._call = stub.ReadRecordsStream()
 
-    async def read(self, offsets: list[int]) -> list[bytes]:
+    async def read(self, offsets: list[int], store_id: str) -> list[bytes]:
         """Records, or _Refused; grpc.RpcError or _Ended when the stream itself ended."""
         try:
-            await self._call.write(commitlog_pb2.ReadRecordsRequest(offsets=offsets))
+            await self._call.write(commitlog_pb2.ReadRecordsRequest(offsets=offsets,
+                                                                    store_id=store_id))
         except asyncio.InvalidStateError:  # the call has ended (the writer stopped or refused)
             await self._call.read()  # raises its error if it ended with one
             raise _Ended() from None
@@ -136,8 +140,10 @@ class GrpcRecordSource:
     """
 
     def __init__(self, address: str, timeout: float = 10.0, bounds_ttl: float = 0.2,
-                 grpc_channel: grpc.aio.Channel | None = None, streams: int = 4) -> None:
+                 grpc_channel: grpc.aio.Channel | None = None, streams: int = 4,
+                 store_id: str = "") -> None:
         self.address = address
+        self.store_id = store_id  # sent with every read: another store's writer refuses it
         self._channel = grpc_channel or grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)
         self._stub = commitlog_pb2_grpc.CommitLogStub(self._channel)
         self._timeout = timeout
@@ -174,7 +180,7 @@ class GrpcRecordSource:
         if stream is not None:
             try:
                 async with asyncio.timeout(self._timeout):  # no task made, unlike wait_for
-                    records = await stream.read(offsets)
+                    records = await stream.read(offsets, self.store_id)
             except TimeoutError as e:
                 self._discard(stream)
                 log.warning("a read from the commitlog writer took over %.1f s", self._timeout)
@@ -199,7 +205,8 @@ class GrpcRecordSource:
                 return records
         try:
             reply = await self._stub.ReadRecords(
-                commitlog_pb2.ReadRecordsRequest(offsets=offsets), timeout=self._timeout
+                commitlog_pb2.ReadRecordsRequest(offsets=offsets, store_id=self.store_id),
+                timeout=self._timeout,
             )
         except grpc.RpcError as e:
             raise _Refused(e.code(), e.details() or "") from e

@@ -39,6 +39,7 @@ def exported_series_names() -> set[str]:
     metrics.ConsumeQueueBuilderMetrics(registry)
     metrics.IndexBuilderMetrics(registry)
     metrics.QueryMetrics(registry)
+    metrics.ProxyMetrics(registry)
     metrics.BackgroundMetrics(registry)
     return _sample_names(registry)
 

@@ -14,7 +14,7 @@ NAMESPACE = "mq"
 ALL_ON: dict[str, Any] = {
     "image": {"repository": "registry.example/rmqstore", "tag": "1.2.3", "pullPolicy": "Always"},
     "imagePullSecrets": [{"name": "regcred"}],
-    "replicas": 2,
+    "replicas": 1,
     "persistence": {
         "enabled": True,
         "storageClassName": "fast-ssd",

@@ -20,6 +20,7 @@ SERVICE_MODULES = {
     "consume-queue": ["-m", "services.indexer", "consume-queue"],
     "index": ["-m", "services.indexer", "index"],
     "query": ["-m", "services.query"],
+    "proxy": ["-m", "services.proxy"],
 }
 MINIMAL = {
     "persistence": {"enabled": False},
@@ -111,7 +112,7 @@ def test_all_on_renders_every_optional_object(all_on_objects: list[dict]) -> Non
 
 
 @pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
-def test_one_pod_runs_the_four_services_on_one_volume(values: dict) -> None:
+def test_one_pod_runs_the_five_services_on_one_volume(values: dict) -> None:
     objects = render(values)
     containers = _containers(objects)
     assert list(containers) == list(SERVICE_MODULES)
@@ -129,7 +130,7 @@ def test_one_pod_runs_the_four_services_on_one_volume(values: dict) -> None:
             assert _arg(c, "--commitlog") == f"127.0.0.1:{writer_port}"
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         assert mounts["data"]["mountPath"] == "/data"
-        assert mounts["data"].get("readOnly", False) is (name == "query")
+        assert mounts["data"].get("readOnly", False) is (name in ("query", "proxy"))
     sts = _statefulset(objects)
     (init,) = sts["spec"]["template"]["spec"]["initContainers"]
     assert init["command"][-1] == store and init["image"] == containers["query"]["image"]
@@ -224,7 +225,9 @@ def test_services_route_to_container_ports(all_on_objects: list[dict]) -> None:
     assert headless["spec"]["clusterIP"] == "None"
     assert {p["targetPort"] for p in headless["spec"]["ports"]} == port_names
     client = services[FULLNAME]
-    assert {p["targetPort"] for p in client["spec"]["ports"]} == {"grpc-writer", "grpc-query"}
+    assert {p["targetPort"] for p in client["spec"]["ports"]} == {
+        "grpc-writer", "grpc-query", "grpc-proxy"
+    }
     for svc in services.values():
         assert svc["spec"]["selector"].items() <= pod_labels.items()
 
@@ -242,7 +245,7 @@ def test_service_monitor_scrapes_every_metrics_port(all_on_objects: list[dict]) 
         p["name"] for p in headless["spec"]["ports"] if p["name"].startswith("metrics")
     }
     assert {e["port"] for e in monitor["spec"]["endpoints"]} == metrics_ports
-    assert len(metrics_ports) == 4
+    assert len(metrics_ports) == 5
     assert all(e["interval"] == "15s" and e["path"] == "/metrics"
                for e in monitor["spec"]["endpoints"])
 
@@ -256,10 +259,11 @@ def test_metrics_off_removes_ports_and_monitor() -> None:
 
 
 def test_disabled_services_leave_the_pod() -> None:
-    objects = render({"query": {"enabled": False}, "index": {"enabled": False}})
+    objects = render({"query": {"enabled": False}, "index": {"enabled": False},
+                      "proxy": {"enabled": False}})  # fmt: skip
     assert list(_containers(objects)) == ["commitlog", "consume-queue"]
     ports = {p["name"] for s in by_kind(objects, "Service") for p in s["spec"]["ports"]}
-    assert not {p for p in ports if "query" in p or "index" in p}
+    assert not {p for p in ports if "query" in p or "index" in p or "proxy" in p}
 
 
 def test_without_persistence_the_store_is_an_empty_dir() -> None:
@@ -308,8 +312,8 @@ def test_rebuild_job_runs_the_spark_rebuild_next_to_the_store(all_on_objects: li
     assert pod["restartPolicy"] == "Never"
     (c,) = pod["containers"]
     assert c["command"] == ["rmqstore"]
-    assert c["args"][:7] == ["rebuild", "--store", "/data/store", "--out", "/data/rebuild",
-                             "--master", "spark://spark:7077"]
+    assert c["args"][:5] == ["rebuild", "--store", "/data/store", "--out", "/data/rebuild"]
+    assert _arg(c, "--master") == "spark://spark:7077"
     assert c["image"] == "registry.example/rmqstore:1.2.3"
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"data-{FULLNAME}-0"
@@ -324,3 +328,51 @@ def test_network_policy_opens_only_service_ports(all_on_objects: list[dict]) -> 
     port_names = {p["name"] for c in _containers(all_on_objects).values() for p in c["ports"]}
     opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert opened == port_names
+
+
+def test_service_exposes_the_rocketmq_protocol_on_8081(default_objects: list[dict]) -> None:
+    [client] = [o for o in default_objects
+                if o["kind"] == "Service" and o["spec"].get("clusterIP") != "None"]  # fmt: skip
+    ports = {p["name"]: p for p in client["spec"]["ports"]}
+    assert ports["grpc-proxy"]["port"] == 8081 and ports["grpc-proxy"]["targetPort"] == "grpc-proxy"
+    proxy = _containers(default_objects)["proxy"]
+    assert _arg(proxy, "--advertise").endswith(".svc:8081")
+    assert _arg(proxy, "--transaction-check-max") == "15"
+
+
+def test_more_than_one_replica_is_refused_with_the_reason() -> None:
+    import helm_python as helm
+
+    for ok in (0, 1):
+        assert one(render({"replicas": ok}), "StatefulSet")["spec"]["replicas"] == ok
+    with pytest.raises(helm.HelmError, match="no multi-broker mode") as caught:
+        render({"replicas": 2})
+    assert "replicas is 2" in str(caught.value)
+
+
+def test_rebuild_job_passes_every_size_the_services_use() -> None:
+    sizes = {"indexFile": {"slots": 1000, "entries": 4000},
+             "consumeQueue": {"entriesPerFile": 7000},
+             "rebuild": {"enabled": True}}
+    (c,) = one(render(sizes), "Job")["spec"]["template"]["spec"]["containers"]
+    assert (_arg(c, "--index-slots"), _arg(c, "--index-entries"),
+            _arg(c, "--cq-entries-per-file")) == ("1000", "4000", "7000")
+    # and the services run with the same ones
+    containers = _containers(render(sizes))
+    assert _arg(containers["index"], "--index-slots") == "1000"
+    assert _arg(containers["consume-queue"], "--cq-entries-per-file") == "7000"
+
+
+def test_read_only_serves_without_builders_or_writes() -> None:
+    """``readOnly``: the writer only reads, no builders, no init container writing the
+    store, every mount of the data volume read-only, sizes left to the store's files."""
+    objects = render({"readOnly": True})
+    pod = _statefulset(objects)["spec"]["template"]["spec"]
+    containers = _containers(objects)
+    assert sorted(containers) == ["commitlog", "query"]
+    assert "initContainers" not in pod
+    for c in containers.values():
+        assert "--read-only" in c["args"], c["name"]
+        assert all(m.get("readOnly") for m in c["volumeMounts"] if m["name"] == "data")
+        assert not {"--commitlog-segment-size", "--index-slots"} & set(c["args"])
+    assert _lint({"readOnly": True})["errors"] == []

@@ -25,7 +25,7 @@ SMALL = {
 }
 # Services whose --metrics-port already serves rmqstore metrics. The writer accepts the flag
 # but does not serve yet: add "commitlog" here once it is wired to rmqstore.metrics.
-METRICS_SERVED = {"commitlog", "consume-queue", "index", "query"}
+METRICS_SERVED = {"commitlog", "consume-queue", "index", "query", "proxy"}
 DEADLINE_S = 30.0
 
 
@@ -96,7 +96,8 @@ def test_chart_command_lines_start_healthy_services(tmp_path: Path) -> None:
             _wait_serving(p.address)  # what the startup/readiness/liveness probes ask
             if c["name"] in METRICS_SERVED:
                 assert "rmqstore_" in _metrics_text(port), c["name"]
-        assert [c["name"] for c in containers] == ["commitlog", "consume-queue", "index", "query"]
+        names = [c["name"] for c in containers]
+        assert names == ["commitlog", "consume-queue", "index", "query", "proxy"]
     finally:
         for p in reversed(started):
             p.stop()

@@ -36,17 +36,36 @@ def test_rebuild_command(spark, store, tmp_path: Path, capsys):
     # a second run into the same output is refused with a clear message and exit code
     rc = main(["rebuild", "--store", str(root), "--out", str(out), "--quiet"])
     assert rc == 2
-    assert "INVALID_ARGUMENT" in capsys.readouterr().err
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: rebuild: output ") and "already has" in line
     assert read_tree(out) == expected
 
 
-def test_find_command_prints_json_lines(spark, store, capsys):
+def test_find_command_prints_json_lines(spark, store, capsys, tmp_path: Path):
     root, written = store
-    rc = main(["find", "--store", str(root), "--topic", "Topic2", "--key", "BB", "--json"])
+    rc = main(["find", "--store", str(root), "--topic", "Topic2", "--key", "BB", "--json",
+               "--limit", "1000"])
     assert rc == 0
-    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    captured = capsys.readouterr()
+    lines = [json.loads(x) for x in captured.out.splitlines()]
     expected = [w for w in written if w.message.topic == "Topic2"
                 and "BB" in w.message.properties.get("KEYS", "").split(" ")]
+    assert f"{len(expected)} of {len(written)} records match, {len(expected)} printed" in (
+        captured.err)
+    assert not list(tmp_path.iterdir())
+    # --limit bounds what is printed; --out keeps every match as JSON lines
+    out = tmp_path / "found"
+    rc = main(["find", "--store", str(root), "--topic", "Topic2", "--key", "BB", "--json",
+               "--limit", "2", "--out", str(out)])
+    assert rc == 0
+    captured = capsys.readouterr()
+    assert [json.loads(x)["phyOffset"] for x in captured.out.splitlines()] == [
+        w.phy_offset for w in expected[:2]]
+    kept = [json.loads(x) for p in sorted(out.glob("part-*.jsonl")) for x in p.open()]
+    assert [m["phyOffset"] for m in kept] == [w.phy_offset for w in expected]
+    assert f"all of them in {out}" in captured.err
+    # nothing found: exit code 1
+    assert main(["find", "--store", str(root), "--key", "no-such-key"]) == 1
     assert [m["phyOffset"] for m in lines] == [w.phy_offset for w in expected]
     assert [m["uniqKey"] for m in lines] == [w.message.properties["UNIQ_KEY"] for w in expected]
     for m, w in zip(lines, expected, strict=True):  # text when UTF-8, else base64
@@ -72,7 +91,8 @@ def test_export_command(spark, store, tmp_path: Path, capsys):
 def test_find_without_criteria_is_refused(store, capsys):
     root, _ = store
     assert main(["find", "--store", str(root)]) == 2
-    assert "needs a topic, a key or a time range" in capsys.readouterr().err
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: find: ") and "needs a topic, a key or a time range" in line
 
 
 def test_failed_job_names_the_task_error_and_writes_nothing(spark, tmp_path: Path, capsys):
@@ -83,7 +103,11 @@ def test_failed_job_names_the_task_error_and_writes_nothing(spark, tmp_path: Pat
     root = tmp_path / "store"
     write_commitlog(root, messages, segment_size=16 * 1024)
     out = tmp_path / "out"
-    assert main(["rebuild", "--store", str(root), "--out", str(out), "--quiet"]) == 1
-    err = capsys.readouterr().err
-    assert "nothing was written" in err and "bad/topic" in err
+    assert main(["rebuild", "--store", str(root), "--out", str(out), "--quiet"]) == 3
+    [line] = capsys.readouterr().err.splitlines()  # one line: the task's error, whole
+    assert line == (
+        "error: rebuild failed, nothing was written: writing consumequeue/bad/topic/0/"
+        f"{0:020d} of {out}: InvalidArgumentError: topic 'bad/topic' has characters outside "
+        "[A-Za-z0-9_%|-]")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+

@@ -45,11 +45,30 @@ def _expect(written, topic=None, key=None, begin=None, end=None) -> list[int]:
     dict(topic="SCHEDULE_TOPIC_XXXX"),
     dict(topic="Topic0", key="no-such-key"),
 ], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
-def test_find_matches_exactly(spark, store, criteria):
+def test_find_matches_exactly(spark, store, criteria, tmp_path: Path):
     root, written = store
-    result = find(spark, root, Criteria(**criteria), split_bytes=6_000)
-    assert [m["phyOffset"] for m in result.matches] == _expect(written, **criteria)
+    result = find(spark, root, Criteria(**criteria), tmp_path / "found", split_bytes=6_000)
+    expected = _expect(written, **criteria)
+    assert _offsets(result) == expected and result.matches == len(expected)
     assert result.records_scanned == len(written)
+    # the matches are a dataset of JSON lines, one file per range that had any
+    assert sorted(p.name for p in result.out.iterdir()) == sorted(
+        ["_SUCCESS"] + [p.name for p in result.parts()])
+    assert len(result.parts()) <= len(expected)
+    assert [m["phyOffset"] for m in result.read(limit=3)] == expected[:3]
+
+
+def _offsets(result) -> list[int]:
+    return [m["phyOffset"] for m in result.read()]
+
+
+def test_find_refuses_an_output_that_holds_files(spark, store, tmp_path: Path):
+    root, _ = store
+    (tmp_path / "taken").mkdir()
+    (tmp_path / "taken" / "x").write_text("")
+    with pytest.raises(InvalidArgumentError, match="not empty"):
+        find(spark, root, Criteria(topic="Topic1"), tmp_path / "taken")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
 def test_find_needs_criteria_in_order():
@@ -67,8 +86,8 @@ def test_find_stops_at_a_corrupt_record_and_says_where(spark, tmp_path: Path):
     data = bytearray(seg.read_bytes())
     data[bad.phy_offset + bad.size - 120] ^= 0xFF  # inside the body: its CRC fails
     seg.write_bytes(bytes(data))
-    result = find(spark, root, Criteria(topic="Topic1"), split_bytes=6_000)
-    assert [m["phyOffset"] for m in result.matches] == _expect(written[:120], topic="Topic1")
+    result = find(spark, root, Criteria(topic="Topic1"), tmp_path / "found", split_bytes=6_000)
+    assert _offsets(result) == _expect(written[:120], topic="Topic1")
     assert result.records_scanned == 120
     [c] = result.corruptions
     assert (c.offset, "CRC" in c.reason) == (bad.phy_offset, True)
@@ -76,8 +95,8 @@ def test_find_stops_at_a_corrupt_record_and_says_where(spark, tmp_path: Path):
 
 def test_find_cuts_again_by_walking_after_a_cut_inside_a_record(spark, tmp_path: Path):
     root, written, fake = forged_store(tmp_path)
-    result = find(spark, root, Criteria(topic="Topic1"), split_bytes=fake)
-    assert [m["phyOffset"] for m in result.matches] == _expect(written, topic="Topic1")
+    result = find(spark, root, Criteria(topic="Topic1"), tmp_path / "found", split_bytes=fake)
+    assert _offsets(result) == _expect(written, topic="Topic1")
     assert result.records_scanned == len(written) and result.corruptions == []
     [note] = result.notes
     assert f"cut at position {fake} did not begin at a record" in note

@@ -8,6 +8,7 @@ from pipelines.source import (
     ENDED_AT_LIMIT,
     ENDED_AT_ZEROS,
     RangeEnd,
+    data_end,
     iter_range,
     iter_range_columns,
     list_segments,
@@ -117,3 +118,22 @@ def test_columns_a_few_records_at_a_time_are_the_records_and_end_of_iter_range(t
         cols, whole_end = read_range_columns(r)
         assert whole_end == end and len(cols) == len(records)
     assert ENDED_AT_CORRUPT in ends and ENDED_AT_LIMIT in ends
+
+
+def test_data_end_is_where_the_records_end_not_the_preallocated_size(tmp_path: Path):
+    written = write_commitlog(tmp_path, mixed_messages(900, body_size=300),
+                              segment_size=256 * 1024)
+    segments = list_segments(tmp_path / "commitlog")
+    assert len(segments) >= 2 and all(s.size == 256 * 1024 for s in segments)
+    last = written[-1]
+    tail = segments[-1]
+    assert data_end(tail) == last.phy_offset + last.size - tail.start_offset < tail.size
+    for seg in segments[:-1]:  # full segments end with their blank marker
+        records = [w for w in written if seg.start_offset <= w.phy_offset < tail.start_offset
+                   and w.phy_offset < seg.start_offset + seg.size]
+        end = records[-1].phy_offset + records[-1].size - seg.start_offset
+        assert end < data_end(seg) <= end + 8
+    empty = tmp_path / "empty" / f"{0:020d}"
+    empty.parent.mkdir()
+    empty.write_bytes(bytes(1 << 20))
+    assert data_end(list_segments(empty.parent)[0]) == 0

@@ -10,8 +10,6 @@ by that CA gets through.
 import argparse
 import datetime as dt
 import ipaddress
-import subprocess
-import sys
 from concurrent import futures
 from pathlib import Path
 
@@ -231,16 +229,7 @@ def test_no_flags_means_plaintext(monkeypatch):
         server.stop(0)
 
 
-def _has_tls_flags(module: str) -> bool:
-    out = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True,
-                         text=True, cwd=procs.ROOT).stdout
-    return "--tls-cert" in out
-
-
 def test_writer_serves_mutual_tls(pki, tmp_path):
-    if not _has_tls_flags("services.commitlog"):
-        pytest.skip("services/commitlog/__main__.py does not take the TLS flags yet "
-                    "(rmqstore.tls.add_tls_flags / server_credentials are not wired in)")
     w = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
                     "127.0.0.1:0", "--commitlog-segment-size", str(1 << 20),
                     "--tls-cert", pki["server_cert"], "--tls-key", pki["server_key"],
@@ -260,11 +249,6 @@ def test_writer_serves_mutual_tls(pki, tmp_path):
 
 
 def test_builders_and_query_reach_a_tls_writer(pki, tmp_path):
-    modules = ("services.commitlog", "services.query")
-    if not all(_has_tls_flags(m) for m in modules) or "--tls-cert" not in subprocess.run(
-            [sys.executable, "-m", "services.indexer", "index", "--help"], capture_output=True,
-            text=True, cwd=procs.ROOT).stdout:
-        pytest.skip("the builders and the query service do not take the TLS flags yet")
     svc = ("--tls-cert", pki["service_cert"], "--tls-key", pki["service_key"],
            "--tls-ca", pki["ca"])
     store = str(tmp_path / "store")

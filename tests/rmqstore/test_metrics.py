@@ -26,6 +26,7 @@ def _all_groups(registry: CollectorRegistry, store: Path) -> dict[str, object]:
         "cq": metrics.ConsumeQueueBuilderMetrics(registry),
         "index": metrics.IndexBuilderMetrics(registry),
         "query": metrics.QueryMetrics(registry),
+        "proxy": metrics.ProxyMetrics(registry),
     }
 
 

@@ -60,12 +60,17 @@ app.kubernetes.io/part-of: rmqstore
 {{- printf "127.0.0.1:%d" (int .Values.commitlog.grpcPort) }}
 {{- end }}
 
-{{/* Index file shape flags, shared by the index builder and the query service. */}}
+{{/* Index file shape flags, shared by the index builder and the query service (none for a
+read-only store: the query service reads the shape from its index files). */}}
 {{- define "rmqstore.indexFileArgs" -}}
+{{- if .Values.readOnly }}
+[]
+{{- else }}
 - --index-slots
 - {{ printf "%d" (int64 .Values.indexFile.slots) | quote }}
 - --index-entries
 - {{ printf "%d" (int64 .Values.indexFile.entries) | quote }}
+{{- end }}
 {{- end }}
 
 {{- define "rmqstore.metricsPort" -}}
@@ -75,14 +80,17 @@ app.kubernetes.io/part-of: rmqstore
 {{/* The components that run, in pod order: name, values key, port name suffix. */}}
 {{- define "rmqstore.components" -}}
 - {name: commitlog, key: commitlog, short: writer}
-{{- if .Values.consumeQueue.enabled }}
+{{- if and .Values.consumeQueue.enabled (not .Values.readOnly) }}
 - {name: consume-queue, key: consumeQueue, short: cq}
 {{- end }}
-{{- if .Values.index.enabled }}
+{{- if and .Values.index.enabled (not .Values.readOnly) }}
 - {name: index, key: index, short: index}
 {{- end }}
 {{- if .Values.query.enabled }}
 - {name: query, key: query, short: query}
+{{- end }}
+{{- if and .Values.proxy.enabled (not .Values.readOnly) }}
+- {name: proxy, key: proxy, short: proxy}
 {{- end }}
 {{- end }}
 

@@ -120,3 +120,12 @@ def test_uniq_key_time_rejects_bad_ids():
         uniq_key_time("abc")
     with pytest.raises(InvalidArgumentError):
         uniq_key_parts("G" * 32)
+
+
+def test_rocketmq_5_message_id_time():
+    from rmqstore.formats.msgid import is_v5_id, v5_id_time
+
+    # 01 | MAC 02FC00000001 | pid 36BF | 0x0B196305 s since 2021-01-01 | sequence 00000000
+    mid = "0102FC0000000136BF0B19630500000000"
+    assert is_v5_id(mid) and not is_v5_id(mid[:-1]) and not is_v5_id("02" + mid[2:])
+    assert v5_id_time(mid) == 1_609_459_200_000 + 0x0B196305 * 1000

@@ -1,5 +1,6 @@
 """``rmqstore serve`` starts every service on one store and stops them all on SIGTERM."""
 
+import json
 import re
 import signal
 import socket
@@ -7,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
 import pytest
 
@@ -22,7 +24,8 @@ def _free_base() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        if base + 13 < 65535 and all(_free(base + k) for k in (0, 1, 2, 3, 10, 11, 12, 13)):
+        slots = (0, 1, 2, 3, 4, 5, 10, 11, 12, 13, 14)
+        if base + 14 < 65535 and all(_free(base + k) for k in slots):
             return base
 
 
@@ -76,11 +79,15 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
         assert ready.wait(60), "".join(lines)
         out = "".join(lines)
         assert re.search(rf"commitlog\s+grpc 127\.0\.0\.1:{base}\b", out), out
+        assert re.search(rf"proxy\s+grpc 127\.0\.0\.1:{base + 4}\b", out), out
         stub = commitlog_pb2_grpc.CommitLogStub(channel(f"127.0.0.1:{base}"))
         r = stub.Put(
             commitlog_pb2.PutRequest(message=common_pb2.Message(topic="T", body=b"hi", keys="k1"))
         )
         assert r.phy_offset == 0
+        assert re.search(rf"console\s+http://127\.0\.0\.1:{base + 5}/", out), out
+        with urllib.request.urlopen(f"http://127.0.0.1:{base + 5}/api/v1/store", timeout=30) as h:
+            assert json.load(h)["commitlog"]["maxOffset"] == r.size
     finally:
         proc.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + 60
@@ -93,14 +100,21 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
 
 def test_serve_passes_the_writer_options_on():
     from services.cli.main import build_parser
-    from services.cli.serve import _command
+    from services.cli.serve import SERVICES, _command
 
     args = build_parser().parse_args(
         ["serve", "--flush", "sync", "--dispatch-linger-ms", "0", "--queues-per-topic", "4"]
     )
-    cmd = _command("commitlog", "services.commitlog", (), args, {"commitlog": 9000})
+    cmd = _command(SERVICES[0], args, {"commitlog": 9000})
     options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
     assert options["--flush"] == "sync"
     assert options["--dispatch-linger-ms"] == "0.0"
     assert options["--queues-per-topic"] == "4"
     assert options["--listen"] == "127.0.0.1:9000"
+
+
+def test_serve_starts_the_console_only_on_loopback():
+    from services.cli.serve import _loopback
+
+    assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
+    assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3")

@@ -1,10 +1,14 @@
 """Builders delete their files wholly below the commitlog's new minimum offset (retention),
 and start again afterwards from what is left."""
 
+import shutil
+
 from rmqstore.formats import consume_queue as cq
 from rmqstore.layout import StoreLayout
 from services.indexer.consume_queue_builder import ConsumeQueueBuilder
 from services.indexer.index_builder import IndexBuilder
+from services.indexer.subscriber import Subscriber
+from tests import procs
 from tests.services.indexer.helpers import (
     GOLDEN_CQ_ENTRIES,
     GOLDEN_ENTRIES,
@@ -78,3 +82,30 @@ def test_an_index_progress_record_naming_deleted_files_still_opens(tmp_path, gol
     reopened = IndexBuilder(layout, GOLDEN_SLOTS, GOLDEN_ENTRIES)
     assert reopened.file_names == [newest.name]
     reopened.close()
+
+
+def test_a_builder_follows_only_its_own_stores_writer(tmp_path, golden_store):
+    """A writer of another store (at the builder's address after a swap) never makes the
+    builder delete files, whatever its minimum offset; its own store's writer does."""
+    other = tmp_path / "other"
+    shutil.copytree(golden_store / "commitlog", other / "commitlog")
+    for p in [other, *other.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    (other / "commitlog" / f"{0:020d}").unlink()  # retention took its first segment
+    writer = procs.start("services.commitlog", "--store", str(other), "--listen",
+                         "127.0.0.1:0", "--commitlog-segment-size", "65536", "--no-delivery")
+    try:
+        layout = StoreLayout.of(tmp_path / "mine")
+        b = ConsumeQueueBuilder(layout, GOLDEN_CQ_ENTRIES)
+        feed(b, dispatch_records(golden_store), 64)
+        b.flush()
+        before = _queue_files(layout.root)
+        sub = Subscriber(b, writer.address)
+        sub.connected = True  # as right after a session with its own writer
+        assert sub.follow_retention() == 0 and _queue_files(layout.root) == before
+        layout.own_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copy(other / "rmqstore" / "store-id", layout.store_id)  # now its own writer
+        assert sub.follow_retention() > 0 and sub.writer_min_offset == LOW
+        b.close()
+    finally:
+        writer.stop()

@@ -1,0 +1,112 @@
+"""The RocketMQ 5 protocol service: sends per second through the proxy into the store, next
+to the same clients against a MessagingService that stores nothing, in the same run.
+
+* the official Python producer (``rocketmq-python-client``): synchronous ``send`` from
+  several processes, and ``send_async`` with many in flight: proxy rate / no-op rate;
+* our own load generator (``benchmarks.proxy_load``): requests of 32 messages of 1 KiB,
+  several in flight, from two processes;
+* the proxy's own CPU per message (from /proc, over the run).
+
+The writer runs with asynchronous flush and without builders (what is measured is the path
+from a RocketMQ client into the commitlog).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from benchmarks import procs
+from benchmarks.scale import Scale
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+
+ROOT = Path(__file__).resolve().parents[1]
+CLIENT_PYTHON = ROOT / "tests" / "clients" / ".venv" / "bin" / "python"
+SEND = Path(__file__).parent / "clients" / "python_send.py"
+BODY = 1024
+
+
+def _run_all(commands: list[list[str]], env: dict | None = None) -> list[dict]:
+    ps = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env) for c in commands]  # fmt: skip
+    out = []
+    for p in ps:
+        stdout, stderr = p.communicate(timeout=1800)
+        if p.returncode != 0:
+            raise RuntimeError(f"{p.args!r} failed:\n{stderr[-3000:]}")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
+
+
+def _rate(results: list[dict]) -> tuple[int, float]:
+    sent = sum(r["sent"] for r in results)
+    span = max(r["end"] for r in results) - min(r["start"] for r in results)
+    return sent, sent / span if span > 0 else 0.0
+
+
+def _max_offset(writer: str) -> int:
+    stub = commitlog_pb2_grpc.CommitLogStub(channel(writer))
+    return stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+
+
+def run(scale: Scale) -> list[dict]:
+    sync_each = scale.pick(1500, 200, 10)
+    sync_procs = scale.pick(4, 2, 2)
+    async_count = scale.pick(20_000, 2_000, 50)
+    load_each = scale.pick(200_000, 20_000, 640)
+    env = {**os.environ, "HOME": tempfile.mkdtemp(prefix="bench-proxy-")}  # the client's logs
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
+        writer = procs.start("services.commitlog", "--store", f"{tmp}/store", "--listen",
+                             "127.0.0.1:0", "--commitlog-segment-size", str(256 << 20))  # fmt: skip
+        proxy = procs.start("services.proxy", "--listen", "127.0.0.1:0", "--commitlog",
+                            writer.address)  # fmt: skip
+        noop = procs.start("benchmarks.noop_messaging", "--listen", "127.0.0.1:0")
+        try:
+            rates: dict[tuple[str, str], float] = {}
+            for scenario, commands in (
+                ("client sync", lambda t, topic: [
+                    [str(CLIENT_PYTHON), str(SEND), t, topic, "sync", str(sync_each), "1",
+                     str(BODY)] for _ in range(sync_procs)]),
+                ("client async", lambda t, topic: [
+                    [str(CLIENT_PYTHON), str(SEND), t, topic, "async", str(async_count), "256",
+                     str(BODY)]]),
+                ("own generator", lambda t, topic: [
+                    [sys.executable, "-m", "benchmarks.proxy_load", t, topic, str(load_each),
+                     "32", "8", str(BODY)] for _ in range(2)]),
+            ):  # fmt: skip
+                for target, svc in (("no-op", noop), ("proxy", proxy)):
+                    topic = f"Bench{scenario.title().replace(' ', '')}"
+                    before = _max_offset(writer.address)
+                    cpu0 = procs.cpu_seconds(svc.proc.pid)
+                    results = _run_all(commands(svc.address, topic), env)
+                    cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
+                    sent, rate = _rate(results)
+                    stored = _max_offset(writer.address) - before
+                    if target == "proxy" and stored < sent * BODY:
+                        raise RuntimeError(f"{scenario}: {sent} sent, only {stored} bytes stored")
+                    rates[(scenario, target)] = rate
+                    row = {
+                        "scenario": scenario, "target": target, "messages": sent,
+                        "msgs/s": rate, "server CPU us/msg": cpu / sent * 1e6 if sent else 0.0,
+                    }  # fmt: skip
+                    if target == "proxy":
+                        noop_rate = rates[(scenario, "no-op")]
+                        row["of no-op"] = rate / noop_rate if noop_rate else 0.0
+                        row["MB/s into store"] = stored / 1e6 / (sent / rate) if rate else 0.0
+                    rows.append(row)
+        finally:
+            for p in (noop, proxy, writer):
+                p.stop()
+    return rows
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    for r in run(Scale.QUICK):
+        print(r)
+    print(f"{time.time() - t0:.0f}s")

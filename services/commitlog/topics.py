@@ -1,0 +1,120 @@
+"""The topic configuration (``config/topics.json``), owned by the writer's process.
+
+Every other process asks through the ``Topics`` service (the proxy to route and to create
+topics on first send, ``rmqstore topic`` to administer them), so the file has one writer.
+It is read once at start and replaced atomically on every change.
+"""
+
+import threading
+import time
+from pathlib import Path
+
+from rmqstore import durable
+from rmqstore.errors import InvalidArgumentError, NotFoundError, ReadOnlyError
+from rmqstore.formats import topics_json
+from rmqstore.formats.topics_json import TopicConfig, TopicTable
+from rmqstore.layout import validate_topic
+from rmqstore.server import grpc_errors
+from rmqstore.v1 import topics_pb2, topics_pb2_grpc
+
+add_to_server = topics_pb2_grpc.add_TopicsServicer_to_server
+
+
+class TopicStore:
+    """topics.json in memory, saved on every change; thread-safe."""
+
+    def __init__(self, root: Path, max_queues: int, read_only: bool = False) -> None:
+        self.path = Path(root) / "config" / "topics.json"
+        self.max_queues = max_queues
+        self.read_only = read_only
+        self._lock = threading.Lock()
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            text = ""
+        try:
+            self.table: TopicTable = topics_json.parse(text)
+        except ValueError as e:
+            raise ValueError(f"{self.path}: {e}") from None
+
+    def get(self, name: str) -> TopicConfig:
+        topic = self.table.topics.get(name)
+        if topic is None:
+            raise NotFoundError(f"topic {name} does not exist")
+        return topic
+
+    def list(self) -> list[TopicConfig]:
+        return [self.table.topics[n] for n in sorted(self.table.topics)]
+
+    def create(self, name: str, queue_nums: int = 0, perm: int = 0,
+               message_type: str = "") -> tuple[TopicConfig, bool]:  # fmt: skip
+        """The topic, created unless it exists (then unchanged); and whether it was made."""
+        try:
+            validate_topic(name)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"bad topic name: {e}") from None
+        queues = queue_nums or self.max_queues
+        if not 1 <= queues <= self.max_queues:
+            raise InvalidArgumentError(
+                f"queue count {queues} is outside 1..{self.max_queues} (the writer's "
+                "--queues-per-topic)"
+            )
+        perm = perm or topics_json.PERM_READ_WRITE
+        if perm & ~7:
+            raise InvalidArgumentError(f"perm {perm} is not a sum of 4 (read), 2 (write), 1")
+        kind = (message_type or "MIXED").upper()
+        if kind not in topics_json.MESSAGE_TYPES:
+            raise InvalidArgumentError(
+                f"message type {message_type!r} is not one of "
+                + ", ".join(topics_json.MESSAGE_TYPES)
+            )
+        with self._lock:
+            existing = self.table.topics.get(name)
+            if existing is not None:
+                return existing, False
+            if self.read_only:
+                raise ReadOnlyError(f"topic {name} does not exist, and this store is served "
+                                    "read-only (--read-only): no topic can be created")
+            attributes = {} if kind == "MIXED" else {topics_json.MESSAGE_TYPE_ATTRIBUTE: kind}
+            topic = TopicConfig(name, queues, queues, perm, attributes=attributes)
+            topics = {**self.table.topics, name: topic}
+            table = TopicTable(topics, self.table.counter + 1, int(time.time() * 1000))
+            durable.replace_file(self.path, topics_json.render(table).encode())
+            self.table = table
+            return topic, True
+
+
+def to_proto(t: TopicConfig, created: bool = False) -> topics_pb2.TopicConfig:
+    return topics_pb2.TopicConfig(
+        name=t.name,
+        read_queue_nums=t.read_queue_nums,
+        write_queue_nums=t.write_queue_nums,
+        perm=t.perm,
+        order=t.order,
+        topic_sys_flag=t.topic_sys_flag,
+        topic_filter_type=t.topic_filter_type,
+        attributes=t.attributes,
+        created=created,
+    )
+
+
+class TopicsServicer(topics_pb2_grpc.TopicsServicer):
+    def __init__(self, store: TopicStore, run_blocking) -> None:
+        self.store = store
+        self.run_blocking = run_blocking
+
+    @grpc_errors
+    async def CreateTopic(self, request, context):  # noqa: N802
+        topic, created = await self.run_blocking(
+            self.store.create, request.name, request.queue_nums, request.perm,
+            request.message_type,
+        )  # fmt: skip
+        return to_proto(topic, created)
+
+    @grpc_errors
+    async def GetTopic(self, request, context):  # noqa: N802
+        return to_proto(self.store.get(request.name))
+
+    @grpc_errors
+    async def ListTopics(self, request, context):  # noqa: N802
+        return topics_pb2.TopicList(topics=[to_proto(t) for t in self.store.list()])

@@ -1,0 +1,92 @@
+"""``python -m services.proxy``: serve RocketMQ 5's gRPC protocol (``MessagingService``) in
+front of the commitlog writer, so RocketMQ's own client libraries can produce."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+from rmqstore import metrics, tls
+from rmqstore.rocketmq import service_pb2
+from rmqstore.server import AsyncService, configure_logging
+from services.proxy import recovery
+from services.proxy.appender import Appender
+from services.proxy.config import ProxyConfig, add_flags
+from services.proxy.routes import Router
+from services.proxy.servicer import MessagingServicer, add_to_server
+from services.proxy.topics import TopicBook
+
+log = logging.getLogger("rmqstore.proxy")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m services.proxy", description=__doc__)
+    p.add_argument(
+        "--store",
+        default="",
+        help="the store root, read-only: open transactions "
+        "are found again in its consume queues at start (none given: not looked for)",
+    )
+    p.add_argument("--listen", default="127.0.0.1:8104")
+    p.add_argument("--commitlog", default="127.0.0.1:8100", help="the commitlog writer")
+    p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--log-level", default="INFO")
+    add_flags(p)
+    tls.add_tls_flags(p)
+    args = p.parse_args(argv)
+    configure_logging(args.log_level)
+    try:
+        credentials = tls.server_credentials(args)
+        service = AsyncService(args.listen, credentials=credentials)
+        config = ProxyConfig(
+            writer=args.commitlog,
+            advertise=args.advertise or service.address,
+            broker_name=args.broker_name,
+            auto_create_topics=args.auto_create_topics,
+            max_body_size=args.max_body_size,
+            transaction_timeout_s=args.transaction_timeout,
+            transaction_check_interval_s=args.transaction_check_interval,
+            transaction_check_max=args.transaction_check_max,
+            access_key=args.access_key,
+            secret_key=args.secret_key,
+        )
+    except (ValueError, OSError) as e:
+        log.error("cannot start: %s", e)
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    registry = metrics.new_registry("proxy")
+    proxy_metrics = metrics.ProxyMetrics(registry)
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
+
+    async def build() -> MessagingServicer:
+        channel = tls.aio_client_channel(config.writer, args)
+        appender = Appender(channel, config.batch_max, config.batches_in_flight)
+        servicer = MessagingServicer(
+            config, TopicBook(channel, config.auto_create_topics), appender,
+            Router(config.broker_name, config.advertise), proxy_metrics,
+        )  # fmt: skip
+        if args.store:
+            await recovery.recover(Path(args.store), servicer.transactions)
+        servicer.transactions.start()
+        servicer.channel = channel  # type: ignore[attr-defined]
+        return servicer
+
+    servicer = service.call(build())
+    service.add(add_to_server, servicer, service_pb2.DESCRIPTOR, "MessagingService")
+
+    async def close() -> None:
+        await servicer.transactions.close()
+        await servicer.appender.close()
+        await servicer.channel.close()  # type: ignore[attr-defined]
+
+    def stop() -> None:
+        service.stop(then=close)
+        if metrics_server is not None:
+            metrics_server.stop()
+
+    service.serve("proxy", stop)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""Proxy settings, from flags (see ``__main__``; ``rmqstore serve`` forwards the same
+flags); validated on construction."""
+
+import argparse
+from dataclasses import dataclass
+
+from rmqstore.delay import LEVELS_MS
+
+
+@dataclass(frozen=True)
+class ProxyConfig:
+    writer: str = "127.0.0.1:8100"  # the commitlog writer (appends, reads, topics)
+    # the address clients are told to dial (QueryRoute's broker endpoints); empty: the
+    # address the proxy listens on
+    advertise: str = ""
+    broker_name: str = "rmqstore"
+    auto_create_topics: bool = True  # RocketMQ's autoCreateTopicEnable
+    max_body_size: int = 4 * 1024 * 1024
+    max_delay_ms: int = LEVELS_MS[-1]  # 4.9's largest delay level (2 h)
+    transaction_timeout_s: float = 6.0  # first check of an open transaction
+    transaction_check_interval_s: float = 60.0  # then, doubling each time up to 8x
+    transaction_check_max: int = 15  # checks before an open transaction is rolled back
+    checker_period_s: float = 0.5  # how often open transactions are looked at
+    batch_max: int = 256  # messages per writer batch
+    batches_in_flight: int = 4
+    access_key: str = ""  # with secret_key: every call must carry a valid signature
+    secret_key: str = ""
+
+    def __post_init__(self) -> None:
+        if self.max_body_size <= 0:
+            raise ValueError("--max-body-size must be positive")
+        if self.transaction_timeout_s <= 0 or self.transaction_check_interval_s <= 0:
+            raise ValueError("transaction timeout and check interval must be positive")
+        if self.transaction_check_max < 1:
+            raise ValueError("--transaction-check-max must be at least 1")
+        if bool(self.access_key) != bool(self.secret_key):
+            raise ValueError("give both --access-key and --secret-key, or neither")
+        if not 1 <= self.batch_max <= 10_000 or self.batches_in_flight < 1:
+            raise ValueError("bad batch settings")
+
+    def check_delay_s(self, checks_done: int) -> float:
+        """Wait before the next check, after ``checks_done`` checks (>= 1): back-off."""
+        return self.transaction_check_interval_s * min(2 ** (checks_done - 1), 8)
+
+
+D = ProxyConfig()
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The proxy's own flags (``python -m services.proxy`` and ``rmqstore serve``)."""
+    p.add_argument(
+        "--advertise", default="", help="host:port clients dial (default: where the proxy listens)"
+    )
+    p.add_argument("--broker-name", default=D.broker_name)
+    p.add_argument(
+        "--no-auto-create-topics",
+        dest="auto_create_topics",
+        action="store_false",
+        help="refuse unknown topics (TOPIC_NOT_FOUND) instead of creating them",
+    )
+    p.add_argument("--max-body-size", type=int, default=D.max_body_size)
+    p.add_argument(
+        "--transaction-timeout",
+        type=float,
+        default=D.transaction_timeout_s,
+        help="seconds before an open transaction is first checked (default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-interval",
+        type=float,
+        default=D.transaction_check_interval_s,
+        help="seconds between checks, doubling up to 8x (default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-max",
+        type=int,
+        default=D.transaction_check_max,
+        help="checks before an unresolved transaction is rolled back (default: %(default)s)",
+    )
+    p.add_argument("--access-key", default="", help="with --secret-key: require signed calls")
+    p.add_argument("--secret-key", default="")  # fmt: skip
+
+
+def forward(args: argparse.Namespace) -> list[str]:
+    """``add_flags``' values as command-line arguments again (for ``rmqstore serve``)."""
+    out = [
+        "--broker-name", args.broker_name,
+        "--max-body-size", str(args.max_body_size),
+        "--transaction-timeout", str(args.transaction_timeout),
+        "--transaction-check-interval", str(args.transaction_check_interval),
+        "--transaction-check-max", str(args.transaction_check_max),
+    ]  # fmt: skip
+    if args.advertise:
+        out += ["--advertise", args.advertise]
+    if not args.auto_create_topics:
+        out.append("--no-auto-create-topics")
+    if args.access_key:
+        out += ["--access-key", args.access_key, "--secret-key", args.secret_key]
+    return out

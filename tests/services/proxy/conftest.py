@@ -1,0 +1,96 @@
+"""Fixtures of the proxy's tests: ``rmqstore serve`` on a free port range, the official
+clients' interpreters (installed by ``make test-deps``), and a raw protocol stub."""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests import procs
+
+CLIENTS = procs.ROOT / "tests" / "clients"
+PYTHON_CLIENT = CLIENTS / ".venv" / "bin" / "python"
+NODE_MODULES = CLIENTS / "node_modules" / "rocketmq-client-nodejs"
+SLOTS = (0, 1, 2, 3, 4, 10, 11, 12, 13, 14)
+
+
+def _free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_base() -> int:
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + 14 < 65535 and all(_free(base + k) for k in SLOTS):
+            return base
+
+
+class Serve:
+    """``rmqstore serve`` in a process of its own; ``stop()`` ends it cleanly."""
+
+    def __init__(self, store: Path, *extra: str) -> None:
+        self.base = free_base()
+        self.store = store
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "services.cli.main", "serve", "--store", str(store),
+             "--port-base", str(self.base), "--commitlog-segment-size", str(8 << 20),
+             "--index-slots", "1000", "--index-entries", "4000", *extra],
+            cwd=procs.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )  # fmt: skip
+        self.lines: list[str] = []
+        ready = threading.Event()
+
+        def pump() -> None:
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                self.lines.append(line)
+                if line.startswith("serving"):
+                    ready.set()
+            ready.set()
+
+        threading.Thread(target=pump, daemon=True).start()
+        if not ready.wait(90) or self.proc.poll() is not None:
+            self.stop()
+            raise RuntimeError("serve did not start:\n" + "".join(self.lines))
+
+    def address(self, slot: int) -> str:
+        return f"127.0.0.1:{self.base + slot}"
+
+    @property
+    def proxy(self) -> str:
+        return self.address(4)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+def client_env(home: Path) -> dict[str, str]:
+    """The clients write logs under $HOME/logs: keep them in the test's directory."""
+    home.mkdir(parents=True, exist_ok=True)
+    return {**os.environ, "HOME": str(home)}
+
+
+@pytest.fixture(scope="session")
+def client_runtimes() -> None:
+    missing = [str(p) for p in (PYTHON_CLIENT, NODE_MODULES) if not p.exists()]
+    if missing:
+        pytest.fail(f"the official clients are not installed ({', '.join(missing)}): "
+                    "run `make test-deps`")  # fmt: skip
