@@ -23,6 +23,7 @@ from rmqstore.formats.javahash import java_hash, utf16_len
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import common_pb2
+from services.proxy.appender import Plain
 from services.proxy.status import BusinessError
 
 SHARDING_KEY = "__SHARDINGKEY"
@@ -176,6 +177,25 @@ class Sender:
             return abs(java_hash(sp.message_group)) % queues
         counter = self._round_robin.setdefault(topic.name, itertools.count())
         return next(counter) % queues
+
+    def plain_or_record(
+        self, m: pb.Message, kind: int, queue_id: int, peer: str, now_ms: int
+    ) -> Plain | common_pb2.Message:
+        """A validated non-transactional message as ``Plain`` when it can be one (a NORMAL
+        message with no user properties, born host or born time: the common shape of a
+        high-rate producer), else as ``record`` makes it."""
+        sp = m.system_properties
+        if (
+            kind == pb.NORMAL
+            and not sp.born_host
+            and not m.user_properties
+            and not sp.HasField("born_timestamp")
+        ):
+            return Plain(
+                m.topic.name, queue_id, m.body, sp.tag if sp.HasField("tag") else "",
+                " ".join(sp.keys), sp.message_id, peer,
+            )  # fmt: skip
+        return self.record(m, kind, queue_id, peer, now_ms)
 
     def record(
         self, m: pb.Message, kind: int, queue_id: int, peer: str, now_ms: int

@@ -172,11 +172,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             try:
                 topic = await self.topics.get(m.topic.name)
                 kind = self.sender.validate(m, topic, now)
-                record = self.sender.record(m, kind, self.sender.queue_for(m, topic), peer, now)
+                queue_id = self.sender.queue_for(m, topic)
                 if kind == pb.TRANSACTION:
-                    tid, offset = await self.transactions.send(m, record, client_id)
+                    half = self.sender.record(m, kind, queue_id, peer, now)
+                    tid, offset = await self.transactions.send(m, half, client_id)
                     entries.append(self._sent(m, topic.name, kind, tid, offset))
                     continue
+                record = self.sender.plain_or_record(m, kind, queue_id, peer, now)
             except BusinessError as e:
                 entries.append(self._failed(m, e))
                 continue
