@@ -105,7 +105,7 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
 
 class Appender:
     def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
-                 spacing_s: float = 0.002) -> None:  # fmt: skip
+                 spacing_s: float = 0.001) -> None:  # fmt: skip
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
         self.batch_max = batch_max
         self.spacing_s = spacing_s

@@ -24,7 +24,7 @@ class ProxyConfig:
     batch_max: int = 1024  # messages per writer batch
     batches_in_flight: int = 2
     # under load, writer batches start at most this often (see appender)
-    batch_spacing_s: float = 0.002
+    batch_spacing_s: float = 0.001
     access_key: str = ""  # with secret_key: every call must carry a valid signature
     secret_key: str = ""
 
