@@ -8,7 +8,8 @@ stores (spec §9.1). Everything is checked before anything is stored.
 | tag / keys[]                 | TAGS / KEYS joined by spaces                            |
 | user_properties              | as they are (reserved names refused)                    |
 | message_group                | __SHARDINGKEY                                           |
-| born_timestamp / born_host   | BORNTIMESTAMP ms / __BORNHOST; BORNHOST = the peer      |
+| born_timestamp / born_host   | BORNTIMESTAMP ms (none: arrival) / __BORNHOST;          |
+|                              | BORNHOST = the peer                                     |
 | delivery_timestamp           | TIMER_DELIVER_MS + the 4.9 delay level just above it    |
 | TRANSACTION                  | half record: see transactions                           |
 """

@@ -169,9 +169,13 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         peer, now = peer_host(context.peer()), now_ms()
         entries: list[spb.SendResultEntry | None] = []
         plain: list[tuple[int, Any, str, int]] = []  # entry index, record, topic, type
+        seen: dict[str, Any] = {}  # this request's topics, looked up once
         for m in request.messages:
             try:
-                topic = await self.topics.get(m.topic.name)
+                name = m.topic.name
+                topic = seen.get(name)
+                if topic is None:
+                    topic = seen[name] = await self.topics.get(name)
                 kind, record = self.sender.prepare(m, topic, peer, now)
                 if kind == pb.TRANSACTION:
                     assert isinstance(record, common_pb2.Message)
