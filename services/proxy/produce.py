@@ -142,7 +142,7 @@ class Sender:
                 _check_text(pb.ILLEGAL_MESSAGE_TAG, "tag", tag, "|")
             if not tag.strip():
                 raise BusinessError(pb.ILLEGAL_MESSAGE_TAG, "tag is blank")
-        keys = list(sp.keys)
+        keys = list(sp.keys) if sp.keys else []  # list() of an empty one costs 4x the test
         for key in keys:
             if not key.strip():
                 raise BusinessError(pb.ILLEGAL_MESSAGE_KEY, "a key is blank")
