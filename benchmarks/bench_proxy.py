@@ -3,9 +3,13 @@ to the same clients against a MessagingService that stores nothing, in the same 
 
 * the official Python producer (``rocketmq-python-client``): synchronous ``send`` from
   several processes, and ``send_async`` with many in flight: proxy rate / no-op rate;
-* our own load generator (``benchmarks.proxy_load``): requests of 32 messages of 1 KiB,
-  several in flight, from two processes;
-* the proxy's own CPU per message (from /proc, over the run).
+* our own load generator (``benchmarks.proxy_load``): requests of 32 messages of 1 KiB, 8 in
+  flight, and of 128 messages, 4 in flight, from two processes each;
+* the proxy's own CPU per message (from /proc, over the run), and the writer's.
+
+Each scenario runs the no-op and the proxy one after the other, ``rounds`` times (2 at full
+scale): this machine's speed moves by the minute, so a ratio is only meaningful within a
+round, and the rounds show the spread.
 
 The writer runs with asynchronous flush and without builders (what is measured is the path
 from a RocketMQ client into the commitlog).
@@ -58,6 +62,7 @@ def run(scale: Scale) -> list[dict]:
     sync_procs = scale.pick(4, 2, 2)
     async_count = scale.pick(20_000, 2_000, 50)
     load_each = scale.pick(200_000, 20_000, 640)
+    rounds = scale.pick(2, 1, 1)
     env = {**os.environ, "HOME": tempfile.mkdtemp(prefix="bench-proxy-")}  # the client's logs
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
@@ -75,28 +80,38 @@ def run(scale: Scale) -> list[dict]:
                 ("client async", lambda t, topic: [
                     [str(CLIENT_PYTHON), str(SEND), t, topic, "async", str(async_count), "256",
                      str(BODY)]]),
-                ("own generator", lambda t, topic: [
+                ("own generator 32x8", lambda t, topic: [
                     [sys.executable, "-m", "benchmarks.proxy_load", t, topic, str(load_each),
                      "32", "8", str(BODY)] for _ in range(2)]),
+                ("own generator 128x4", lambda t, topic: [
+                    [sys.executable, "-m", "benchmarks.proxy_load", t, topic, str(load_each),
+                     "128", "4", str(BODY)] for _ in range(2)]),
             ):  # fmt: skip
-                for target, svc in (("no-op", noop), ("proxy", proxy)):
+                for round_, target, svc in [
+                    (r, target, svc) for r in range(1, rounds + 1)
+                    for target, svc in (("no-op", noop), ("proxy", proxy))
+                ]:  # fmt: skip
                     topic = f"Bench{scenario.title().replace(' ', '')}"
                     before = _max_offset(writer.address)
                     cpu0 = procs.cpu_seconds(svc.proc.pid)
+                    writer_cpu0 = procs.cpu_seconds(writer.proc.pid)
                     results = _run_all(commands(svc.address, topic), env)
                     cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
+                    writer_cpu = procs.cpu_seconds(writer.proc.pid) - writer_cpu0
                     sent, rate = _rate(results)
                     stored = _max_offset(writer.address) - before
                     if target == "proxy" and stored < sent * BODY:
                         raise RuntimeError(f"{scenario}: {sent} sent, only {stored} bytes stored")
                     rates[(scenario, target)] = rate
                     row = {
-                        "scenario": scenario, "target": target, "messages": sent,
-                        "msgs/s": rate, "server CPU us/msg": cpu / sent * 1e6 if sent else 0.0,
+                        "scenario": scenario, "round": round_, "target": target,
+                        "messages": sent, "msgs/s": rate,
+                        "server CPU us/msg": cpu / sent * 1e6 if sent else 0.0,
                     }  # fmt: skip
                     if target == "proxy":
                         noop_rate = rates[(scenario, "no-op")]
                         row["of no-op"] = rate / noop_rate if noop_rate else 0.0
+                        row["writer CPU us/msg"] = writer_cpu / sent * 1e6 if sent else 0.0
                         row["MB/s into store"] = stored / 1e6 / (sent / rate) if rate else 0.0
                     rows.append(row)
         finally:

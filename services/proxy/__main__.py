@@ -60,7 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
     async def build() -> MessagingServicer:
         channel = tls.aio_client_channel(config.writer, args)
-        appender = Appender(channel, config.batch_max, config.batches_in_flight)
+        appender = Appender(
+            channel, config.batch_max, config.batches_in_flight, config.batch_spacing_s
+        )
         servicer = MessagingServicer(
             config, TopicBook(channel, config.auto_create_topics), appender,
             Router(config.broker_name, config.advertise), proxy_metrics,

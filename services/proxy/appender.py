@@ -1,11 +1,19 @@
 """Appends through the commitlog writer, batching concurrent sends into ``PutBatch``.
 
 Each send waits on a future; one task per batch slot takes whatever has queued up (at most
-``batch_max``) and puts it as one batch on its own long-lived ``PutStream`` (a stream costs
-less per batch than a call), so under load many sends share a batch and at rest a send goes
-out at once. The writer validates a whole batch before writing any of it: when it
-refuses one, every message of that batch is retried alone, so only the bad one fails.
-Messages that must be stored together (a commit and its op record) are one group.
+``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
+per batch than a call). At rest a send goes out at once; under load (a batch started less
+than ``spacing_s`` ago) the next one waits out the rest of that time and takes everything
+that came meanwhile, so the writer gets fewer, larger batches: the writer's and the proxy's
+cost is mostly per batch, not per message. The writer validates a whole batch before writing
+any of it: when it refuses one, every message of that batch is retried alone, so only the
+bad one fails. Messages that must be stored together (a commit and its op record) are one
+group.
+
+A batch goes out as one request per kind of group: groups of ``Plain`` messages of one topic
+from one peer become a ``MessageColumns`` request each (no protobuf object per message on
+either side, the writer's fast path); the other groups one request of ``Message``s. The
+requests of a batch are written back to back on the stream, then their replies read.
 """
 
 import asyncio
@@ -18,7 +26,29 @@ from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.proxy.status import BusinessError
 
-Group = tuple[list[common_pb2.Message], asyncio.Future]
+
+class Plain(NamedTuple):
+    """A message with none of what only a ``Message`` carries (properties, delay, flags, born
+    time): the writer stores it as the ``Message`` of ``as_message`` would be stored."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    tags: str
+    keys: str
+    unique_key: str
+    born_host: str
+
+    def as_message(self) -> common_pb2.Message:
+        return common_pb2.Message(
+            topic=self.topic, queue_id=self.queue_id, body=self.body, tags=self.tags,
+            keys=self.keys, unique_key=self.unique_key, born_host=self.born_host,
+        )  # fmt: skip
+
+
+Record = common_pb2.Message | Plain
+Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their bytes
+BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
 
 
 class Stored(NamedTuple):
@@ -36,20 +66,61 @@ def _error(e: grpc.aio.AioRpcError) -> BusinessError:
     return BusinessError(pb.INTERNAL_SERVER_ERROR, f"store unavailable: {e.details()}")
 
 
+def _columns_key(records: list[Record]) -> tuple[str, str] | None:
+    """(topic, born host) when every record is ``Plain`` with that topic and host."""
+    first = records[0]
+    if not isinstance(first, Plain):
+        return None
+    key = (first.topic, first.born_host)
+    for r in records:
+        if not isinstance(r, Plain) or (r.topic, r.born_host) != key:
+            return None
+    return key
+
+
+def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]]:
+    """The writer requests of one batch, each with the groups it holds."""
+    by_key: dict[tuple[str, str] | None, list[Group]] = {}
+    for g in groups:
+        by_key.setdefault(_columns_key(g[0]), []).append(g)
+    out = []
+    for key, gs in by_key.items():
+        records = [r for rs, _f, _n in gs for r in rs]
+        if key is None:
+            messages = [r.as_message() if isinstance(r, Plain) else r for r in records]
+            request = commitlog_pb2.PutBatchRequest(messages=messages, columnar_results=True)
+            out.append((request, gs))
+            continue
+        plain: list[Any] = records
+        _topic, queue_ids, bodies, tags, keys, uniqs, _born = zip(*plain, strict=True)
+        columns = commitlog_pb2.MessageColumns(
+            topic=key[0], body_size=[len(b) for b in bodies], bodies=b"".join(bodies),
+            queue_id=queue_ids, unique_key=uniqs, born_host=key[1],
+            tags=tags[:1] if tags.count(tags[0]) == len(tags) else tags,
+            keys=keys[:1] if keys.count(keys[0]) == len(keys) else keys,
+        )  # fmt: skip
+        out.append((commitlog_pb2.PutBatchRequest(columns=columns, columnar_results=True), gs))
+    return out
+
+
 class Appender:
-    def __init__(self, channel: grpc.aio.Channel, batch_max: int = 256, slots: int = 4) -> None:
+    def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
+                 spacing_s: float = 0.001) -> None:  # fmt: skip
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
         self.batch_max = batch_max
+        self.spacing_s = spacing_s
+        self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
         self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
         self._streams: dict[int, Any] = {}  # slot -> its PutStream call
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
-    async def put(self, messages: Sequence[common_pb2.Message]) -> list[Stored]:
+    async def put(self, messages: Sequence[Record]) -> list[Stored]:
         """Store ``messages`` (all or none of them); their results in order."""
         future = asyncio.get_running_loop().create_future()
-        self._queue.put_nowait((list(messages), future))
+        size = sum(len(r.body) if isinstance(r, Plain) else r.ByteSize() for r in messages)
+        self._queue.put_nowait((list(messages), future, size))
         return await future
 
     async def read(self, offset: int) -> bytes:
@@ -66,73 +137,82 @@ class Appender:
     async def _run(self) -> None:
         slot = len(self._streams)
         self._streams[slot] = None
+        loop = asyncio.get_running_loop()
         while True:
-            groups = [await self._queue.get()]
-            count = len(groups[0][0])
-            while not self._queue.empty() and count < self.batch_max:
+            first = await self._queue.get()
+            wait = self._next_at - loop.time()
+            if wait > 0:  # the last batch started a moment ago: let this one fill up
+                self._next_at += self.spacing_s
+                await asyncio.sleep(wait)
+            else:
+                self._next_at = loop.time() + self.spacing_s
+            groups = [first]
+            count, size = len(first[0]), first[2]
+            while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
                 g = self._queue.get_nowait()
                 groups.append(g)
                 count += len(g[0])
+                size += g[2]
             await self._put(slot, groups)
 
-    async def _call(self, slot: int, request: commitlog_pb2.PutBatchRequest
-                    ) -> commitlog_pb2.PutBatchResponse:  # fmt: skip
-        """One batch over the slot's stream (opened on first use, again after a failure)."""
+    async def _call(self, slot: int, requests: list[commitlog_pb2.PutBatchRequest]
+                    ) -> list[commitlog_pb2.PutBatchResponse | BusinessError]:  # fmt: skip
+        """Requests over the slot's stream (opened on first use, again after a failure),
+        written back to back; each one's response, or the BusinessError it was refused with."""
         stream = self._streams[slot]
         if stream is None:
             stream = self._streams[slot] = self.stub.PutStream()
+        out: list[commitlog_pb2.PutBatchResponse | BusinessError] = []
         try:
-            await stream.write(request)
-            reply = await stream.read()
+            for request in requests:
+                await stream.write(request)
+            for _ in requests:
+                reply = await stream.read()
+                if reply is grpc.aio.EOF:
+                    self._streams[slot] = None
+                    raise BusinessError(pb.INTERNAL_SERVER_ERROR, "the store closed the stream")
+                if reply.status_code:
+                    out.append(BusinessError(
+                        pb.BAD_REQUEST
+                        if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                        else pb.INTERNAL_SERVER_ERROR, reply.error or "refused by the store",
+                    ))  # fmt: skip
+                else:
+                    out.append(reply.response)
         except BaseException:
             self._streams[slot] = None
             stream.cancel()
             raise
-        if reply is grpc.aio.EOF:
-            self._streams[slot] = None
-            raise BusinessError(pb.INTERNAL_SERVER_ERROR, "the store closed the stream")
-        if reply.status_code:
-            raise BusinessError(
-                pb.BAD_REQUEST if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-                else pb.INTERNAL_SERVER_ERROR, reply.error or "refused by the store",
-            )  # fmt: skip
-        return reply.response
+        return out
 
     async def _put(self, slot: int, groups: list[Group]) -> None:
-        messages = [m for ms, _f in groups for m in ms]
         try:
-            reply = await self._call(
-                slot, commitlog_pb2.PutBatchRequest(messages=messages, columnar_results=True)
-            )
-        except BusinessError as e:
-            if e.code == pb.BAD_REQUEST and len(groups) > 1:
-                for g in groups:  # find the bad one: each group alone
-                    await self._put(slot, [g])
-                return
-            for _ms, f in groups:
-                if not f.done():
-                    f.set_exception(e)
-            return
+            requests = _requests(groups)
+            replies = await self._call(slot, [r for r, _gs in requests])
         except grpc.aio.AioRpcError as e:
-            for _ms, f in groups:
-                if not f.done():
-                    f.set_exception(_error(e))
+            _fail(groups, _error(e))
             return
         except Exception as e:  # never leave a sender waiting
-            for _ms, f in groups:
-                if not f.done():
-                    f.set_exception(e)
+            _fail(groups, e)
             return
-        self.batches += 1
-        if self.on_batch is not None:
-            self.on_batch(len(messages))
-        c = reply.columns
-        results = [Stored(*r) for r in zip(c.phy_offset, c.queue_offset, strict=True)]
-        at = 0
-        for ms, f in groups:
-            if not f.done():
-                f.set_result(results[at : at + len(ms)])
-            at += len(ms)
+        for (_request, gs), reply in zip(requests, replies, strict=True):
+            if isinstance(reply, BusinessError):
+                if reply.code == pb.BAD_REQUEST and len(gs) > 1:
+                    for g in gs:  # find the bad one: each group alone
+                        await self._put(slot, [g])
+                else:
+                    _fail(gs, reply)
+                continue
+            c = reply.columns
+            self.batches += 1
+            if self.on_batch is not None:
+                self.on_batch(len(c.phy_offset))
+            results = list(map(Stored, c.phy_offset, c.queue_offset))
+            at = 0
+            for rs, f, _n in gs:
+                if not f.done():
+                    f.set_result(results[at : at + len(rs)])
+                at += len(rs)
 
     async def close(self) -> None:
         for stream in self._streams.values():
@@ -141,3 +221,9 @@ class Appender:
         for t in self._tasks:
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+def _fail(groups: list[Group], e: BaseException) -> None:
+    for _rs, f, _n in groups:
+        if not f.done():
+            f.set_exception(e)

@@ -21,8 +21,10 @@ class ProxyConfig:
     transaction_check_interval_s: float = 60.0  # then, doubling each time up to 8x
     transaction_check_max: int = 15  # checks before an open transaction is rolled back
     checker_period_s: float = 0.5  # how often open transactions are looked at
-    batch_max: int = 256  # messages per writer batch
-    batches_in_flight: int = 4
+    batch_max: int = 1024  # messages per writer batch
+    batches_in_flight: int = 2
+    # under load, writer batches start at most this often (see appender)
+    batch_spacing_s: float = 0.001
     access_key: str = ""  # with secret_key: every call must carry a valid signature
     secret_key: str = ""
 
@@ -35,7 +37,8 @@ class ProxyConfig:
             raise ValueError("--transaction-check-max must be at least 1")
         if bool(self.access_key) != bool(self.secret_key):
             raise ValueError("give both --access-key and --secret-key, or neither")
-        if not 1 <= self.batch_max <= 10_000 or self.batches_in_flight < 1:
+        if (not 1 <= self.batch_max <= 10_000 or self.batches_in_flight < 1
+                or not 0 <= self.batch_spacing_s <= 1):  # fmt: skip
             raise ValueError("bad batch settings")
 
     def check_delay_s(self, checks_done: int) -> float:

@@ -8,7 +8,8 @@ stores (spec §9.1). Everything is checked before anything is stored.
 | tag / keys[]                 | TAGS / KEYS joined by spaces                            |
 | user_properties              | as they are (reserved names refused)                    |
 | message_group                | __SHARDINGKEY                                           |
-| born_timestamp / born_host   | BORNTIMESTAMP ms / __BORNHOST; BORNHOST = the peer      |
+| born_timestamp / born_host   | BORNTIMESTAMP ms (none: arrival) / __BORNHOST;          |
+|                              | BORNHOST = the peer                                     |
 | delivery_timestamp           | deliver_at_ms: the writer parks it on its delay levels  |
 | TRANSACTION                  | half record: see transactions                           |
 """
@@ -22,6 +23,7 @@ from rmqstore.formats.javahash import java_hash, utf16_len
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import common_pb2
+from services.proxy.appender import Plain
 from services.proxy.status import BusinessError
 
 SHARDING_KEY = "__SHARDINGKEY"
@@ -85,29 +87,57 @@ class Sender:
 
     def validate(self, m: pb.Message, topic: TopicConfig, now_ms: int) -> int:
         """Raise the BusinessError RocketMQ answers for a bad message; its type otherwise."""
+        return self._check(m, m.system_properties, topic, now_ms)[0]
+
+    def prepare(self, m: pb.Message, topic: TopicConfig, peer: str, now_ms: int
+                ) -> tuple[int, Plain | common_pb2.Message]:  # fmt: skip
+        """A message checked (``validate``) and mapped: its type and what to store (``Plain``
+        when it can be: a NORMAL message with no user properties, born host or born time, the
+        common shape of a high-rate producer; else ``record``'s ``Message``)."""
         sp = m.system_properties
-        if not sp.message_id:
+        kind, body, keys = self._check(m, sp, topic, now_ms)
+        queue_id = self.queue_for(m, topic)
+        if (
+            kind == pb.NORMAL
+            and not sp.born_host
+            and not sp.HasField("born_timestamp")
+            and not m.user_properties
+        ):
+            tag = sp.tag if sp.HasField("tag") else ""
+            return kind, Plain(topic.name, queue_id, body, tag, " ".join(keys), sp.message_id,
+                               peer)  # fmt: skip
+        return kind, self.record(m, kind, queue_id, peer, now_ms)
+
+    def _check(self, m: pb.Message, sp: pb.SystemProperties, topic: TopicConfig, now_ms: int
+               ) -> tuple[int, bytes, list[str]]:  # fmt: skip
+        """``validate``: the type, and the body and keys it read (reading copies them)."""
+        message_id = sp.message_id
+        if not message_id:
             raise BusinessError(pb.ILLEGAL_MESSAGE_ID, "message_id is empty")
-        if not MESSAGE_ID.match(sp.message_id):
-            raise BusinessError(pb.ILLEGAL_MESSAGE_ID, f"message_id {sp.message_id!r} is malformed")
-        size = m.ByteSize()  # not len(m.body): reading the body copies it
-        if not m.body:
+        if not MESSAGE_ID.match(message_id):
+            raise BusinessError(pb.ILLEGAL_MESSAGE_ID, f"message_id {message_id!r} is malformed")
+        body = m.body
+        if not body:
             raise BusinessError(pb.MESSAGE_BODY_EMPTY, "message body is empty")
-        if size > self.max_body_size and len(m.body) > self.max_body_size:
+        if len(body) > self.max_body_size:
             raise BusinessError(
                 pb.MESSAGE_BODY_TOO_LARGE,
-                f"body is {len(m.body)} bytes, the limit is {self.max_body_size}",
+                f"body is {len(body)} bytes, the limit is {self.max_body_size}",
             )
         if sp.body_encoding == pb.GZIP:
             raise BusinessError(pb.UNSUPPORTED, "GZIP-encoded bodies are not supported")
         if sp.HasField("tag"):
-            _check_text(pb.ILLEGAL_MESSAGE_TAG, "tag", sp.tag, "|")
-            if not sp.tag.strip():
+            tag = sp.tag
+            if "|" in tag or not tag.isprintable():  # only then can it hold what is refused
+                _check_text(pb.ILLEGAL_MESSAGE_TAG, "tag", tag, "|")
+            if not tag.strip():
                 raise BusinessError(pb.ILLEGAL_MESSAGE_TAG, "tag is blank")
-        for key in sp.keys:
+        keys = list(sp.keys) if sp.keys else []  # list() of an empty one costs 4x the test
+        for key in keys:
             if not key.strip():
                 raise BusinessError(pb.ILLEGAL_MESSAGE_KEY, "a key is blank")
-            _check_text(pb.ILLEGAL_MESSAGE_KEY, "key", key, " ")
+            if " " in key or not key.isprintable():
+                _check_text(pb.ILLEGAL_MESSAGE_KEY, "key", key, " ")
         if m.user_properties:
             size = 0
             for name, value in m.user_properties.items():
@@ -155,7 +185,7 @@ class Sender:
             )
         if not topic.writable:
             raise BusinessError(pb.FORBIDDEN, f"topic {topic.name} is not writable")
-        return kind
+        return kind, body, keys
 
     def queue_for(self, m: pb.Message, topic: TopicConfig) -> int:
         """FIFO: the message group's queue (Java hash mod queue count, so a group always lands

@@ -16,6 +16,7 @@ from typing import Any
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.rocketmq import service_pb2 as spb
 from rmqstore.rocketmq import service_pb2_grpc
+from rmqstore.v1 import common_pb2
 from services.proxy import settings, status
 from services.proxy.appender import Appender
 from services.proxy.auth import Authenticator
@@ -168,14 +169,18 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         peer, now = peer_host(context.peer()), now_ms()
         entries: list[spb.SendResultEntry | None] = []
         plain: list[tuple[int, Any, str, int]] = []  # entry index, record, topic, type
+        seen: dict[str, Any] = {}  # this request's topics, looked up once
         for m in request.messages:
             try:
-                topic = await self.topics.get(m.topic.name)
-                kind = self.sender.validate(m, topic, now)
-                record = self.sender.record(m, kind, self.sender.queue_for(m, topic), peer, now)
+                name = m.topic.name
+                topic = seen.get(name)
+                if topic is None:
+                    topic = seen[name] = await self.topics.get(name)
+                kind, record = self.sender.prepare(m, topic, peer, now)
                 if kind == pb.TRANSACTION:
+                    assert isinstance(record, common_pb2.Message)
                     tid, offset = await self.transactions.send(m, record, client_id)
-                    entries.append(self._sent(m, topic.name, kind, tid, offset))
+                    entries.append(self._sent(record.unique_key, topic.name, kind, tid, offset))
                     continue
             except BusinessError as e:
                 entries.append(self._failed(m, e))
@@ -189,10 +194,10 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 for i, _r, _t, _k in plain:
                     entries[i] = self._failed(request.messages[i], e)
             else:
-                for (i, _r, topic_name, kind), result in zip(plain, results, strict=True):
-                    entries[i] = self._sent(
-                        request.messages[i], topic_name, kind, "", result.queue_offset
-                    )
+                if len(plain) == len(entries):  # every one stored: the common case
+                    return self._all_sent(plain, results)
+                for (i, r, topic_name, kind), result in zip(plain, results, strict=True):
+                    entries[i] = self._sent(r.unique_key, topic_name, kind, "", result.queue_offset)
         done = [e for e in entries if e is not None]
         codes = {e.status.code for e in done}
         if codes == {pb.OK}:
@@ -203,18 +208,34 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             top = pb.Status(code=pb.MULTIPLE_RESULTS, message="messages had different results")
         return spb.SendMessageResponse(status=top, entries=done)
 
-    def _sent(self, m: pb.Message, topic: str, kind: int, tid: str, offset: int
-              ) -> spb.SendResultEntry:  # fmt: skip
+    def _count(self, topic: str, kind: int, n: int = 1) -> None:
         counter = self._send_counters.get((topic, kind))
         if counter is None:
             counter = self.metrics.sends.labels(topic, TYPE_NAMES[kind].lower())
             if len(self._send_counters) < 10_000:
                 self._send_counters[(topic, kind)] = counter
-        counter.inc()
+        counter.inc(n)
+
+    def _sent(self, message_id: str, topic: str, kind: int, tid: str, offset: int
+              ) -> spb.SendResultEntry:  # fmt: skip
+        self._count(topic, kind)
         return spb.SendResultEntry(
-            status=OK_STATUS, message_id=m.system_properties.message_id,
-            transaction_id=tid, offset=offset,
-        )  # fmt: skip
+            status=OK_STATUS, message_id=message_id, transaction_id=tid, offset=offset
+        )
+
+    def _all_sent(self, stored: list[tuple[int, Any, str, int]], results: list
+                  ) -> spb.SendMessageResponse:  # fmt: skip
+        """The reply when every message was stored (entries filled in place, metrics counted
+        once per topic and type)."""
+        reply = spb.SendMessageResponse(status=OK_STATUS)
+        add = reply.entries.add
+        counts: dict[tuple[str, int], int] = {}
+        for (_i, r, topic, kind), result in zip(stored, results, strict=True):
+            add(status=OK_STATUS, message_id=r.unique_key, offset=result.queue_offset)
+            counts[(topic, kind)] = counts.get((topic, kind), 0) + 1
+        for (topic, kind), n in counts.items():
+            self._count(topic, kind, n)
+        return reply
 
     def _failed(self, m: pb.Message, e: BusinessError) -> spb.SendResultEntry:
         return spb.SendResultEntry(

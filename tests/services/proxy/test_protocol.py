@@ -295,3 +295,44 @@ def test_checks_go_to_the_live_producer_over_its_stream(services):
     assert answer.status.code == pb.OK
     done.set()
     stream.cancel()
+
+
+def _records_from(writer, start: int, count: int) -> list:
+    """The ``count`` records written from commitlog offset ``start``, decoded."""
+    from rmqstore.formats import commitlog
+
+    stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))
+    out, at = [], start
+    for _ in range(count):
+        [raw] = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[at])).records
+        out.append(commitlog.decode(raw))
+        at += out[-1].total_size
+    return out
+
+
+def test_plain_messages_are_stored_as_their_fields_say(services):
+    """Messages with no properties, born host or time take the writer's columns path: each
+    record still carries its own id, tag, keys and body, and the sender's address."""
+    writer, proxy, *_ = services
+    before = _max_offset(writer)
+    ids = [MSG_ID[:-2] + f"{i:02X}" for i in range(3)]
+    messages = [
+        _message(body=b"one", message_id=ids[0], tag="t", keys=["k1", "k2"]),
+        _message(body=b"two", message_id=ids[1], tag="t"),
+        _message(body=b"three", message_id=ids[2]),
+    ]
+    t0 = int(time.time() * 1000)
+    r = _stub(proxy).SendMessage(spb.SendMessageRequest(messages=messages), metadata=MD)
+    assert r.status.code == pb.OK, r
+    assert [e.message_id for e in r.entries] == ids
+    records = _records_from(writer, before, 3)
+    assert [(x.topic, x.body, x.uniq_key, x.tags, x.keys) for x in records] == [
+        ("Known", b"one", ids[0], "t", "k1 k2"),
+        ("Known", b"two", ids[1], "t", ""),
+        ("Known", b"three", ids[2], "", ""),
+    ]
+    assert [x.queue_offset for x in records] == [e.offset for e in r.entries]
+    for x in records:
+        assert x.born_host.ip == bytes([127, 0, 0, 1]) and x.born_host.port > 0
+        assert t0 - 5000 <= x.born_timestamp <= x.store_timestamp
+        assert set(x.property_map) <= {"TAGS", "KEYS", "UNIQ_KEY", "CLUSTER"}

@@ -1,0 +1,45 @@
+"""How the appender turns a batch of groups into writer requests (no server needed)."""
+
+from rmqstore.v1 import common_pb2
+from services.proxy.appender import Plain, _requests
+
+
+def _plain(i: int, topic="T", host="127.0.0.1:5000", tags="t", keys="") -> Plain:
+    return Plain(topic, i % 4, f"body{i}".encode(), tags, keys, f"ID{i}", host)
+
+
+def _group(records):
+    return (records, object(), 0)  # the future is not looked at
+
+
+def test_plain_groups_of_one_topic_and_host_become_one_columns_request():
+    groups = [_group([_plain(0), _plain(1)]), _group([_plain(2, keys="k")])]
+    [(request, held)] = _requests(groups)
+    assert held == groups and not request.messages and request.columnar_results
+    c = request.columns
+    assert (c.topic, c.born_host) == ("T", "127.0.0.1:5000")
+    assert list(c.body_size) == [5, 5, 5] and c.bodies == b"body0body1body2"
+    assert list(c.queue_id) == [0, 1, 2] and list(c.unique_key) == ["ID0", "ID1", "ID2"]
+    assert list(c.tags) == ["t"] and list(c.keys) == ["", "", "k"]
+
+
+def test_other_hosts_topics_and_mixed_groups_go_apart():
+    half = common_pb2.Message(topic="T", body=b"x", unique_key="H")
+    groups = [
+        _group([_plain(0)]),
+        _group([_plain(1, host="127.0.0.2:1")]),
+        _group([_plain(2, topic="U")]),
+        _group([_plain(3), half]),  # must be stored together: one request of Messages
+    ]
+    requests = _requests(groups)
+    assert [held for _r, held in requests] == [[g] for g in groups]
+    columns = [r.columns for r, _held in requests[:3]]
+    assert [(c.topic, c.born_host, list(c.unique_key)) for c in columns] == [
+        ("T", "127.0.0.1:5000", ["ID0"]),
+        ("T", "127.0.0.2:1", ["ID1"]),
+        ("U", "127.0.0.1:5000", ["ID2"]),
+    ]
+    mixed = requests[3][0]
+    assert not mixed.HasField("columns")
+    assert list(mixed.messages) == [_plain(3).as_message(), half]
+    assert mixed.messages[0].born_host == "127.0.0.1:5000" and mixed.messages[0].tags == "t"
