@@ -9,6 +9,8 @@ PROTOS := $(wildcard protos/rmqstore/v1/*.proto)
 RMQ_PROTOS := $(wildcard protos/rmqstore/rocketmq/*.proto)
 PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS) $(RMQ_PROTOS))
 PYTEST_ARGS ?=
+# two workers (2 cores); a test file stays on one worker, so its module fixtures start once
+PYTEST_PARALLEL ?= -n 2 --dist loadfile
 CONSOLE_TESTS := tests/services/console
 AXE := $(CONSOLE_TESTS)/node_modules/axe-core/axe.min.js
 # `make run`'s demo store: 64 MiB commitlog segments, 8.4 MB index files (100,000 slots,
@@ -78,8 +80,8 @@ setup: $(VENV)/.installed protos ## create .venv, install packages, generate pro
 run: setup ## start every service on ./data/store, small files (Ctrl-C stops them)
 	$(BIN)/rmqstore serve --store $(STORE) $(RUN_SIZES)
 
-test: setup system-deps test-deps ## the whole test suite (about 6 minutes on 2 cores)
-	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_ARGS)
+test: setup system-deps test-deps ## the whole test suite (about 8 minutes on 2 cores)
+	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 soak: setup system-deps ## long reliability suites
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
