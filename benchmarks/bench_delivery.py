@@ -181,9 +181,13 @@ def _deleted(stub: commitlog_pb2_grpc.CommitLogStub) -> int:
 
 
 def _timed_puts(stub, until, timeout: float) -> list[tuple[float, float, int]]:
-    """Paced puts of 10 x 1 KiB (every 5 ms) until ``until()``: (time, latency ms, deleted
-    segments so far) each; the deletion count is polled in a thread."""
-    deleted = [0]
+    """Paced puts of 10 x 1 KiB (every 5 ms) until ``until()`` and a sample has seen the final
+    deletion count: (time, latency ms, deleted segments so far) each; the deletion count is
+    polled in a thread."""
+    deleted = [_deleted(stub)]
+    if deleted[0]:
+        raise AssertionError("retention deleted segments before the baseline puts began: give "
+                             "the benchmark a longer retention time")
     done = threading.Event()
 
     def poll() -> None:
@@ -198,7 +202,7 @@ def _timed_puts(stub, until, timeout: float) -> list[tuple[float, float, int]]:
     out = []
     deadline = time.monotonic() + timeout
     try:
-        while not until():
+        while not (until() and out and out[-1][2] >= _deleted(stub)):
             if time.monotonic() > deadline:
                 raise AssertionError("retention deleted too little in time")
             for _ in range(20):
@@ -227,7 +231,7 @@ def run(scale: Scale) -> list[dict]:
     rows = [lateness(count, levels, put_s)]
     segment = scale.pick(64 * MIB, 16 * MIB, MIB)
     rows.append(put_latency_during_deletion(segment, scale.pick(6, 4, 3),
-                                            scale.pick(30.0, 10.0, 3.0)))  # fmt: skip
+                                            scale.pick(30.0, 10.0, 6.0)))  # fmt: skip
     return rows
 
 
