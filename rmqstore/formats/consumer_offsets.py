@@ -2,12 +2,12 @@
 RocketMQ's broker persists it (fastjson, pretty, **integer keys unquoted**)::
 
     {
-    	"offsetTable":{
-    		"TopicA@groupA":{0:12,1:7
-    		},
-    		"%RETRY%groupA@groupA":{0:0
-    		}
-    	}
+        "offsetTable":{
+                "TopicA@groupA":{0:12,1:7
+                },
+                "%RETRY%groupA@groupA":{0:0
+                }
+        }
     }
 
 Key ``<topic>@<group>``; value per queue id = the next offset to consume (every offset below

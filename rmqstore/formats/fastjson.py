@@ -41,8 +41,8 @@ class IntKeyMap(dict):
 def pretty(value: Any, depth: int = 0) -> str:
     """fastjson's PrettyFormat of objects, strings, numbers, bools (and ``IntKeyMap``s)."""
     if isinstance(value, IntKeyMap):
-        items = ",".join(f"{int(k)}:{json.dumps(v)}" for k, v in value.items())
-        return "{" + items + "\n" + "\t" * depth + "}"
+        pairs = ",".join(f"{int(k)}:{json.dumps(v)}" for k, v in value.items())
+        return "{" + pairs + "\n" + "\t" * depth + "}"
     if isinstance(value, dict):
         if not value:
             return "{}"

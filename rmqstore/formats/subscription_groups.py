@@ -2,23 +2,23 @@
 persists them (fastjson, pretty, members in alphabetical order)::
 
     {
-    	"dataVersion":{
-    		"counter":1,
-    		"timestamp":1700000000000
-    	},
-    	"subscriptionGroupTable":{
-    		"groupA":{
-    			"brokerId":0,
-    			"consumeBroadcastEnable":true,
-    			"consumeEnable":true,
-    			"consumeFromMinEnable":true,
-    			"groupName":"groupA",
-    			"notifyConsumerIdsChangedEnable":true,
-    			"retryMaxTimes":16,
-    			"retryQueueNums":1,
-    			"whichBrokerWhenConsumeSlowly":1
-    		}
-    	}
+        "dataVersion":{
+                "counter":1,
+                "timestamp":1700000000000
+        },
+        "subscriptionGroupTable":{
+                "groupA":{
+                        "brokerId":0,
+                        "consumeBroadcastEnable":true,
+                        "consumeEnable":true,
+                        "consumeFromMinEnable":true,
+                        "groupName":"groupA",
+                        "notifyConsumerIdsChangedEnable":true,
+                        "retryMaxTimes":16,
+                        "retryQueueNums":1,
+                        "whichBrokerWhenConsumeSlowly":1
+                }
+        }
     }
 
 ``retryMaxTimes`` retries → ``retryMaxTimes + 1`` deliveries before the dead-letter topic.

@@ -30,7 +30,7 @@ def test_rocketmq_file_reads_and_renders_back_byte_for_byte():
 def test_written_file_is_strict_json_once_keys_are_quoted_and_keeps_data_version():
     table = co.OffsetTable({("T", "g"): {3: 9, 0: 1}}, {"counter": 4, "timestamp": 5})
     text = co.render(table)
-    assert '{0:1,3:9\n\t\t}' in text
+    assert "{0:1,3:9\n\t\t}" in text
     doc = json.loads(fastjson.quote_int_keys(text))
     assert doc == {"dataVersion": {"counter": 4, "timestamp": 5},
                    "offsetTable": {"T@g": {"0": 1, "3": 9}}}  # fmt: skip
