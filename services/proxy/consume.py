@@ -10,8 +10,8 @@ not match the filter are settled without being delivered.
 
 FIFO groups (``consumeMessageOrderly`` in subscriptionGroup.json, or ``--fifo-group``): a
 queue with a message in flight hands out nothing else, so the messages of one message group
-(always one queue) are delivered one batch at a time, in order; one that expires comes back
-first, in place.
+(always one queue) are delivered one at a time, in order, the next only once the previous is
+acknowledged or dead-lettered; one that expires comes back first, in place (attempt + 1).
 
 Retries are redeliveries in place with the delay the client asks for (a nack is a
 ChangeInvisibleDuration with the group's back-off step): no retry topic copy is written.
@@ -275,26 +275,25 @@ class Consumption:
         self.dirty = True
 
     def _pop_fifo(self, g, topic, queues, filt, batch, invisible_ms, now, taken, dead) -> None:
+        """One message per queue at a time: the next only once the previous is settled."""
         key = (g.name, topic.name)
         first = next(self._rotation)
         for i in range(len(queues)):
             q = (first + i) % len(queues)
             p = queues[q]
-            if any(f.visible_at > now for f in p.inflight.values()):
-                continue  # locked: a message of this queue is being consumed
-            if p.inflight:  # expired: the earliest come back first, in order
-                for o in sorted(p.inflight):
-                    f = p.inflight[o]
-                    if f.attempt >= g.max_attempts:
-                        f.visible_at = now + 3_600_000
-                        dead.append((q, o, f))
-                        continue
-                    self._hand_out(key, q, o, f, invisible_ms, now)
-                    taken.append((q, o, f))
-                if len(taken) >= batch:
-                    return
-                continue
-            self._pop_new(key, topic.name, q, p, filt, batch - len(taken), invisible_ms, now, taken)
+            if p.inflight:
+                o = min(p.inflight)
+                f = p.inflight[o]
+                if f.visible_at > now:
+                    continue  # locked: its message is being consumed
+                if f.attempt >= g.max_attempts:  # expired for the last time
+                    f.visible_at = now + 3_600_000
+                    dead.append((q, o, f))
+                    continue
+                self._hand_out(key, q, o, f, invisible_ms, now)
+                taken.append((q, o, f))
+            else:
+                self._pop_new(key, topic.name, q, p, filt, 1, invisible_ms, now, taken)
             if len(taken) >= batch:
                 return
 

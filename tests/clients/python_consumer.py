@@ -3,7 +3,7 @@ process of its own by the proxy's consumer tests. One JSON line per event on std
 
     python_consumer.py send ENDPOINT TOPIC COUNT [PREFIX] [TAG] [MESSAGE_GROUP]
     python_consumer.py simple ENDPOINT GROUP TOPIC EXPECT [--leave-first] [--tags EXPR]
-        [--invisible S] [--stop-after N]
+        [--invisible S] [--stop-after N] [--slow S]
     python_consumer.py push ENDPOINT GROUP TOPIC [--fail]   (runs until stdin closes)
 
 ``simple`` receives (batch 32) and acks until EXPECT distinct messages are acked; with
@@ -74,6 +74,7 @@ def simple(a):
                 left = m.message_id
                 out(event="left", id=m.message_id)
                 continue
+            time.sleep(a.slow)  # the application's work
             consumer.ack(m)
             acked.add(m.message_id)
             out(event="acked", id=m.message_id, body=body)
@@ -120,6 +121,7 @@ s.add_argument("--leave-first", action="store_true")
 s.add_argument("--tags", default="*")
 s.add_argument("--invisible", type=int, default=15)
 s.add_argument("--stop-after", type=int, default=0)
+s.add_argument("--slow", type=float, default=0.0, help="seconds of work per message")
 s = sub.add_parser("push")
 for name in ("endpoint", "group", "topic"):
     s.add_argument(name)
