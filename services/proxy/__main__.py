@@ -61,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     registry = metrics.new_registry("proxy")
     proxy_metrics = metrics.ProxyMetrics(registry)
+    group_metrics = metrics.ConsumerGroupMetrics(registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
 
     async def build() -> MessagingServicer:
@@ -75,8 +76,10 @@ def main(argv: list[str] | None = None) -> int:
             consume = ConsumeConfig(
                 config.consume_from, config.group_retry_max_times, config.fifo_groups
             )
-            servicer.consumption = Consumption(Path(args.store), appender, consume)
-            servicer.consumption.start()
+            servicer.consumption = Consumption(
+                Path(args.store), appender, consume, on_event=group_metrics.event
+            )
+            servicer.consumption.start(group_metrics.observe)
         servicer.transactions.start()
         servicer.channel = channel  # type: ignore[attr-defined]
         return servicer

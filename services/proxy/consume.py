@@ -42,6 +42,7 @@ from services.proxy.status import BusinessError
 log = logging.getLogger(__name__)
 MAX_BATCH = 32
 POLL_S = 0.005  # how often a waiting receive looks at the consume queues
+OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
 DLQ_PREFIX = "%DLQ%"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
@@ -228,6 +229,7 @@ class Consumption:
             taken.append((q, o, f))
 
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
+        self.on_event(key[0], key[1], "delivered", 1)
         if f.attempt > 0:
             self.on_event(key[0], key[1], "redelivered", 1)
         f.attempt += 1
@@ -407,6 +409,58 @@ class Consumption:
             log.info("message %s of %s moved to %s%s", r.uniq_key, topic, DLQ_PREFIX, g.name)
         self.on_event(g.name, topic, "dead_lettered", len(records))
 
+    # what a group looks like --------------------------------------------------------------
+
+    def describe(self, group: str) -> list[tuple[str, int, int, int, int]]:
+        """(topic, queue, committed offset, max offset, in flight) of each queue the group
+        has consumed from."""
+        now = now_ms()
+        rows = []
+        for (g, topic), queues in sorted(self.state.items()):
+            if g != group:
+                continue
+            for q, p in sorted(queues.items()):
+                inflight = sum(1 for f in p.inflight.values() if f.visible_at > now)
+                rows.append((topic, q, p.committed, self.queues.max_offset(topic, q), inflight))
+        return rows
+
+    def groups(self) -> list[str]:
+        return sorted(set(self.group_table.groups) | {g for g, _t in self.state})
+
+    def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
+        """Start the group again at these offsets (queue -> offset): in-flight messages of
+        those queues are forgotten (their receipt handles become stale)."""
+        for q, o in offsets.items():
+            self.queue(group, topic, q).reset(o)
+        self._expiry.pop((group, topic), None)
+        self._number_restored()
+        self.dirty = True
+        self.flush()
+
+    async def oldest_age_s(self, group: str, topic: str) -> float:
+        """Seconds since the oldest unsettled message of the group was stored (0: none)."""
+        flights = []
+        for q, p in self.state.get((group, topic), {}).items():
+            units = self.queues.read(topic, q, p.committed, 1)
+            if units:
+                flights.append(Flight(0, 0, 0, units[0].phy_offset, units[0].size))
+        if not flights:
+            return 0.0
+        records = await self._records(flights)
+        oldest = min(r.store_timestamp for r in records)
+        return max(0.0, (now_ms() - oldest) / 1000)
+
+    async def observe(self, report: Callable[[str, str, int, float, int], None]) -> None:
+        """Report lag, age of the oldest unsettled message and in-flight per (group, topic)."""
+        for group, topic in list(self.state):
+            rows = [r for r in self.describe(group) if r[0] == topic]
+            lag = sum(max(0, mx - c) for _t, _q, c, mx, _i in rows)
+            try:
+                age = await self.oldest_age_s(group, topic) if lag else 0.0
+            except BusinessError:
+                age = 0.0
+            report(group, topic, lag, age, sum(r[4] for r in rows))
+
     # durability ---------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -415,10 +469,11 @@ class Consumption:
         self.dirty = False
         self.files.save(self.state, self.offsets)
 
-    def start(self) -> None:
-        self._flusher = asyncio.ensure_future(self._flush_loop())
+    def start(self, report: Callable[[str, str, int, float, int], None] | None = None) -> None:
+        self._flusher = asyncio.ensure_future(self._flush_loop(report))
 
-    async def _flush_loop(self) -> None:
+    async def _flush_loop(self, report: Callable[[str, str, int, float, int], None] | None) -> None:
+        ticks = 0
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
             try:
@@ -426,6 +481,12 @@ class Consumption:
             except OSError as e:
                 self.dirty = True
                 log.error("cannot write consumer progress: %s", e)
+            ticks += 1
+            if report is not None and ticks % OBSERVE_EVERY == 0:
+                try:
+                    await self.observe(report)
+                except Exception:  # metrics must never stop the flushing
+                    log.exception("consumer group metrics failed")
 
     async def close(self) -> None:
         if self._flusher is not None:

@@ -40,6 +40,7 @@ def exported_series_names() -> set[str]:
     metrics.IndexBuilderMetrics(registry)
     metrics.QueryMetrics(registry)
     metrics.ProxyMetrics(registry)
+    metrics.ConsumerGroupMetrics(registry)
     return _sample_names(registry)
 
 

@@ -10,13 +10,14 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
-from rmqstore.formats import consumer_offsets
+from rmqstore.formats import commitlog, consumer_offsets
 from rmqstore.server import channel
-from rmqstore.v1 import query_pb2, query_pb2_grpc
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
 from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, Serve, client_env
 
 pytestmark = pytest.mark.integration
@@ -81,6 +82,13 @@ def send(env, serve, topic, n, prefix="m", tag="", group="") -> dict[str, str]:
     return sent
 
 
+def metric(serve, name: str, group: str, topic: str) -> float:
+    with urllib.request.urlopen(f"http://{serve.address(14)}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    want = f'{name}{{group="{group}",topic="{topic}"}} '
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(want))
+
+
 def committed(store: Path, topic: str, group: str) -> int:
     path = store / "config" / "consumerOffset.json"
     if not path.exists():
@@ -112,6 +120,9 @@ def test_simple_consumer_acks_all_and_an_unacked_message_returns_with_attempt_2(
     assert {e["body"] for e in r.of("received")} == set(sent.values())
     # the group's progress reaches RocketMQ's file: every offset settled
     _until("offsets committed", lambda: committed(serve.store, "CSimple", "G1") == 10)
+    assert metric(serve, "rmqstore_consumer_acks_total", "G1", "CSimple") == 10
+    assert metric(serve, "rmqstore_consumer_redeliveries_total", "G1", "CSimple") == 1
+    assert metric(serve, "rmqstore_consumer_deliveries_total", "G1", "CSimple") == 11
 
 
 def test_two_groups_each_get_every_message_node_and_python(served):
@@ -158,6 +169,13 @@ def test_push_listener_that_always_fails_sends_to_the_dead_letter_topic(served):
     # retryMaxTimes 1: two deliveries, then the dead-letter topic
     assert [e["attempt"] for e in r.of("received")] == [1, 2], r.explain()
     _until("dead letter settled", lambda: committed(serve.store, "CDead", "GD") == 1)
+    assert metric(serve, "rmqstore_consumer_dead_letters_total", "GD", "CDead") == 1
+    # the record as RocketMQ 4.9 reads it: CRC, topic %DLQ%<group> queue 0, reconsume times
+    writer = commitlog_pb2_grpc.CommitLogStub(channel(serve.address(0)))
+    (raw,) = writer.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[m.phy_offset])).records
+    rec = commitlog.decode(raw, 0, check_crc=True)
+    assert (rec.topic, rec.queue_id, rec.reconsume_times, rec.uniq_key) == ("%DLQ%GD", 0, 1, mid)
+    assert rec.property_map["DLQ_ORIGIN_TOPIC"] == "CDead"
 
 
 def test_fifo_group_with_two_consumers_keeps_each_message_group_in_order(served):
