@@ -9,7 +9,8 @@ from pathlib import Path
 from rmqstore import metrics, tls
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
-from services.proxy import recovery
+from rmqstore.v1 import groups_pb2
+from services.proxy import groups, recovery
 from services.proxy.appender import Appender
 from services.proxy.config import ProxyConfig, add_flags
 from services.proxy.consume import ConsumeConfig, Consumption
@@ -86,6 +87,10 @@ def main(argv: list[str] | None = None) -> int:
 
     servicer = service.call(build())
     service.add(add_to_server, servicer, service_pb2.DESCRIPTOR, "MessagingService")
+    service.add(
+        groups.add_to_server, groups.GroupsServicer(servicer.consumption, servicer.topics),
+        groups_pb2.DESCRIPTOR, "ConsumerGroups",
+    )  # fmt: skip
 
     async def close() -> None:
         if servicer.consumption is not None:

@@ -26,27 +26,24 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rmqstore.formats import commitlog
 from rmqstore.formats import subscription_groups as sg
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
-from rmqstore.v1 import common_pb2
 from services.proxy import deliver
 from services.proxy.appender import Appender
+from services.proxy.dead_letters import DLQ_PREFIX, dead_letter
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_files import QueueFiles
 from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
+# (group, topic, lag in messages, age of the oldest unsettled message in s, in flight)
+Report = Callable[[str, str, int, float, int], None]
 MAX_BATCH = 32
 POLL_S = 0.005  # how often a waiting receive looks at the consume queues
 OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
-DLQ_PREFIX = "%DLQ%"
-DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
-DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
-DLQ_KEEP = frozenset(("__SHARDINGKEY", "__BORNHOST"))
 
 
 def now_ms() -> int:
@@ -305,7 +302,7 @@ class Consumption:
             raise BusinessError(pb.INTERNAL_SERVER_ERROR, f"{topic} queue {q} offset {o} is gone")
         f.phy, f.size = units[0].phy_offset, units[0].size
 
-    async def _records(self, flights: list[Flight]) -> list[commitlog.Record]:
+    async def records(self, flights: list[Flight]) -> list[commitlog.Record]:
         raws = await self.appender.read_many([f.phy for f in flights])
         return [commitlog.decode(raw, 0, check_crc=False) for raw in raws]
 
@@ -321,7 +318,7 @@ class Consumption:
             for q, o, f in taken:
                 if f.phy < 0:  # restored after a restart: looked up in the consume queue
                     self._resolve(topic, q, o, f)
-            records = await self._records([f for _q, _o, f in taken])
+            records = await self.records([f for _q, _o, f in taken])
         except BusinessError:
             for q, o, f in taken:  # not delivered: visible again at once, same attempt
                 if self._current(g.name, topic, q, o, f):
@@ -399,7 +396,7 @@ class Consumption:
                 if f.phy < 0:
                     self._resolve(topic, q, o, f)
             flights = [f for _o, f in entries]
-            for (o, f), r in zip(entries, await self._records(flights), strict=True):
+            for (o, f), r in zip(entries, await self.records(flights), strict=True):
                 records.append((q, o, r, f.attempt))
         await self.appender.put(
             [dead_letter(g.name, topic, r, attempts) for _q, _o, r, attempts in records]
@@ -437,30 +434,6 @@ class Consumption:
         self.dirty = True
         self.flush()
 
-    async def oldest_age_s(self, group: str, topic: str) -> float:
-        """Seconds since the oldest unsettled message of the group was stored (0: none)."""
-        flights = []
-        for q, p in self.state.get((group, topic), {}).items():
-            units = self.queues.read(topic, q, p.committed, 1)
-            if units:
-                flights.append(Flight(0, 0, 0, units[0].phy_offset, units[0].size))
-        if not flights:
-            return 0.0
-        records = await self._records(flights)
-        oldest = min(r.store_timestamp for r in records)
-        return max(0.0, (now_ms() - oldest) / 1000)
-
-    async def observe(self, report: Callable[[str, str, int, float, int], None]) -> None:
-        """Report lag, age of the oldest unsettled message and in-flight per (group, topic)."""
-        for group, topic in list(self.state):
-            rows = [r for r in self.describe(group) if r[0] == topic]
-            lag = sum(max(0, mx - c) for _t, _q, c, mx, _i in rows)
-            try:
-                age = await self.oldest_age_s(group, topic) if lag else 0.0
-            except BusinessError:
-                age = 0.0
-            report(group, topic, lag, age, sum(r[4] for r in rows))
-
     # durability ---------------------------------------------------------------------------
 
     def flush(self) -> None:
@@ -469,10 +442,10 @@ class Consumption:
         self.dirty = False
         self.files.save(self.state, self.offsets)
 
-    def start(self, report: Callable[[str, str, int, float, int], None] | None = None) -> None:
+    def start(self, report: Report | None = None) -> None:
         self._flusher = asyncio.ensure_future(self._flush_loop(report))
 
-    async def _flush_loop(self, report: Callable[[str, str, int, float, int], None] | None) -> None:
+    async def _flush_loop(self, report: Report | None) -> None:
         ticks = 0
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
@@ -484,7 +457,7 @@ class Consumption:
             ticks += 1
             if report is not None and ticks % OBSERVE_EVERY == 0:
                 try:
-                    await self.observe(report)
+                    await observe(self, report)
                 except Exception:  # metrics must never stop the flushing
                     log.exception("consumer group metrics failed")
 
@@ -494,32 +467,27 @@ class Consumption:
         self.flush()
 
 
-def dead_letter(group: str, topic: str, r: commitlog.Record, attempts: int) -> common_pb2.Message:
-    """The ``%DLQ%<group>`` copy of a record: same body, tags, keys and UNIQ_KEY, with where it
-    came from (``DLQ_ORIGIN_TOPIC``, ``DLQ_ORIGIN_MESSAGE_ID``) and its deliveries so far."""
-    props: dict[str, Any] = {
-        k: v for k, v in r.property_map.items() if k not in deliver.HIDDEN or k in DLQ_KEEP
-    }
-    props.update(
-        {
-            DLQ_ORIGIN_TOPIC: topic,
-            DLQ_ORIGIN_MESSAGE_ID: r.uniq_key,
-            "RETRY_TOPIC": topic,
-            "ORIGIN_MESSAGE_ID": r.uniq_key,
-            "RECONSUME_TIME": str(attempts - 1),
-        }
-    )
-    return common_pb2.Message(
-        topic=DLQ_PREFIX + group,
-        queue_id=0,
-        body=r.body,
-        tags=r.tags,
-        keys=r.keys,
-        unique_key=r.uniq_key,
-        properties=[common_pb2.Property(name=k, value=v) for k, v in props.items()],
-        flag=r.flag,
-        sys_flag=r.sys_flag & deliver.COMPRESSED_FLAG,
-        born_timestamp=r.born_timestamp,
-        born_host=str(r.born_host),
-        reconsume_times=max(attempts - 1, 0),
-    )
+async def oldest_age_s(self: Consumption, group: str, topic: str) -> float:
+    """Seconds since the oldest unsettled message of the group was stored (0: none)."""
+    flights = []
+    for q, p in self.state.get((group, topic), {}).items():
+        units = self.queues.read(topic, q, p.committed, 1)
+        if units:
+            flights.append(Flight(0, 0, 0, units[0].phy_offset, units[0].size))
+    if not flights:
+        return 0.0
+    records = await self.records(flights)
+    oldest = min(r.store_timestamp for r in records)
+    return max(0.0, (now_ms() - oldest) / 1000)
+
+
+async def observe(self: Consumption, report: Report) -> None:
+    """Report lag, age of the oldest unsettled message and in-flight per (group, topic)."""
+    for group, topic in list(self.state):
+        rows = [r for r in self.describe(group) if r[0] == topic]
+        lag = sum(max(0, mx - c) for _t, _q, c, mx, _i in rows)
+        try:
+            age = await oldest_age_s(self, group, topic) if lag else 0.0
+        except BusinessError:
+            age = 0.0
+        report(group, topic, lag, age, sum(r[4] for r in rows))
