@@ -227,8 +227,9 @@ class Consumption:
 
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
         self.on_event(key[0], key[1], "delivered", 1)
-        if f.attempt > 0:
+        if f.attempt > 0 or f.lost_track:
             self.on_event(key[0], key[1], "redelivered", 1)
+            f.lost_track = False
         f.attempt += 1
         f.visible_at = now + invisible_ms
         f.version = next(self._versions)

@@ -44,6 +44,8 @@ class Flight:
     # (kept across restarts, so a handle given out before a clean restart still acks)
     phy: int = -1  # commitlog offset (-1: not known yet, e.g. after a restart)
     size: int = 0
+    # handed out before a crash, after the last flush: its next delivery is a redelivery
+    lost_track: bool = False
 
 
 @dataclass
@@ -122,7 +124,7 @@ class ProgressFiles:
                 # anything in [committed, next) neither settled nor in flight: hand it out again
                 for o in range(p.committed, p.next):
                     if o not in p.settled and o not in p.inflight:
-                        p.inflight[o] = Flight(0, 0, 0)
+                        p.inflight[o] = Flight(0, 0, 0, lost_track=True)
         return state, offsets
 
     def save(
