@@ -14,7 +14,6 @@ The store is filled with 1 KiB messages through the writer beforehand; the consu
 builder runs (the proxy reads its files).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -31,18 +30,6 @@ CLIENT_PYTHON = ROOT / "tests" / "clients" / ".venv" / "bin" / "python"
 RECEIVE = Path(__file__).parent / "clients" / "python_receive.py"
 BODY = 1024
 QUEUES = 8
-
-
-def _run_all(commands: list[list[str]], env: dict | None = None) -> list[dict]:
-    ps = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=env) for c in commands]  # fmt: skip
-    out = []
-    for p in ps:
-        stdout, stderr = p.communicate(timeout=1800)
-        if p.returncode != 0:
-            raise RuntimeError(f"{p.args!r} failed:\n{stderr[-3000:]}")
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
 
 
 def _rate(results: list[dict]) -> tuple[int, float]:
@@ -94,7 +81,7 @@ def run(scale: Scale) -> list[dict]:
             ):  # fmt: skip
                 for target, svc in (("no-op", noop), ("proxy", proxy)):
                     cpu0 = procs.cpu_seconds(svc.proc.pid)
-                    results = _run_all(commands(svc.address, f"G{target}{topic}"), env)
+                    results = procs.run_json_all(commands(svc.address, f"G{target}{topic}"), env)
                     cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
                     got, rate = _rate(results)
                     rates[(scenario, target)] = rate
@@ -108,9 +95,9 @@ def run(scale: Scale) -> list[dict]:
                     rows.append(row)
             own = rates[("own generator, 2 procs x 4 receivers", "proxy")]
             half = max(100, int(own / 2))
-            (lat,) = _run_all([[sys.executable, "-m", "benchmarks.consume_load", "latency",
-                                proxy.address, "GLatency", "BenchLatency", str(half),
-                                str(latency_s)]])  # fmt: skip
+            latency = [sys.executable, "-m", "benchmarks.consume_load", "latency", proxy.address,
+                       "GLatency", "BenchLatency", str(half), str(latency_s)]  # fmt: skip
+            (lat,) = procs.run_json_all([latency])
             rows.append({"scenario": f"send -> receive latency at {half:,} msgs/s asked",
                          "target": "proxy", "messages": lat["received"], "msgs/s": lat["rate"],
                          "p50 ms": lat["p50_ms"], "p99 ms": lat["p99_ms"]})  # fmt: skip
