@@ -383,6 +383,8 @@ class Consumption:
         """ForwardMessageToDeadLetterQueue: to ``%DLQ%<group>`` and settled."""
         _p, o, f = self._flight(group, topic, receipt)
         q = parse_handle(receipt)[0]
+        log.info("%s queue %d offset %d forwarded to the dead-letter topic by a consumer of %s",
+                 topic, q, o, group)  # fmt: skip
         await self._dead_letters(self.group(group), topic, [(q, o, f)])
 
     async def _dead_letters(

@@ -31,8 +31,14 @@ from rocketmq import (
 )
 
 
+_printing = threading.Lock()
+
+
 def out(**kw):
-    print(json.dumps(kw), flush=True)
+    line = json.dumps(kw) + "\n"
+    with _printing:  # a PushConsumer's listener runs on many threads
+        sys.stdout.write(line)
+        sys.stdout.flush()
 
 
 def config(endpoint):

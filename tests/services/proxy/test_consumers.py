@@ -13,6 +13,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import grpc
 import pytest
 
 from rmqstore.formats import commitlog, consumer_offsets
@@ -100,7 +101,8 @@ def committed(store: Path, topic: str, group: str) -> int:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory, client_runtimes):
     tmp = tmp_path_factory.mktemp("consumers")
-    serve = Serve(tmp / "store", "--group-retry-max-times", "1", "--fifo-group", "FifoG")
+    serve = Serve(tmp / "store", "--group-retry-max-times", "1", "--fifo-group", "FifoG",
+                  "--fifo-group", "FifoP")  # fmt: skip
     try:
         yield serve, client_env(tmp / "home")
     finally:
@@ -176,6 +178,41 @@ def test_push_listener_that_always_fails_sends_to_the_dead_letter_topic(served):
     rec = commitlog.decode(raw, 0, check_crc=True)
     assert (rec.topic, rec.queue_id, rec.reconsume_times, rec.uniq_key) == ("%DLQ%GD", 0, 1, mid)
     assert rec.property_map["DLQ_ORIGIN_TOPIC"] == "CDead"
+
+
+def _dead_letter(serve, group: str, mid: str):
+    q = query_pb2_grpc.QueryStub(channel(serve.address(1)))
+    try:
+        reply = q.QueryById(query_pb2.QueryByIdRequest(id=mid, topic=f"%DLQ%{group}"), timeout=10)
+    except grpc.RpcError:
+        return None
+    return reply.messages
+
+
+def test_push_consumer_acks_every_message(served):
+    serve, env = served
+    sent = send(env, serve, "CPush", 10)
+    r = Run(env, "push", serve.proxy, "GP", "CPush")
+    try:
+        _until("every message acked", lambda: committed(serve.store, "CPush", "GP") == 10)
+    finally:
+        r.close()
+    assert {e["id"] for e in r.of("received")} == set(sent)
+
+
+def test_fifo_push_consumer_forwards_a_failing_message_to_the_dead_letter_topic(served):
+    serve, env = served
+    (mid,) = send(env, serve, "CFifoDead", 1, "f", "", "g1")
+    r = Run(env, "push", serve.proxy, "FifoP", "CFifoDead", "--fail")
+    try:
+        (m,) = _until("the forwarded dead letter", lambda: _dead_letter(serve, "FifoP", mid))
+    finally:
+        r.close()
+    props = {p.name: p.value for p in m.properties}
+    assert props["DLQ_ORIGIN_TOPIC"] == "CFifoDead" and props["__SHARDINGKEY"] == "g1"
+    # the client retried it itself, then forwarded it (ForwardMessageToDeadLetterQueue)
+    assert any("forwarded to the dead-letter topic by a consumer of FifoP" in line
+               for line in serve.lines)  # fmt: skip
 
 
 def test_fifo_group_with_two_consumers_keeps_each_message_group_in_order(served):
