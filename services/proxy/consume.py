@@ -34,16 +34,16 @@ from rmqstore.rocketmq import definition_pb2 as pb
 from services.proxy import deliver
 from services.proxy.appender import Appender
 from services.proxy.dead_letters import DLQ_PREFIX, dead_letter
+from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_files import QueueFiles
 from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
-# (group, topic, lag in messages, age of the oldest unsettled message in s, in flight)
-Report = Callable[[str, str, int, float, int], None]
 MAX_BATCH = 32
 POLL_S = 0.005  # how often a waiting receive looks at the consume queues
 OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
+DLQ_RETRY_MS = 5_000  # a dead letter the store did not take is tried again after this
 
 
 def now_ms() -> int:
@@ -204,7 +204,13 @@ class Consumption:
                     if len(taken) >= batch:
                         break
         if dead:
-            await self._dead_letters(g, topic.name, dead)
+            try:
+                await self._dead_letters(g, topic.name, dead)
+            except BusinessError as e:  # the store refused or is away: try again soon
+                log.warning("cannot move %d messages to %s%s: %s", len(dead), DLQ_PREFIX, g.name, e)
+                for q, o, f in dead:
+                    f.visible_at = now + DLQ_RETRY_MS
+                    self._schedule(key, q, o, f)
         if not taken:
             return []
         return await self._read(g, topic.name, filt, taken, invisible_ms)
@@ -225,6 +231,10 @@ class Consumption:
             self._hand_out(key, q, o, f, invisible_ms, now)
             taken.append((q, o, f))
 
+    def _schedule(self, key: Key, q: int, o: int, f: Flight) -> None:
+        """Look at this flight again when its invisible time is over."""
+        heapq.heappush(self._expiry.setdefault(key, []), (f.visible_at, q, o, f.version))
+
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
         self.on_event(key[0], key[1], "delivered", 1)
         if f.attempt > 0 or f.lost_track:
@@ -233,7 +243,7 @@ class Consumption:
         f.attempt += 1
         f.visible_at = now + invisible_ms
         f.version = next(self._versions)
-        heapq.heappush(self._expiry.setdefault(key, []), (f.visible_at, q, o, f.version))
+        self._schedule(key, q, o, f)
         self.dirty = True
 
     def _pop_new(
@@ -325,9 +335,7 @@ class Consumption:
                 if self._current(g.name, topic, q, o, f):
                     f.attempt -= 1
                     f.visible_at = 0
-                    heapq.heappush(
-                        self._expiry.setdefault((g.name, topic), []), (0, q, o, f.version)
-                    )
+                    self._schedule((g.name, topic), q, o, f)
             raise
         out = []
         for (q, o, f), r in zip(taken, records, strict=True):
@@ -373,7 +381,7 @@ class Consumption:
         q = parse_handle(receipt)[0]
         f.visible_at = now_ms() + invisible_ms
         f.version = next(self._versions)
-        heapq.heappush(self._expiry.setdefault((group, topic), []), (f.visible_at, q, o, f.version))
+        self._schedule((group, topic), q, o, f)
         self.dirty = True
         if invisible_ms == 0:
             self.changed.set()
@@ -468,29 +476,3 @@ class Consumption:
         if self._flusher is not None:
             self._flusher.cancel()
         self.flush()
-
-
-async def oldest_age_s(self: Consumption, group: str, topic: str) -> float:
-    """Seconds since the oldest unsettled message of the group was stored (0: none)."""
-    flights = []
-    for q, p in self.state.get((group, topic), {}).items():
-        units = self.queues.read(topic, q, p.committed, 1)
-        if units:
-            flights.append(Flight(0, 0, 0, units[0].phy_offset, units[0].size))
-    if not flights:
-        return 0.0
-    records = await self.records(flights)
-    oldest = min(r.store_timestamp for r in records)
-    return max(0.0, (now_ms() - oldest) / 1000)
-
-
-async def observe(self: Consumption, report: Report) -> None:
-    """Report lag, age of the oldest unsettled message and in-flight per (group, topic)."""
-    for group, topic in list(self.state):
-        rows = [r for r in self.describe(group) if r[0] == topic]
-        lag = sum(max(0, mx - c) for _t, _q, c, mx, _i in rows)
-        try:
-            age = await oldest_age_s(self, group, topic) if lag else 0.0
-        except BusinessError:
-            age = 0.0
-        report(group, topic, lag, age, sum(r[4] for r in rows))
