@@ -244,12 +244,17 @@ def test_consumer_that_dies_is_resumed_by_the_next_one_of_its_group(served):
     first = Run(env, "simple", serve.proxy, "GR", "CResume", "20", "--invisible", "2",
                 "--stop-after", "8")  # fmt: skip
     assert first.wait() == 3, first.explain()
+    # the lag metrics see what the dead consumer left: 20 - 8 messages at least, not new
+    lag = "rmqstore_consumer_lag_messages"
+    _until("lag observed", lambda: metric(serve, lag, "GR", "CResume") >= 12)
+    assert metric(serve, "rmqstore_consumer_lag_seconds", "GR", "CResume") > 0
     second = Run(env, "simple", serve.proxy, "GR", "CResume", "12", "--invisible", "2")
     assert second.wait() == 0, second.explain()
     acked_first = {e["id"] for e in first.of("acked")}
     acked_second = {e["id"] for e in second.of("acked")}
     assert len(acked_first) == 8 and acked_first | acked_second == set(sent)
     assert not acked_first & acked_second  # acked once: never handed out again
+    _until("no lag left", lambda: metric(serve, lag, "GR", "CResume") == 0)
 
 
 def _kill_all(serve: Serve) -> None:
