@@ -44,13 +44,24 @@ class QueueFiles:
 
     def read(self, topic: str, queue: int, offset: int, count: int) -> list[Unit]:
         """Up to ``count`` valid units from queue offset ``offset`` on (fewer at the end)."""
-        out: list[Unit] = []
-        for attempt in (False, True):
-            segs = self._list(topic, queue, fresh=attempt)
-            out = self._read(segs, offset, count)
-            if out or not segs:
-                return out
-        return out
+        segs = self._list(topic, queue, fresh=False)
+        out = self._read(segs, offset, count)
+        after = offset + len(out)
+        if len(out) == count or (segs and not self._past_last(segs, after)):
+            return out  # done, or the data ends inside the last known segment
+        # the reader ran past the segments it knows of: a new one may have been started
+        return out + self._read(self._list(topic, queue, fresh=True), after, count - len(out))
+
+    @staticmethod
+    def _past_last(segs: list[tuple[int, Path]], offset: int) -> bool:
+        """``offset`` lies beyond the last known segment's capacity (a new segment may
+        have been started)."""
+        start, path = segs[-1]
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return True
+        return offset * cq.UNIT_SIZE >= start + size
 
     def _read(self, segs: list[tuple[int, Path]], offset: int, count: int) -> list[Unit]:
         want = offset * cq.UNIT_SIZE
