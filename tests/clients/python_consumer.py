@@ -30,7 +30,6 @@ from rocketmq import (
     SimpleConsumer,
 )
 
-
 _printing = threading.Lock()
 
 
