@@ -80,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             servicer.consumption = Consumption(
                 Path(args.store), appender, consume, on_event=group_metrics.event
             )
+            servicer.consumption.alive = servicer.clients.connected
             servicer.consumption.start(group_metrics.observe)
         servicer.transactions.start()
         servicer.channel = channel  # type: ignore[attr-defined]

@@ -31,6 +31,7 @@ from rmqstore.formats import commitlog
 from rmqstore.formats import subscription_groups as sg
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
+from rmqstore.times import now_ms
 from services.proxy import deliver
 from services.proxy.appender import Appender
 from services.proxy.dead_letters import DLQ_PREFIX, dead_letter
@@ -44,10 +45,6 @@ MAX_BATCH = 32
 POLL_S = 0.005  # how often a waiting receive looks at the consume queues
 OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
 DLQ_RETRY_MS = 5_000  # a dead letter the store did not take is tried again after this
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def handle(queue: int, offset: int, version: int) -> str:
@@ -73,6 +70,8 @@ class ConsumeConfig:
     fifo_groups: tuple[str, ...] = ()
     flush_interval_s: float = 1.0
     auto_renew_ms: int = 60_000  # a PushConsumer's invisible time (it sends none)
+    renew_before_ms: int = 10_000  # renewed when less than this is left
+    renew_max_ms: int = 3 * 3600 * 1000  # renewed for at most this long
 
 
 class Consumption:
@@ -96,6 +95,8 @@ class Consumption:
         self.changed = asyncio.Event()
         self.on_event = on_event or (lambda group, topic, what, n: None)
         self._flusher: asyncio.Task | None = None
+        self._renewing: dict[Key, set[tuple[int, int]]] = {}  # auto-renewed flights
+        self.alive: Callable[[str], bool] = lambda client_id: False  # stream open?
         restored = sum(len(p.inflight) for qs in self.state.values() for p in qs.values())
         if restored:
             log.info("%d messages in flight before the restart will be delivered again", restored)
@@ -152,8 +153,11 @@ class Consumption:
         batch: int,
         invisible_ms: int,
         wait_s: float,
+        renew_for: str = "",
     ) -> list[pb.Message]:
-        """Up to ``batch`` messages, waiting up to ``wait_s`` for the first."""
+        """Up to ``batch`` messages, waiting up to ``wait_s`` for the first. With
+        ``renew_for`` (a PushConsumer's client id, ``auto_renew``) their invisible time is
+        extended while that client's Telemetry stream is open, up to ``renew_max_ms``."""
         g = self.group(group)
         if not g.consume_enable:
             raise BusinessError(pb.FORBIDDEN, f"consumer group {group} may not consume")
@@ -161,7 +165,7 @@ class Consumption:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_s, 0.0)
         while True:
-            out = await self._pop(g, topic, filt, batch, invisible_ms)
+            out = await self._pop(g, topic, filt, batch, invisible_ms, renew_for)
             if out or loop.time() >= deadline:
                 return out
             self.changed.clear()
@@ -175,6 +179,7 @@ class Consumption:
         filt: deliver.TagFilter,
         batch: int,
         invisible_ms: int,
+        renew_for: str = "",
     ) -> list[pb.Message]:
         key = (g.name, topic.name)
         now = now_ms()
@@ -213,6 +218,12 @@ class Consumption:
                     self._schedule(key, q, o, f)
         if not taken:
             return []
+        if renew_for:
+            until = now + self.config.renew_max_ms
+            renewing = self._renewing.setdefault(key, set())
+            for q, o, f in taken:
+                f.renew_for, f.renew_until = renew_for, until
+                renewing.add((q, o))
         return await self._read(g, topic.name, filt, taken, invisible_ms)
 
     def _pop_expired(self, g, key, queues, batch, invisible_ms, now, taken, dead) -> None:
@@ -222,8 +233,8 @@ class Consumption:
             if q >= len(queues):
                 continue
             f = queues[q].inflight.get(o)
-            if f is None or f.version != version:
-                continue  # settled or changed since
+            if f is None or f.version != version or f.visible_at > now:
+                continue  # settled, changed or renewed since
             if f.attempt >= g.max_attempts:
                 dead.append((q, o, f))
                 f.visible_at = now + 3_600_000  # being moved: not handed out meanwhile
@@ -235,12 +246,35 @@ class Consumption:
         """Look at this flight again when its invisible time is over."""
         heapq.heappush(self._expiry.setdefault(key, []), (f.visible_at, q, o, f.version))
 
+    def renew(self) -> int:
+        """Extend the invisible time of auto-renewed messages whose time is nearly over and
+        whose consumer is still connected; how many were extended. A renewal keeps the
+        receipt handle valid (same version)."""
+        now = now_ms()
+        renewed = 0
+        for key, entries in self._renewing.items():
+            queues = self.state.get(key, {})
+            for q, o in list(entries):
+                p = queues.get(q)
+                f = p.inflight.get(o) if p is not None else None
+                if f is None or not f.renew_for or now >= f.renew_until:
+                    entries.discard((q, o))
+                    continue
+                if f.visible_at - now > self.config.renew_before_ms or not self.alive(f.renew_for):
+                    continue
+                f.visible_at = now + self.config.auto_renew_ms
+                self._schedule(key, q, o, f)
+                self.dirty = True
+                renewed += 1
+        return renewed
+
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
         self.on_event(key[0], key[1], "delivered", 1)
         if f.attempt > 0 or f.lost_track:
             self.on_event(key[0], key[1], "redelivered", 1)
             f.lost_track = False
         f.attempt += 1
+        f.renew_for = ""
         f.visible_at = now + invisible_ms
         f.version = next(self._versions)
         self._schedule(key, q, o, f)
@@ -381,6 +415,7 @@ class Consumption:
         q = parse_handle(receipt)[0]
         f.visible_at = now_ms() + invisible_ms
         f.version = next(self._versions)
+        f.renew_for = ""  # the consumer decided: a nack's delay is not extended
         self._schedule((group, topic), q, o, f)
         self.dirty = True
         if invisible_ms == 0:
@@ -417,23 +452,7 @@ class Consumption:
             log.info("message %s of %s moved to %s%s", r.uniq_key, topic, DLQ_PREFIX, g.name)
         self.on_event(g.name, topic, "dead_lettered", len(records))
 
-    # what a group looks like --------------------------------------------------------------
-
-    def describe(self, group: str) -> list[tuple[str, int, int, int, int]]:
-        """(topic, queue, committed offset, max offset, in flight) of each queue the group
-        has consumed from."""
-        now = now_ms()
-        rows = []
-        for (g, topic), queues in sorted(self.state.items()):
-            if g != group:
-                continue
-            for q, p in sorted(queues.items()):
-                inflight = sum(1 for f in p.inflight.values() if f.visible_at > now)
-                rows.append((topic, q, p.committed, self.queues.max_offset(topic, q), inflight))
-        return rows
-
-    def groups(self) -> list[str]:
-        return sorted(set(self.group_table.groups) | {g for g, _t in self.state})
+    # reset -------------------------------------------------------------------------------
 
     def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
         """Start the group again at these offsets (queue -> offset): in-flight messages of
@@ -460,6 +479,7 @@ class Consumption:
         ticks = 0
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
+            self.renew()
             try:
                 self.flush()
             except OSError as e:

@@ -85,7 +85,7 @@ class ConsumerRpcs:
 
     async def ReceiveMessage(self, request, context) -> AsyncIterator[spb.ReceiveMessageResponse]:  # noqa: N802
         try:
-            self._caller(context, "ReceiveMessage")
+            client_id = self._caller(context, "ReceiveMessage")
             consumption = self._consumption()
             group = self._group(request.group)
             topic = await self._readable(request.message_queue.topic.name)
@@ -109,9 +109,11 @@ class ConsumerRpcs:
             remaining = context.time_remaining()
             if remaining is not None:
                 wait_s = min(wait_s, remaining - DEADLINE_MARGIN_S)
+            renew_for = client_id if request.auto_renew else ""  # a PushConsumer's
             messages = await consumption.receive(
-                group, topic, TagFilter(expr.expression), request.batch_size, invisible_ms, wait_s
-            )
+                group, topic, TagFilter(expr.expression), request.batch_size, invisible_ms,
+                wait_s, renew_for,
+            )  # fmt: skip
         except BusinessError as e:
             yield spb.ReceiveMessageResponse(status=self._refused("ReceiveMessage", e))
             return

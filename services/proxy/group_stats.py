@@ -1,5 +1,6 @@
-"""Each consumer group's lag (messages, and the age of the oldest unsettled one) and
-messages in flight, per topic, for the metrics (``Consumption`` calls ``observe``)."""
+"""What consumer groups look like: per queue committed and max offset and messages in
+flight (``rmqstore group describe``), and each group's lag (messages, and the age of the
+oldest unsettled one) per topic for the metrics (``Consumption`` calls ``observe``)."""
 
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -13,6 +14,24 @@ if TYPE_CHECKING:
 
 # (group, topic, lag in messages, age of the oldest unsettled message in s, in flight)
 Report = Callable[[str, str, int, float, int], None]
+
+
+def describe(c: "Consumption", group: str) -> list[tuple[str, int, int, int, int]]:
+    """(topic, queue, committed offset, max offset, in flight) of each queue the group
+    has consumed from."""
+    now = now_ms()
+    rows = []
+    for (g, topic), queues in sorted(c.state.items()):
+        if g != group:
+            continue
+        for q, p in sorted(queues.items()):
+            inflight = sum(1 for f in p.inflight.values() if f.visible_at > now)
+            rows.append((topic, q, p.committed, c.queues.max_offset(topic, q), inflight))
+    return rows
+
+
+def group_names(c: "Consumption") -> list[str]:
+    return sorted(set(c.group_table.groups) | {g for g, _t in c.state})
 
 
 async def oldest_age_s(c: "Consumption", group: str, topic: str) -> float:
@@ -32,7 +51,7 @@ async def oldest_age_s(c: "Consumption", group: str, topic: str) -> float:
 async def observe(c: "Consumption", report: Report) -> None:
     """Report lag, age of the oldest unsettled message and in-flight per (group, topic)."""
     for group, topic in list(c.state):
-        rows = [r for r in c.describe(group) if r[0] == topic]
+        rows = [r for r in describe(c, group) if r[0] == topic]
         lag = sum(max(0, mx - done) for _t, _q, done, mx, _i in rows)
         try:
             age = await oldest_age_s(c, group, topic) if lag else 0.0

@@ -9,6 +9,7 @@ import grpc
 from rmqstore.formats import subscription_groups as sg
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
 from services.proxy.consume import Consumption
+from services.proxy.group_stats import describe, group_names
 from services.proxy.progress import Flight
 from services.proxy.queue_files import QueueFiles
 from services.proxy.status import BusinessError
@@ -70,17 +71,19 @@ class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
     async def ListGroups(self, request, context):  # noqa: N802
         c = await self._c(context)
         return groups_pb2.ListGroupsResponse(
-            groups=[config_of(c.group_table.groups.get(n) or sg.GroupConfig(n)) for n in c.groups()]
+            groups=[
+                config_of(c.group_table.groups.get(n) or sg.GroupConfig(n)) for n in group_names(c)
+            ]
         )
 
     async def DescribeGroup(self, request, context):  # noqa: N802
         c = await self._c(context)
-        if request.group not in c.groups():
+        if request.group not in group_names(c):
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"consumer group {request.group} is unknown"
             )
         return groups_pb2.DescribeGroupResponse(
-            group=config_of(c.group(request.group)), queues=progress(c.describe(request.group))
+            group=config_of(c.group(request.group)), queues=progress(describe(c, request.group))
         )
 
     async def ResetGroup(self, request, context):  # noqa: N802
@@ -106,5 +109,5 @@ class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
                 offsets[q] = await offset_at_time(c, files, topic.name, q, request.timestamp_ms)
         c.group(request.group)
         c.reset(request.group, topic.name, offsets)
-        rows = [r for r in c.describe(request.group) if r[0] == topic.name]
+        rows = [r for r in describe(c, request.group) if r[0] == topic.name]
         return groups_pb2.ResetGroupResponse(queues=progress(rows))

@@ -46,6 +46,8 @@ class Flight:
     size: int = 0
     # handed out before a crash, after the last flush: its next delivery is a redelivery
     lost_track: bool = False
+    renew_for: str = ""  # a PushConsumer's client id: kept invisible while it lives
+    renew_until: int = 0  # ms; renewals stop here
 
 
 @dataclass
