@@ -1,10 +1,27 @@
 """Start service processes for benchmarks (same protocol as the tests' helper)."""
 
+import json
 import os
+import subprocess
+from pathlib import Path
 
 from tests.procs import ServiceProcess, start
 
-__all__ = ["ServiceProcess", "cpu_seconds", "start"]
+__all__ = ["ServiceProcess", "cpu_seconds", "run_json_all", "start"]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_json_all(commands: list[list[str]], env: dict | None = None) -> list[dict]:
+    """Run the commands at once; the last stdout line of each, as JSON (in order)."""
+    ps = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, env=env) for c in commands]  # fmt: skip
+    out = []
+    for p in ps:
+        stdout, stderr = p.communicate(timeout=1800)
+        if p.returncode != 0:
+            raise RuntimeError(f"{p.args!r} failed:\n{stderr[-3000:]}")
+        out.append(json.loads(stdout.strip().splitlines()[-1]))
+    return out
 
 
 def cpu_seconds(pid: int) -> float:

@@ -628,3 +628,55 @@ class ProxyMetrics:
         for lang, n in by_language.items():
             self.clients.labels(lang).set(n)
         self._languages |= set(by_language)
+
+
+class ConsumerGroupMetrics:
+    """Consumer groups served by the proxy, per group and topic: lag (messages not yet
+    settled, and the age of the oldest of them), messages in flight, deliveries, acks,
+    redeliveries (an invisible time that ran out, a nack, or a restart) and dead letters."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        labels = ["group", "topic"]
+        self.lag = Gauge(
+            "rmqstore_consumer_lag_messages",
+            "Messages of the topic the group has not settled (max offset - committed offset).",
+            labels,
+            registry=r,
+        )
+        self.lag_age = Gauge(
+            "rmqstore_consumer_lag_seconds",
+            "Age of the oldest message the group has not settled (0 without lag).",
+            labels,
+            registry=r,
+        )
+        self.inflight = Gauge(
+            "rmqstore_consumer_inflight_messages",
+            "Messages handed out to the group and neither acknowledged nor visible again.",
+            labels,
+            registry=r,
+        )
+        self.counters = {
+            event: Counter(f"rmqstore_consumer_{name}_total", help_, labels, registry=r)
+            for event, name, help_ in (
+                ("delivered", "deliveries", "Messages handed out to the group (every attempt)."),
+                ("acked", "acks", "Messages the group acknowledged."),
+                ("redelivered", "redeliveries",
+                 "Deliveries after the first (invisible time over, nack, restart)."),
+                ("dead_lettered", "dead_letters", "Messages moved to the group's %DLQ% topic."),
+            )
+        }  # fmt: skip
+        self._children: dict[tuple[str, str, str], Any] = {}
+
+    def event(self, group: str, topic: str, what: str, n: int) -> None:
+        child = self._children.get((group, topic, what))
+        if child is None:
+            child = self.counters[what].labels(group, topic)
+            if len(self._children) < 100_000:
+                self._children[(group, topic, what)] = child
+        child.inc(n)
+
+    def observe(self, group: str, topic: str, lag: int, age_s: float, inflight: int) -> None:
+        self.lag.labels(group, topic).set(lag)
+        self.lag_age.labels(group, topic).set(age_s)
+        self.inflight.labels(group, topic).set(inflight)

@@ -29,6 +29,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from rmqstore.formats import fastjson
+
 PERM_INHERIT = 1
 PERM_WRITE = 2
 PERM_READ = 4
@@ -117,17 +119,6 @@ def parse(text: str) -> TopicTable:
     )
 
 
-def _pretty(value: Any, depth: int) -> str:
-    """fastjson's PrettyFormat for what topics.json holds (objects, strings, ints, bools)."""
-    if isinstance(value, dict):
-        if not value:
-            return "{}"
-        inner = "\t" * (depth + 1)
-        items = [f"{inner}{json.dumps(k)}:{_pretty(v, depth + 1)}" for k, v in value.items()]
-        return "{\n" + ",\n".join(items) + "\n" + "\t" * depth + "}"
-    return json.dumps(value, ensure_ascii=False)
-
-
 def render(table: TopicTable) -> str:
     """The file's text: topics sorted by name (fastjson writes a HashMap's order; any
     order reads back the same)."""
@@ -135,4 +126,4 @@ def render(table: TopicTable) -> str:
         "dataVersion": {"counter": table.counter, "timestamp": table.timestamp},
         "topicConfigTable": {n: _to_json(table.topics[n]) for n in sorted(table.topics)},
     }
-    return _pretty(doc, 0)
+    return fastjson.pretty(doc)

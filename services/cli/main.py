@@ -17,7 +17,7 @@ import grpc
 from services.cli.errors import USAGE, CliError
 
 # module name -> it defines register(subparsers) adding one or more subcommands
-COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline", "topic")
+COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline", "topic", "group", "consume")
 
 
 class Parser(argparse.ArgumentParser):

@@ -1,5 +1,5 @@
 """``python -m services.proxy``: serve RocketMQ 5's gRPC protocol (``MessagingService``) in
-front of the commitlog writer, so RocketMQ's own client libraries can produce."""
+front of the commitlog writer, so RocketMQ's own client libraries can produce and consume."""
 
 import argparse
 import logging
@@ -9,9 +9,11 @@ from pathlib import Path
 from rmqstore import metrics, tls
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
-from services.proxy import recovery
+from rmqstore.v1 import groups_pb2
+from services.proxy import groups, recovery
 from services.proxy.appender import Appender
 from services.proxy.config import ProxyConfig, add_flags
+from services.proxy.consume import ConsumeConfig, Consumption
 from services.proxy.routes import Router
 from services.proxy.servicer import MessagingServicer, add_to_server
 from services.proxy.topics import TopicBook
@@ -24,8 +26,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--store",
         default="",
-        help="the store root, read-only: open transactions "
-        "are found again in its consume queues at start (none given: not looked for)",
+        help="the store root: consume queues are read from it (open transactions, "
+        "consumption); consumer progress is written to its config/ (none given: no "
+        "consumption)",
     )
     p.add_argument("--listen", default="127.0.0.1:8104")
     p.add_argument("--commitlog", default="127.0.0.1:8100", help="the commitlog writer")
@@ -49,6 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             transaction_check_max=args.transaction_check_max,
             access_key=args.access_key,
             secret_key=args.secret_key,
+            consume_from=args.consume_from,
+            group_retry_max_times=args.group_retry_max_times,
+            fifo_groups=tuple(args.fifo_groups),
         )
     except (ValueError, OSError) as e:
         log.error("cannot start: %s", e)
@@ -56,6 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     registry = metrics.new_registry("proxy")
     proxy_metrics = metrics.ProxyMetrics(registry)
+    group_metrics = metrics.ConsumerGroupMetrics(registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
 
     async def build() -> MessagingServicer:
@@ -69,14 +76,28 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         if args.store:
             await recovery.recover(Path(args.store), servicer.transactions)
+            consume = ConsumeConfig(
+                config.consume_from, config.group_retry_max_times, config.fifo_groups
+            )
+            servicer.consumption = Consumption(
+                Path(args.store), appender, consume, on_event=group_metrics.event
+            )
+            servicer.consumption.alive = servicer.clients.connected
+            servicer.consumption.start(group_metrics.observe)
         servicer.transactions.start()
         servicer.channel = channel  # type: ignore[attr-defined]
         return servicer
 
     servicer = service.call(build())
     service.add(add_to_server, servicer, service_pb2.DESCRIPTOR, "MessagingService")
+    service.add(
+        groups.add_to_server, groups.GroupsServicer(servicer.consumption, servicer.topics),
+        groups_pb2.DESCRIPTOR, "ConsumerGroups",
+    )  # fmt: skip
 
     async def close() -> None:
+        if servicer.consumption is not None:
+            await servicer.consumption.close()
         await servicer.transactions.close()
         await servicer.appender.close()
         await servicer.channel.close()  # type: ignore[attr-defined]

@@ -77,6 +77,11 @@ class ClientRegistry:
         if client.outbox is outbox:
             client.outbox = None
 
+    def connected(self, client_id: str) -> bool:
+        """The client's Telemetry stream is open (it is alive)."""
+        c = self.clients.get(client_id)
+        return c is not None and c.outbox is not None
+
     def drop(self, client_id: str) -> None:
         c = self.clients.pop(client_id, None)
         if c is not None and c.outbox is not None:

@@ -27,6 +27,9 @@ class ProxyConfig:
     batch_spacing_s: float = 0.001
     access_key: str = ""  # with secret_key: every call must carry a valid signature
     secret_key: str = ""
+    consume_from: str = "first"  # where a new consumer group starts: first or last message
+    group_retry_max_times: int = 16  # retries of a new group (RocketMQ's retryMaxTimes)
+    fifo_groups: tuple[str, ...] = ()  # new groups created FIFO
 
     def __post_init__(self) -> None:
         if self.max_body_size <= 0:
@@ -37,6 +40,10 @@ class ProxyConfig:
             raise ValueError("--transaction-check-max must be at least 1")
         if bool(self.access_key) != bool(self.secret_key):
             raise ValueError("give both --access-key and --secret-key, or neither")
+        if self.consume_from not in ("first", "last"):
+            raise ValueError("--consume-from must be first or last")
+        if not 0 <= self.group_retry_max_times <= 1000:
+            raise ValueError("--group-retry-max-times must be between 0 and 1000")
         if (not 1 <= self.batch_max <= 10_000 or self.batches_in_flight < 1
                 or not 0 <= self.batch_spacing_s <= 1):  # fmt: skip
             raise ValueError("bad batch settings")
@@ -82,6 +89,20 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--access-key", default="", help="with --secret-key: require signed calls")
     p.add_argument("--secret-key", default="")  # fmt: skip
+    p.add_argument(
+        "--consume-from", choices=("first", "last"), default=D.consume_from,
+        help="where a consumer group new to a queue starts (default: %(default)s message)",
+    )  # fmt: skip
+    p.add_argument(
+        "--group-retry-max-times", type=int, default=D.group_retry_max_times,
+        help="retries of a group created on first use: retries + 1 deliveries, then the "
+        "group's dead-letter topic (default: %(default)s; per group: subscriptionGroup.json)",
+    )  # fmt: skip
+    p.add_argument(
+        "--fifo-group", action="append", default=[], dest="fifo_groups",
+        help="a group created on first use is FIFO (repeatable; per group: "
+        "consumeMessageOrderly in subscriptionGroup.json)",
+    )  # fmt: skip
 
 
 def forward(args: argparse.Namespace) -> list[str]:
@@ -93,6 +114,10 @@ def forward(args: argparse.Namespace) -> list[str]:
         "--transaction-check-interval", str(args.transaction_check_interval),
         "--transaction-check-max", str(args.transaction_check_max),
     ]  # fmt: skip
+    out += ["--consume-from", args.consume_from,
+            "--group-retry-max-times", str(args.group_retry_max_times)]  # fmt: skip
+    for g in args.fifo_groups:
+        out += ["--fifo-group", g]
     if args.advertise:
         out += ["--advertise", args.advertise]
     if not args.auto_create_topics:

@@ -3,9 +3,7 @@ SendMessage, EndTransaction, NotifyClientTermination. Each RPC answers business 
 as a ``Status`` in its reply (gRPC status OK), as the protocol requires.
 
 The consumer RPCs (QueryAssignment, ReceiveMessage, AckMessage, ChangeInvisibleDuration,
-ForwardMessageToDeadLetterQueue) are not served yet: the generated base answers them
-UNIMPLEMENTED. They belong in a module of their own beside ``produce``/``transactions``,
-wired in here the same way.
+ForwardMessageToDeadLetterQueue) are in ``consumer_rpcs``, mixed in here.
 """
 
 import asyncio
@@ -22,6 +20,8 @@ from services.proxy.appender import Appender
 from services.proxy.auth import Authenticator
 from services.proxy.clients import Client, ClientRegistry
 from services.proxy.config import ProxyConfig
+from services.proxy.consume import Consumption
+from services.proxy.consumer_rpcs import ConsumerRpcs
 from services.proxy.produce import TYPE_NAMES, Sender, now_ms
 from services.proxy.routes import Router
 from services.proxy.status import BusinessError
@@ -42,7 +42,7 @@ def peer_host(peer: str) -> str:
     return rest if kind in ("ipv4", "ipv6") else ""
 
 
-class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
+class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, config: ProxyConfig, topics: TopicBook, appender: Appender,
                  router: Router, metrics: Any) -> None:  # fmt: skip
         self.config = config
@@ -50,6 +50,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
         self.appender = appender
         self.router = router
         self.metrics = metrics
+        self.consumption: Consumption | None = None  # set when the proxy knows the store
         self.auth = Authenticator(config.access_key, config.secret_key)
         self.clients = ClientRegistry(metrics.set_clients)
         self.sender = Sender(config.max_body_size, config.max_delay_ms)
@@ -124,7 +125,7 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
                 async for command in request_iterator:
                     if command.HasField("settings"):
                         self.clients.settings(client_id, command.settings)
-                        answer = settings.reply(command.settings, self.config.max_body_size)
+                        answer = self._settings_reply(command.settings)
                         outbox.put_nowait(answer)
                         if first and command.settings.user_agent.language == pb.NODE_JS:
                             repeats.append(asyncio.ensure_future(self._repeat(client, answer)))
@@ -147,6 +148,16 @@ class MessagingServicer(service_pb2_grpc.MessagingServiceServicer):
             for r in repeats:
                 r.cancel()
             self.clients.close_stream(client, outbox)
+
+    def _settings_reply(self, client: pb.Settings) -> spb.TelemetryCommand:
+        """The Settings reply; a consumer's carries its group's FIFO flag and attempts."""
+        if not client.HasField("subscription") or self.consumption is None:
+            return settings.reply(client, self.config.max_body_size)
+        try:
+            g = self.consumption.group(self._group(client.subscription.group))
+        except BusinessError:  # a bad group name is refused by its first receive
+            return settings.reply(client, self.config.max_body_size)
+        return settings.reply(client, self.config.max_body_size, g.orderly, g.max_attempts)
 
     async def _repeat(self, client: Client, answer: spb.TelemetryCommand) -> None:
         """Answer a Node.js client's first Settings again until it makes a call: its

@@ -45,8 +45,9 @@ def consumer_backoff(language: int, max_attempts: int = CONSUMER_MAX_ATTEMPTS) -
 
 
 def reply(
-    client: pb.Settings, max_body_size: int, fifo_group: bool = False
-) -> spb.TelemetryCommand:
+    client: pb.Settings, max_body_size: int, fifo_group: bool = False,
+    max_attempts: int = CONSUMER_MAX_ATTEMPTS,
+) -> spb.TelemetryCommand:  # fmt: skip
     s = pb.Settings()
     s.CopyFrom(client)
     if client.HasField("subscription"):
@@ -54,7 +55,7 @@ def reply(
         sub.fifo = fifo_group
         sub.receive_batch_size = RECEIVE_BATCH
         sub.long_polling_timeout.CopyFrom(Duration(seconds=LONG_POLLING_S))
-        s.backoff_policy.CopyFrom(consumer_backoff(client.user_agent.language))
+        s.backoff_policy.CopyFrom(consumer_backoff(client.user_agent.language, max_attempts))
     else:
         s.publishing.max_body_size = max_body_size
         s.publishing.validate_message_type = True

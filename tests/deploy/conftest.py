@@ -41,6 +41,7 @@ def exported_series_names() -> set[str]:
     metrics.QueryMetrics(registry)
     metrics.ProxyMetrics(registry)
     metrics.BackgroundMetrics(registry)
+    metrics.ConsumerGroupMetrics(registry)
     return _sample_names(registry)
 
 

@@ -130,7 +130,8 @@ def test_one_pod_runs_the_five_services_on_one_volume(values: dict) -> None:
             assert _arg(c, "--commitlog") == f"127.0.0.1:{writer_port}"
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         assert mounts["data"]["mountPath"] == "/data"
-        assert mounts["data"].get("readOnly", False) is (name in ("query", "proxy"))
+        # the proxy writes its consumer groups' files under config/
+        assert mounts["data"].get("readOnly", False) is (name == "query")
     sts = _statefulset(objects)
     (init,) = sts["spec"]["template"]["spec"]["initContainers"]
     assert init["command"][-1] == store and init["image"] == containers["query"]["image"]
@@ -376,3 +377,12 @@ def test_read_only_serves_without_builders_or_writes() -> None:
         assert all(m.get("readOnly") for m in c["volumeMounts"] if m["name"] == "data")
         assert not {"--commitlog-segment-size", "--index-slots"} & set(c["args"])
     assert _lint({"readOnly": True})["errors"] == []
+
+
+def test_consumer_group_settings_reach_the_proxy() -> None:
+    values = {"proxy": {"consumeFrom": "last", "groupRetryMaxTimes": 3, "fifoGroups": ["a", "b"]}}
+    proxy = _containers(render(values))["proxy"]
+    assert _arg(proxy, "--consume-from") == "last"
+    assert _arg(proxy, "--group-retry-max-times") == "3"
+    args = proxy["args"]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--fifo-group"] == ["a", "b"]

@@ -4,8 +4,8 @@ the reply (gRPC status OK) and writes nothing; routes and settings carry what cl
 import threading
 import time
 
-import grpc
 import pytest
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from rmqstore.rocketmq import definition_pb2 as pb
@@ -30,7 +30,9 @@ def services(tmp_path_factory):
     try:
         quick_checks = ("--transaction-timeout", "0.3", "--transaction-check-interval", "0.2",
                         "--transaction-check-max", "2")  # fmt: skip
-        for extra in ((), ("--access-key", "AK", "--secret-key", "SK"), quick_checks):
+        # the first proxy consumes (it has the store); the others have no --store
+        for extra in (("--store", str(store)), ("--access-key", "AK", "--secret-key", "SK"),
+                      quick_checks):  # fmt: skip
             proxies.append(procs.start(
                 "services.proxy", "--listen", "127.0.0.1:0", "--commitlog", writer.address,
                 "--no-auto-create-topics", "--max-body-size", "1024", *extra))  # fmt: skip
@@ -213,11 +215,59 @@ def test_access_keys_checked_when_configured(services):
     assert _send(secured, _message(), md=good).status.code == pb.OK
 
 
-def test_unimplemented_consumer_rpcs_answer_unimplemented(services):
+def _receive(proxy, topic="Known", group="G", md=MD, **kw):
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group), message_queue=pb.MessageQueue(topic=pb.Resource(name=topic)),
+        filter_expression=pb.FilterExpression(type=kw.pop("filter_type", pb.TAG),
+                                              expression=kw.pop("expression", "*")),
+        batch_size=4, long_polling_timeout=Duration(nanos=200_000_000), **kw,
+    )  # fmt: skip
+    return list(_stub(proxy).ReceiveMessage(request, metadata=md, timeout=10))
+
+
+@pytest.mark.parametrize(
+    ("kw", "code"),
+    [({"group": "bad group"}, pb.ILLEGAL_CONSUMER_GROUP),
+     ({"group": "a@b"}, pb.ILLEGAL_CONSUMER_GROUP),
+     ({"topic": "Unknown"}, pb.TOPIC_NOT_FOUND), ({"topic": "bad/topic"}, pb.ILLEGAL_TOPIC),
+     ({"invisible_duration": Duration(seconds=0)}, pb.ILLEGAL_INVISIBLE_TIME),
+     ({"invisible_duration": Duration(seconds=13 * 3600)}, pb.ILLEGAL_INVISIBLE_TIME),
+     ({"filter_type": pb.SQL, "expression": "a > 1"}, pb.UNSUPPORTED),
+     ({"md": MD[1:]}, pb.CLIENT_ID_REQUIRED),
+     ({}, pb.MESSAGE_NOT_FOUND)],  # nothing to receive: answered once the poll is over
+)  # fmt: skip
+def test_receive_refuses_bad_requests_with_their_code(services, kw, code):
     _w, proxy, *_ = services
-    with pytest.raises(grpc.RpcError) as e:
-        _stub(proxy).AckMessage(spb.AckMessageRequest(), metadata=MD, timeout=10)
-    assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    (reply,) = _receive(proxy, **kw)
+    assert reply.status.code == code, reply
+
+
+def test_ack_and_change_with_a_bad_or_stale_receipt_handle_are_refused(services):
+    _w, proxy, *_ = services
+    for handle in ("nonsense", "0:5:12345", ""):
+        ack = _stub(proxy).AckMessage(spb.AckMessageRequest(
+            group=pb.Resource(name="G"), topic=pb.Resource(name="Known"),
+            entries=[spb.AckMessageEntry(message_id=MSG_ID, receipt_handle=handle)],
+        ), metadata=MD, timeout=10)  # fmt: skip
+        assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
+        assert ack.entries[0].status.code == pb.INVALID_RECEIPT_HANDLE
+        change = _stub(proxy).ChangeInvisibleDuration(spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name="G"), topic=pb.Resource(name="Known"), receipt_handle=handle,
+            invisible_duration=Duration(seconds=1), message_id=MSG_ID,
+        ), metadata=MD, timeout=10)  # fmt: skip
+        assert change.status.code == pb.INVALID_RECEIPT_HANDLE and not change.receipt_handle
+
+
+def test_consumption_needs_the_store_and_assignments_follow_the_group(services):
+    _w, proxy, _secured, without_store = services
+    (reply,) = _receive(without_store)
+    assert reply.status.code == pb.INTERNAL_SERVER_ERROR and "--store" in reply.status.message
+    known, group = pb.Resource(name="Known"), pb.Resource(name="G")
+    request = spb.QueryAssignmentRequest(topic=known, group=group)
+    a = _stub(proxy).QueryAssignment(request, metadata=MD, timeout=10)
+    assert a.status.code == pb.OK
+    assert [x.message_queue.id for x in a.assignments] == [-1]  # a normal group: the broker
+    assert a.assignments[0].message_queue.broker.endpoints.addresses
 
 
 def _half_and_ops(writer, tid):

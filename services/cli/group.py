@@ -1,0 +1,124 @@
+"""``rmqstore group list | describe G | reset G --topic T --to-time T | --to-offset N``:
+consumer groups of the RocketMQ 5 protocol service, through its ``ConsumerGroups`` API (the
+proxy owns the groups' progress files).
+
+``describe`` shows per queue what ``mqadmin consumerProgress`` shows: committed offset, max
+offset, lag and messages in flight. ``reset`` moves the group's committed offset of every
+queue of the topic; what it had in flight there is forgotten.
+"""
+
+import argparse
+import json
+from typing import Any
+
+import grpc
+
+from rmqstore import tls
+from rmqstore.times import TimeFormatError, parse_time
+from rmqstore.v1 import groups_pb2, groups_pb2_grpc
+from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
+
+DEFAULT_PROXY = "127.0.0.1:8104"
+TIMEOUT_S = 30
+
+
+def _call(args: argparse.Namespace, fn: str, request: Any) -> Any:
+    try:
+        with tls.client_channel(args.proxy, args) as channel:
+            stub = groups_pb2_grpc.ConsumerGroupsStub(channel)
+            return getattr(stub, fn)(request, timeout=TIMEOUT_S)
+    except grpc.RpcError as e:
+        code, details = e.code(), e.details()  # type: ignore[attr-defined]
+        if code == grpc.StatusCode.NOT_FOUND:
+            raise CliError(details, NOT_FOUND) from None
+        if code == grpc.StatusCode.INVALID_ARGUMENT:
+            raise CliError(details, USAGE) from None
+        raise CliError(f"proxy at {args.proxy}: {code.name}: {details}", UNAVAILABLE) from None
+
+
+def _queue_json(q: groups_pb2.QueueProgress) -> dict[str, Any]:
+    return {"topic": q.topic, "queueId": q.queue_id, "committedOffset": q.committed_offset,
+            "maxOffset": q.max_offset, "lag": q.lag, "inFlight": q.in_flight}  # fmt: skip
+
+
+def _show_queues(args: argparse.Namespace, queues: Any) -> None:
+    if args.json:
+        for q in queues:
+            print(json.dumps(_queue_json(q)))
+        return
+    print(f"{'topic':<24} {'queue':>5} {'committed':>12} {'max':>12} {'lag':>10} {'in flight':>9}")
+    for q in queues:
+        print(f"{q.topic:<24} {q.queue_id:>5} {q.committed_offset:>12} {q.max_offset:>12} "
+              f"{q.lag:>10} {q.in_flight:>9}")  # fmt: skip
+    print(f"total lag {sum(q.lag for q in queues)}, in flight {sum(q.in_flight for q in queues)}")
+
+
+def _group_line(g: groups_pb2.GroupConfig) -> str:
+    kind = "fifo" if g.fifo else "normal"
+    return f"{g.name}  {kind}  max attempts {g.retry_max_times + 1}" + (
+        "" if g.consume_enable else "  (consumption disabled)"
+    )
+
+
+def _group_json(g: groups_pb2.GroupConfig) -> dict[str, Any]:
+    return {"groupName": g.name, "retryMaxTimes": g.retry_max_times, "fifo": g.fifo,
+            "consumeEnable": g.consume_enable}  # fmt: skip
+
+
+def run_list(args: argparse.Namespace) -> int:
+    for g in _call(args, "ListGroups", groups_pb2.ListGroupsRequest()).groups:
+        print(json.dumps(_group_json(g)) if args.json else _group_line(g))
+    return 0
+
+
+def run_describe(args: argparse.Namespace) -> int:
+    r = _call(args, "DescribeGroup", groups_pb2.DescribeGroupRequest(group=args.group))
+    if args.json:
+        print(json.dumps({**_group_json(r.group), "queues": [_queue_json(q) for q in r.queues]}))
+    else:
+        print(_group_line(r.group))
+        _show_queues(args, r.queues)
+    return 0
+
+
+def run_reset(args: argparse.Namespace) -> int:
+    if (args.to_time is None) == (args.to_offset is None):
+        raise CliError("give one of --to-time and --to-offset", USAGE)
+    request = groups_pb2.ResetGroupRequest(group=args.group, topic=args.topic)
+    if args.to_offset is not None:
+        if args.to_offset < 0:
+            raise CliError("--to-offset must not be negative", USAGE)
+        request.offset = args.to_offset
+    else:
+        try:
+            request.timestamp_ms = parse_time(args.to_time)
+        except TimeFormatError as e:
+            raise CliError(f"--to-time: {e}", USAGE) from None
+    r = _call(args, "ResetGroup", request)
+    if not args.json:
+        print(f"group {args.group} reset on {args.topic}:")
+    _show_queues(args, r.queues)
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("group", help="consumer groups: list, describe (progress, lag), reset")
+    verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
+
+    def verb(name: str, help_text: str, run) -> argparse.ArgumentParser:
+        v = verbs.add_parser(name, help=help_text)
+        v.add_argument("--proxy", default=DEFAULT_PROXY, help="the RocketMQ 5 protocol service")
+        v.add_argument("--json", action="store_true", help="JSON lines")
+        tls.add_tls_flags(v)
+        v.set_defaults(run=run)
+        return v
+
+    verb("list", "list the consumer groups", run_list)
+    d = verb("describe", "per queue: committed offset, max offset, lag, in flight", run_describe)
+    d.add_argument("group")
+    r = verb("reset", "move a group's committed offsets on a topic", run_reset)
+    r.add_argument("group")
+    r.add_argument("--topic", required=True)
+    r.add_argument("--to-time", help="first message stored at or after this time "
+                   "(epoch ms, ISO-8601, or relative: -1h)")  # fmt: skip
+    r.add_argument("--to-offset", type=int, help="this queue offset in every queue")

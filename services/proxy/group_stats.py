@@ -1,0 +1,60 @@
+"""What consumer groups look like: per queue committed and max offset and messages in
+flight (``rmqstore group describe``), and each group's lag (messages, and the age of the
+oldest unsettled one) per topic for the metrics (``Consumption`` calls ``observe``)."""
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from rmqstore.times import now_ms
+from services.proxy.progress import Flight
+from services.proxy.status import BusinessError
+
+if TYPE_CHECKING:
+    from services.proxy.consume import Consumption
+
+# (group, topic, lag in messages, age of the oldest unsettled message in s, in flight)
+Report = Callable[[str, str, int, float, int], None]
+
+
+def describe(c: "Consumption", group: str) -> list[tuple[str, int, int, int, int]]:
+    """(topic, queue, committed offset, max offset, in flight) of each queue the group
+    has consumed from."""
+    now = now_ms()
+    rows = []
+    for (g, topic), queues in sorted(c.state.items()):
+        if g != group:
+            continue
+        for q, p in sorted(queues.items()):
+            inflight = sum(1 for f in p.inflight.values() if f.visible_at > now)
+            rows.append((topic, q, p.committed, c.queues.max_offset(topic, q), inflight))
+    return rows
+
+
+def group_names(c: "Consumption") -> list[str]:
+    return sorted(set(c.group_table.groups) | {g for g, _t in c.state})
+
+
+async def oldest_age_s(c: "Consumption", group: str, topic: str) -> float:
+    """Seconds since the oldest unsettled message of the group was stored (0: none)."""
+    flights = []
+    for q, p in c.state.get((group, topic), {}).items():
+        units = c.queues.read(topic, q, p.committed, 1)
+        if units:
+            flights.append(Flight(0, 0, 0, units[0].phy_offset, units[0].size))
+    if not flights:
+        return 0.0
+    records = await c.records(flights)
+    oldest = min(r.store_timestamp for r in records)
+    return max(0.0, (now_ms() - oldest) / 1000)
+
+
+async def observe(c: "Consumption", report: Report) -> None:
+    """Report lag, age of the oldest unsettled message and in-flight per (group, topic)."""
+    for group, topic in list(c.state):
+        rows = [r for r in describe(c, group) if r[0] == topic]
+        lag = sum(max(0, mx - done) for _t, _q, done, mx, _i in rows)
+        try:
+            age = await oldest_age_s(c, group, topic) if lag else 0.0
+        except BusinessError:
+            age = 0.0
+        report(group, topic, lag, age, sum(r[4] for r in rows))

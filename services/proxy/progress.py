@@ -1,0 +1,156 @@
+"""Consumer groups' progress: what each group has settled and what it has in flight, per
+queue, kept in memory and made durable by ``ProgressFiles``.
+
+Per (group, topic, queue)::
+
+    committed ─┬─ settled or in flight ─┬─ next ─ never handed out ─▶ max offset
+               └ lowest unsettled offset └ pop cursor
+
+Every offset in [committed, next) is either settled (acked, filtered out, dead-lettered) or
+in flight (handed out, invisible until ``visible_at``, with its attempt count). Settling an
+offset moves ``committed`` over the settled prefix; nothing below it is ever delivered again.
+
+Durability (the proxy owns these files; each is replaced atomically):
+
+* ``config/consumerOffset.json`` — RocketMQ's file: ``committed`` per queue.
+* ``config/popInflight.json`` — ours (strict JSON): per queue ``next``, the settled offsets
+  above ``committed`` and each in-flight offset's attempt and visible-at time.
+
+Both are written together every ``flush_interval`` and on a clean stop. After a crash the
+group resumes from the last flush: offsets handed out after it are handed out again (a
+redelivery, counted) and acks after it are lost (the message comes back once its invisible
+time is over) — nothing below a persisted ``committed`` was unsettled, so nothing is lost.
+"""
+
+import json
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqstore import durable
+from rmqstore.formats import consumer_offsets, subscription_groups
+
+log = logging.getLogger(__name__)
+INFLIGHT_FILE = "popInflight.json"
+OFFSETS_FILE = "consumerOffset.json"
+GROUPS_FILE = "subscriptionGroup.json"
+
+
+@dataclass
+class Flight:
+    attempt: int  # deliveries so far (1 after the first)
+    visible_at: int  # ms; deliverable again from then on
+    version: int  # new on every delivery and change: older receipt handles are stale
+    # (kept across restarts, so a handle given out before a clean restart still acks)
+    phy: int = -1  # commitlog offset (-1: not known yet, e.g. after a restart)
+    size: int = 0
+    # handed out before a crash, after the last flush: its next delivery is a redelivery
+    lost_track: bool = False
+    renew_for: str = ""  # a PushConsumer's client id: kept invisible while it lives
+    renew_until: int = 0  # ms; renewals stop here
+
+
+@dataclass
+class QueueProgress:
+    committed: int = 0
+    next: int = 0
+    settled: set[int] = field(default_factory=set)
+    inflight: dict[int, Flight] = field(default_factory=dict)
+
+    def settle(self, offset: int) -> bool:
+        """Settle ``offset``; True if the committed offset moved."""
+        self.inflight.pop(offset, None)
+        if offset < self.committed:
+            return False
+        self.settled.add(offset)
+        moved = False
+        while self.committed in self.settled:
+            self.settled.discard(self.committed)
+            self.committed += 1
+            moved = True
+        return moved
+
+    def reset(self, offset: int) -> None:
+        """Start again at ``offset``: forget what is in flight and settled."""
+        self.committed = self.next = offset
+        self.settled.clear()
+        self.inflight.clear()
+
+
+Key = tuple[str, str]  # (group, topic)
+
+
+class ProgressFiles:
+    """Reads and writes the files under ``<store>/config``."""
+
+    def __init__(self, store: Path) -> None:
+        self.dir = Path(store) / "config"
+
+    def _read(self, name: str) -> str:
+        try:
+            return (self.dir / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+
+    def load_groups(self) -> subscription_groups.GroupTable:
+        return subscription_groups.parse(self._read(GROUPS_FILE))
+
+    def save_groups(self, table: subscription_groups.GroupTable) -> None:
+        durable.replace_file(self.dir / GROUPS_FILE, subscription_groups.render(table).encode())
+
+    def load(self) -> tuple[dict[Key, dict[int, QueueProgress]], consumer_offsets.OffsetTable]:
+        """Each (group, topic)'s queues as last flushed; also the offsets file as read
+        (entries of other brokers' topics are kept and written back)."""
+        offsets = consumer_offsets.parse(self._read(OFFSETS_FILE))
+        state: dict[Key, dict[int, QueueProgress]] = {}
+        for (topic, group), queues in offsets.offsets.items():
+            state[(group, topic)] = {
+                q: QueueProgress(committed=o, next=o) for q, o in queues.items()
+            }
+        text = self._read(INFLIGHT_FILE)
+        doc = json.loads(text) if text.strip() else {}
+        for k, queues in doc.get("groups", {}).items():
+            topic, group = consumer_offsets.split_key(k)
+            progress = state.get((group, topic))
+            if progress is None:
+                continue  # no committed offset: the group was reset or removed
+            for q, saved in queues.items():
+                p = progress.get(int(q))
+                if p is None:
+                    continue
+                p.next = max(p.committed, int(saved["next"]))
+                p.settled = {o for o in saved["settled"] if p.committed <= o < p.next}
+                for o, attempt, visible_at, version in saved["inflight"]:
+                    if p.committed <= o < p.next and o not in p.settled:
+                        p.inflight[o] = Flight(attempt, visible_at, version)
+                # anything in [committed, next) neither settled nor in flight: hand it out again
+                for o in range(p.committed, p.next):
+                    if o not in p.settled and o not in p.inflight:
+                        p.inflight[o] = Flight(0, 0, 0, lost_track=True)
+        return state, offsets
+
+    def save(
+        self, state: dict[Key, dict[int, QueueProgress]], offsets: consumer_offsets.OffsetTable
+    ) -> None:
+        inflight: dict[str, dict[str, dict]] = {}
+        for (group, topic), queues in state.items():
+            offsets.offsets[(topic, group)] = {q: p.committed for q, p in queues.items()}
+            inflight[consumer_offsets.key(topic, group)] = {
+                str(q): {
+                    "next": p.next,
+                    "settled": sorted(p.settled),
+                    "inflight": [
+                        [o, f.attempt, f.visible_at, f.version]
+                        for o, f in sorted(p.inflight.items())
+                    ],
+                }
+                for q, p in queues.items()
+                if p.next > p.committed
+            }
+        # the in-flight file first: a crash between the two leaves offsets older than the
+        # in-flight state, which load() reconciles (never newer, which could skip messages)
+        durable.replace_file(
+            self.dir / INFLIGHT_FILE,
+            json.dumps({"version": 1, "groups": inflight}, separators=(",", ":")).encode(),
+        )
+        durable.replace_file(self.dir / OFFSETS_FILE, consumer_offsets.render(offsets).encode())

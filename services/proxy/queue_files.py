@@ -1,0 +1,103 @@
+"""The store's consume-queue files, read (never written) by the proxy to find what a group
+has not consumed yet.
+
+A queue's segments are named by their first byte offset and preallocated, so the end of the
+data is the first invalid unit (``consume_queue.valid_count``). Reads are ``pread``s of a
+few units; a queue's segment list is cached and refreshed when a read runs past it.
+"""
+
+import os
+from pathlib import Path
+from typing import NamedTuple
+
+from rmqstore.formats import consume_queue as cq
+from rmqstore.layout import StoreLayout
+from rmqstore.segments import parse_segment_name
+
+
+class Unit(NamedTuple):
+    queue_offset: int
+    phy_offset: int
+    size: int
+    tags_code: int
+
+
+class QueueFiles:
+    def __init__(self, store: Path) -> None:
+        self.layout = StoreLayout.of(store)
+        self._segments: dict[tuple[str, int], list[tuple[int, Path]]] = {}
+
+    def _list(self, topic: str, queue: int, fresh: bool) -> list[tuple[int, Path]]:
+        k = (topic, queue)
+        segs = self._segments.get(k)
+        if segs is None or fresh:
+            qdir = self.layout.queue_dir(topic, queue)
+            segs = []
+            if qdir.is_dir():
+                for f in qdir.iterdir():
+                    start = parse_segment_name(f.name)
+                    if start is not None:
+                        segs.append((start, f))
+            segs.sort()
+            self._segments[k] = segs
+        return segs
+
+    def read(self, topic: str, queue: int, offset: int, count: int) -> list[Unit]:
+        """Up to ``count`` valid units from queue offset ``offset`` on (fewer at the end)."""
+        segs = self._list(topic, queue, fresh=False)
+        out = self._read(segs, offset, count)
+        after = offset + len(out)
+        if len(out) == count or (segs and not self._past_last(segs, after)):
+            return out  # done, or the data ends inside the last known segment
+        # the reader ran past the segments it knows of: a new one may have been started
+        return out + self._read(self._list(topic, queue, fresh=True), after, count - len(out))
+
+    @staticmethod
+    def _past_last(segs: list[tuple[int, Path]], offset: int) -> bool:
+        """``offset`` lies beyond the last known segment's capacity (a new segment may
+        have been started)."""
+        start, path = segs[-1]
+        try:
+            size = path.stat().st_size
+        except FileNotFoundError:
+            return True
+        return offset * cq.UNIT_SIZE >= start + size
+
+    def _read(self, segs: list[tuple[int, Path]], offset: int, count: int) -> list[Unit]:
+        want = offset * cq.UNIT_SIZE
+        out: list[Unit] = []
+        for i, (start, path) in enumerate(segs):
+            end = segs[i + 1][0] if i + 1 < len(segs) else None
+            if want < start or (end is not None and want >= end):
+                continue
+            n = count - len(out)
+            if end is not None:
+                n = min(n, (end - want) // cq.UNIT_SIZE)
+            try:
+                with open(path, "rb") as f:
+                    data = os.pread(f.fileno(), n * cq.UNIT_SIZE, want - start)
+            except FileNotFoundError:  # deleted by retention
+                return out
+            arr = cq.units(data)[: cq.valid_count(data)]
+            first = want // cq.UNIT_SIZE
+            out += [
+                Unit(first + j, int(u["offset"]), int(u["size"]), int(u["tags_code"]))
+                for j, u in enumerate(arr)
+            ]
+            if len(arr) < n or len(out) >= count:
+                return out
+            want += len(arr) * cq.UNIT_SIZE
+        return out
+
+    def min_offset(self, topic: str, queue: int) -> int:
+        segs = self._list(topic, queue, fresh=True)
+        return segs[0][0] // cq.UNIT_SIZE if segs else 0
+
+    def max_offset(self, topic: str, queue: int) -> int:
+        """One past the last unit (0 for a queue without files)."""
+        segs = self._list(topic, queue, fresh=True)
+        if not segs:
+            return 0
+        start, path = segs[-1]
+        data = path.read_bytes()
+        return (start + cq.valid_count(data) * cq.UNIT_SIZE) // cq.UNIT_SIZE

@@ -1,0 +1,63 @@
+"""Consumer progress: the committed offset moves over the settled prefix only, and what is
+flushed to config/ comes back after a restart — never ahead of what was settled."""
+
+from rmqstore.formats import consumer_offsets
+from rmqstore.formats.javahash import java_hash
+from services.proxy.deliver import TagFilter
+from services.proxy.progress import Flight, ProgressFiles, QueueProgress
+
+
+def test_committed_moves_over_the_settled_prefix_only():
+    p = QueueProgress(committed=10, next=15)
+    assert not p.settle(12) and p.committed == 10
+    assert not p.settle(11) and p.committed == 10
+    assert p.settle(10) and p.committed == 13
+    assert not p.settle(5) and p.committed == 13  # below committed: nothing moves
+    assert p.settled == set()
+
+
+def test_flushed_state_comes_back_with_versions(tmp_path):
+    files = ProgressFiles(tmp_path)
+    p = QueueProgress(committed=3, next=8, settled={4, 6})
+    p.inflight = {3: Flight(2, 1000, 77), 5: Flight(1, 2000, 78), 7: Flight(1, 3000, 79)}
+    offsets = consumer_offsets.OffsetTable()
+    files.save({("g", "T"): {0: p, 1: QueueProgress(5, 5)}}, offsets)
+    state, _ = files.load()
+    back = state[("g", "T")]
+    assert (back[0].committed, back[0].next, back[0].settled) == (3, 8, {4, 6})
+    assert {o: (f.attempt, f.visible_at, f.version) for o, f in back[0].inflight.items()} == {
+        3: (2, 1000, 77), 5: (1, 2000, 78), 7: (1, 3000, 79)}  # fmt: skip
+    assert (back[1].committed, back[1].next, back[1].inflight) == (5, 5, {})
+    text = (tmp_path / "config" / "consumerOffset.json").read_text()
+    assert '"T@g":{0:3,1:5\n' in text  # RocketMQ's format
+
+
+def test_offsets_older_than_the_inflight_file_are_handed_out_again_not_skipped(tmp_path):
+    files = ProgressFiles(tmp_path)
+    old = consumer_offsets.render(consumer_offsets.OffsetTable({("T", "g"): {0: 0}}))
+    p = QueueProgress(committed=3, next=5)
+    p.inflight = {3: Flight(1, 500, 9), 4: Flight(1, 500, 10)}
+    files.save({("g", "T"): {0: p}}, consumer_offsets.OffsetTable())
+    (tmp_path / "config" / "consumerOffset.json").write_text(old)  # a crash between the writes
+    state, _ = files.load()
+    q = state[("g", "T")][0]
+    assert q.committed == 0 and q.next == 5
+    assert sorted(q.inflight) == [0, 1, 2, 3, 4]  # 0..2 again (lost track), none skipped
+    assert all(q.inflight[o].lost_track for o in (0, 1, 2))
+
+
+def test_a_rocketmq_offset_file_alone_resumes_at_its_offsets(tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "consumerOffset.json").write_text(
+        '{\n\t"offsetTable":{\n\t\t"T@g":{0:42,1:7\n\t\t}\n\t}\n}')  # fmt: skip
+    state, offsets = ProgressFiles(tmp_path).load()
+    assert {q: (p.committed, p.next) for q, p in state[("g", "T")].items()} == {
+        0: (42, 42), 1: (7, 7)}  # fmt: skip
+    assert offsets.offsets[("T", "g")] == {0: 42, 1: 7}
+
+
+def test_tag_filters():
+    assert TagFilter("*").matches("x") and TagFilter("").matches("") and TagFilter(" * ").all
+    f = TagFilter("a||b")
+    assert f.matches("a") and f.matches("b") and not f.matches("c") and not f.matches("")
+    assert f.maybe(java_hash("a")) and not f.maybe(java_hash("c"))

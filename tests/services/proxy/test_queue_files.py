@@ -1,0 +1,32 @@
+"""The proxy's consume-queue reader: units across segments, the end of the data in a
+preallocated segment, and a segment started after the reader last looked."""
+
+from rmqstore.formats import consume_queue as cq
+from rmqstore.layout import StoreLayout
+from rmqstore.segments import segment_name
+from services.proxy.queue_files import QueueFiles
+
+PER_FILE = 4  # units per segment
+
+
+def _segment(store, first_unit: int, units: list[tuple[int, int, int]]):
+    qdir = StoreLayout.of(store).queue_dir("T", 0)
+    qdir.mkdir(parents=True, exist_ok=True)
+    data = b"".join(cq.encode(cq.CqUnit(*u)) for u in units)
+    data += b"\0" * (PER_FILE * cq.UNIT_SIZE - len(data))  # preallocated
+    (qdir / segment_name(first_unit * cq.UNIT_SIZE)).write_bytes(data)
+
+
+def test_reads_across_segments_and_sees_a_new_segment(tmp_path):
+    _segment(tmp_path, 0, [(100 * i, 50, i) for i in range(4)])
+    _segment(tmp_path, 4, [(400, 50, 4)])
+    files = QueueFiles(tmp_path)
+    units = files.read("T", 0, 2, 10)
+    assert [(u.queue_offset, u.phy_offset, u.tags_code) for u in units] == [
+        (2, 200, 2), (3, 300, 3), (4, 400, 4)]  # fmt: skip
+    assert files.read("T", 0, 5, 10) == []  # the end of the data
+    assert (files.min_offset("T", 0), files.max_offset("T", 0)) == (0, 5)
+    _segment(tmp_path, 4, [(400, 50, 4), (500, 50, 5), (600, 50, 6), (700, 50, 7)])
+    _segment(tmp_path, 8, [(800, 50, 8)])  # started after the reader's last listing
+    assert [u.queue_offset for u in files.read("T", 0, 5, 10)] == [5, 6, 7, 8]
+    assert files.read("T", 1, 0, 10) == [] and files.max_offset("T", 1) == 0  # no such queue
