@@ -199,7 +199,7 @@ def _timed_puts(stub, until, timeout: float) -> list[tuple[float, float, int]]:
     poller.start()
     msgs = [common_pb2.Message(topic="Timed", body=b"y" * 1024) for _ in range(10)]
     request = commitlog_pb2.PutBatchRequest(messages=msgs)
-    out = []
+    out: list[tuple[float, float, int]] = []
     deadline = time.monotonic() + timeout
     try:
         while not (until() and out and out[-1][2] >= _deleted(stub)):

@@ -17,11 +17,12 @@ import zlib
 
 from google.protobuf.duration_pb2 import Duration
 
+from rmqstore.delay import TIMER_DELIVER_MS
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
 from rmqstore.formats.javahash import java_hash
 from rmqstore.rocketmq import definition_pb2 as pb
-from services.proxy.produce import BORN_HOST, RESERVED, SHARDING_KEY, TIMER_DELIVER_MS
+from services.proxy.produce import BORN_HOST, RESERVED, SHARDING_KEY
 
 COMPRESSED_FLAG = 0x1
 HIDDEN = RESERVED | {P.CLUSTER}
