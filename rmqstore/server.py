@@ -21,7 +21,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
 from rmqstore.errors import StoreError
-from rmqstore.startup import StartupError, check_port_free, split_address
+from rmqstore.startup import (
+    ORPHAN_GRACE_S,
+    StartupError,
+    check_port_free,
+    orphaned,
+    split_address,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -245,7 +251,7 @@ class Service:
 
     def stop(self, grace: float = 5.0) -> None:
         self.set_serving(False)
-        self.server.stop(grace).wait()
+        self.server.stop(_grace(grace)).wait()
 
 
 class AsyncService:
@@ -322,13 +328,19 @@ class AsyncService:
         (to close what lives on it, such as client channels), cancel what is left on it, as
         ``asyncio.run`` does, then end the loop."""
         self.set_serving(False)
-        self.call(self.server.stop(grace))
+        self.call(self.server.stop(_grace(grace)))
         if then is not None:
             self.call(then())
         self.call(_cancel_the_rest())
         self._blocking.shutdown(wait=False, cancel_futures=True)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
+
+
+def _grace(grace: float) -> float:
+    """Calls in flight get ``grace`` seconds at a stop; a service whose ``serve`` died gets
+    ``ORPHAN_GRACE_S`` at most: its peers are stopping too, and their streams would hold it."""
+    return min(grace, ORPHAN_GRACE_S) if orphaned() else grace
 
 
 async def _cancel_the_rest() -> None:

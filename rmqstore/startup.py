@@ -38,6 +38,16 @@ def die_with_parent() -> None:
         raise StartupError(f"the parent process {parent} is gone")
 
 
+ORPHAN_GRACE_S = 0.5  # calls in flight when serve has died get this long, not the usual grace
+
+
+def orphaned() -> bool:
+    """``rmqstore serve`` started this process and is gone: nobody supervises it any more, so
+    it should stop promptly (still cleanly: flushes and closes run as on any stop)."""
+    parent = os.environ.get(PARENT_PID_ENV, "")
+    return parent.isdigit() and os.getppid() != int(parent)
+
+
 def split_address(address: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too) as (host, port); the host without brackets."""
     host, sep, port = address.rpartition(":")
