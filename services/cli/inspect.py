@@ -21,7 +21,6 @@ Files are only ever opened read-only. Human-readable output by default, JSON lin
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import mmap
 from collections.abc import Iterator
@@ -31,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rmqstore import quarantine
+from rmqstore import quarantine, times
 from rmqstore.dispatch import tags_code
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError, StoreError
 from rmqstore.formats import checkpoint as ck
@@ -91,11 +90,12 @@ def detect_kind(path: Path) -> str:
 
 
 def _time(ms: int) -> str:
+    """A file's time in UTC (``...Z``); the number itself when no date can show it (a
+    damaged field may hold any 64-bit value)."""
     try:
-        t = dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC)
+        return times.format_time(ms)
     except (OverflowError, OSError, ValueError):
         return str(ms)
-    return t.strftime("%Y-%m-%dT%H:%M:%S.") + f"{ms % 1000:03d}Z"
 
 
 def _segment_base(path: Path) -> int:

@@ -74,6 +74,25 @@ def test_lint_refuses_bad_values(values: dict) -> None:
     assert report["errors"] or any(m["severity"] >= 3 for m in report["messages"])
 
 
+@pytest.mark.parametrize(
+    "retention",
+    [{"diskMaxUsedRatio": 101}, {"diskMaxUsedRatio": 0}, {"deleteWhen": 24},
+     {"deleteWhen": "24"}, {"deleteWhen": "sometimes"}, {"hours": -1}, {"checkSeconds": 0},
+     {"keepDays": 3}],
+    ids=["ratio-over-100", "ratio-zero", "hour-24", "hour-24-string", "hour-word",
+         "negative-hours", "check-zero", "misspelt-key"],
+)  # fmt: skip
+def test_lint_refuses_bad_retention(retention: dict) -> None:
+    report = _lint({"commitlog": {"retention": retention}})
+    assert "/commitlog/retention" in "".join(report["errors"])
+
+
+@pytest.mark.parametrize("levels", ["", "1s 0s", "1x", "1s,5s", "-1s"])
+def test_lint_refuses_bad_delay_levels(levels: str) -> None:
+    report = _lint({"commitlog": {"delivery": {"delayLevels": levels}}})
+    assert "/commitlog/delivery/delayLevels" in "".join(report["errors"])
+
+
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
 @pytest.mark.parametrize("values", [{}, ALL_ON, MINIMAL], ids=["defaults", "all-on", "minimal"])
 def test_every_object_is_valid_kubernetes(values: dict, kube: str) -> None:
@@ -157,6 +176,38 @@ def test_writer_options_reach_its_command_line(all_on_objects: list[dict]) -> No
     assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in (
         default_writer["env"]
     )
+
+
+def test_writer_runs_delivery_and_retention_with_rocketmq_defaults(
+    default_objects: list[dict],
+) -> None:
+    writer = _containers(default_objects)["commitlog"]
+    assert _arg(writer, "--delay-levels") == (
+        "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+    )
+    assert float(_arg(writer, "--retention-hours")) == 72
+    assert _arg(writer, "--delete-when") == "4"
+    assert float(_arg(writer, "--disk-max-used-ratio")) == 75
+    assert float(_arg(writer, "--retention-check-seconds")) == 10
+    assert "--no-delivery" not in writer["args"]
+
+
+def test_delivery_and_retention_values_reach_the_writer() -> None:
+    values = {"commitlog": {
+        "delivery": {"enabled": False, "delayLevels": "1s 2s 3s"},
+        "retention": {"hours": 0.5, "deleteWhen": "always", "diskMaxUsedRatio": 90.5,
+                      "checkSeconds": 2},
+    }}  # fmt: skip
+    writer = _containers(render(values))["commitlog"]
+    assert _arg(writer, "--delay-levels") == "1s 2s 3s"
+    assert _arg(writer, "--retention-hours") == "0.5"
+    assert _arg(writer, "--delete-when") == "always"
+    assert _arg(writer, "--disk-max-used-ratio") == "90.5"
+    assert _arg(writer, "--retention-check-seconds") == "2"
+    assert "--no-delivery" in writer["args"]
+    assert _lint(values)["errors"] == []
+    hour = _containers(render({"commitlog": {"retention": {"deleteWhen": 23}}}))["commitlog"]
+    assert _arg(hour, "--delete-when") == "23"
 
 
 @pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
@@ -376,6 +427,10 @@ def test_read_only_serves_without_builders_or_writes() -> None:
         assert "--read-only" in c["args"], c["name"]
         assert all(m.get("readOnly") for m in c["volumeMounts"] if m["name"] == "data")
         assert not {"--commitlog-segment-size", "--index-slots"} & set(c["args"])
+    # a read-only writer neither delivers nor deletes: those flags are not passed
+    background = {"--delay-levels", "--no-delivery", "--retention-hours", "--delete-when",
+                  "--disk-max-used-ratio", "--retention-check-seconds"}
+    assert not background & set(containers["commitlog"]["args"])
     assert _lint({"readOnly": True})["errors"] == []
 
 

@@ -17,9 +17,15 @@ from tests.helm.conftest import one, render
 
 pytestmark = pytest.mark.integration
 
-# Small files so the test store stays tiny; every other value is the chart's default.
+# Small files so the test store stays tiny, and delivery and retention values off their
+# defaults (the writer must accept them as rendered); every other value is the chart's default.
 SMALL = {
-    "commitlog": {"segmentSize": 1 << 20},
+    "commitlog": {
+        "segmentSize": 1 << 20,
+        "delivery": {"delayLevels": "1s 5s 10s"},
+        "retention": {"hours": 0.5, "deleteWhen": "always", "diskMaxUsedRatio": 90.5,
+                      "checkSeconds": 2.5},
+    },
     "consumeQueue": {"entriesPerFile": 1000},
     "indexFile": {"slots": 1000, "entries": 4000},
 }

@@ -310,3 +310,19 @@ def test_kind_override_and_errors(tmp_path):
     empty.write_bytes(b"")
     (summary,) = rows(empty)
     assert summary["records"] == 0 and summary["fileSize"] == 0
+
+
+def test_times_are_shown_in_utc_with_z_or_as_the_number(tmp_path):
+    """Times print as ISO-8601 UTC with ``Z`` (rmqstore's one time format); a value no date
+    can show (a damaged field) prints as the number itself instead of failing."""
+    out_of_range = 2**62
+    cp = tmp_path / "checkpoint"
+    cp.write_bytes(ck.encode(ck.Checkpoint(1700000000250, 0, out_of_range)))
+    (row,) = rows(cp)
+    assert (row["physic"], row["logics"], row["index"]) == (
+        "2023-11-14T22:13:20.250Z", "1970-01-01T00:00:00.000Z", str(out_of_range)
+    )
+    seg = tmp_path / "commitlog" / ("0" * 20)
+    seg.parent.mkdir()
+    seg.write_bytes(_record(7, 0).ljust(4096, b"\0"))
+    assert " store=2023-11-14T22:13:20.007Z " in inspect(seg).stdout
