@@ -13,6 +13,7 @@ import pytest
 from rmqstore.times import now_ms
 from tests import procs
 from tests.services.console.http import get
+from tests.services.console.test_browser import _axe, _shot, browser  # noqa: F401 (a fixture)
 from tests.services.proxy.conftest import Serve
 
 pytestmark = pytest.mark.integration
@@ -79,7 +80,7 @@ def test_group_documents_equal_the_cli_and_pages_show_the_lag(serve) -> None:
         assert (f"<td>{q['committedOffset']}</td><td>{q['maxOffset']}</td>"
                 f"<td>{q['lag']}</td>") in page  # fmt: skip
 
-    r = get(f"{base}/api/v1/groups/NoSuchGroup")
+    r = get(f"{base}/api/v1/groups/NoSuchGroup")  # after the pages, before the browser
     assert r.status == 404 and r.json()["code"] == "NOT_FOUND", r.text
     assert get(f"{base}/groups/NoSuchGroup").status == 404
 
@@ -97,3 +98,12 @@ def test_console_without_proxy_answers_503(serve) -> None:
         assert r.headers["Content-Security-Policy"]
     finally:
         console.stop()
+
+
+def test_group_pages_pass_axe(serve, browser) -> None:  # noqa: F811 (the imported fixture)
+    s, _ = serve
+    for path in ("/groups", f"/groups/{GROUP}"):
+        browser.get(f"http://{s.address(5)}{path}")
+        assert GROUP in browser.title or browser.find_element("link text", GROUP)
+        assert _axe(browser) == [], path
+        _shot(browser, "group" if GROUP in path else "groups")
