@@ -21,16 +21,18 @@ from services.console.backend import Backend, BackendError
 from services.console.views import BACKEND, Answer
 
 MAX_GROUP = 255  # RocketMQ's longest group name
-PULLS_AT_ONCE = 16
+CALLS_AT_ONCE = 16  # describes (for /groups) or pulls (for a group) in flight at once
 
 
 async def groups(request: web.Request) -> Answer:
     backend = request.app[BACKEND]
     listed = (await backend.list_groups()).groups
+    gate = asyncio.Semaphore(CALLS_AT_ONCE)
 
     async def row(g: groups_pb2.GroupConfig) -> dict[str, Any] | None:
         try:
-            queues = (await backend.describe_group(g.name)).queues
+            async with gate:
+                queues = (await backend.describe_group(g.name)).queues
         except BackendError as e:
             if e.status == 404:  # deleted between the list and its description
                 return None
@@ -62,7 +64,7 @@ async def group(request: web.Request) -> Answer:
     backend = request.app[BACKEND]
     r = await backend.describe_group(name)
     doc = describe_json(r.group, r.queues)
-    gate = asyncio.Semaphore(PULLS_AT_ONCE)
+    gate = asyncio.Semaphore(CALLS_AT_ONCE)
     oldest = await asyncio.gather(*(_oldest(backend, q, gate) for q in r.queues))
     for q_doc, ms in zip(doc["queues"], oldest, strict=True):
         q_doc["oldestUnconsumedStoreTimestamp"] = ms
