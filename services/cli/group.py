@@ -14,6 +14,9 @@ from typing import Any
 import grpc
 
 from rmqstore import tls
+from rmqstore.group_json import describe_json
+from rmqstore.group_json import group_json as _group_json
+from rmqstore.group_json import queue_json as _queue_json
 from rmqstore.times import TimeFormatError, parse_time
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
@@ -36,11 +39,6 @@ def _call(args: argparse.Namespace, fn: str, request: Any) -> Any:
         raise CliError(f"proxy at {args.proxy}: {code.name}: {details}", UNAVAILABLE) from None
 
 
-def _queue_json(q: groups_pb2.QueueProgress) -> dict[str, Any]:
-    return {"topic": q.topic, "queueId": q.queue_id, "committedOffset": q.committed_offset,
-            "maxOffset": q.max_offset, "lag": q.lag, "inFlight": q.in_flight}  # fmt: skip
-
-
 def _show_queues(args: argparse.Namespace, queues: Any) -> None:
     if args.json:
         for q in queues:
@@ -60,11 +58,6 @@ def _group_line(g: groups_pb2.GroupConfig) -> str:
     )
 
 
-def _group_json(g: groups_pb2.GroupConfig) -> dict[str, Any]:
-    return {"groupName": g.name, "retryMaxTimes": g.retry_max_times, "fifo": g.fifo,
-            "consumeEnable": g.consume_enable}  # fmt: skip
-
-
 def run_list(args: argparse.Namespace) -> int:
     for g in _call(args, "ListGroups", groups_pb2.ListGroupsRequest()).groups:
         print(json.dumps(_group_json(g)) if args.json else _group_line(g))
@@ -74,7 +67,7 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     r = _call(args, "DescribeGroup", groups_pb2.DescribeGroupRequest(group=args.group))
     if args.json:
-        print(json.dumps({**_group_json(r.group), "queues": [_queue_json(q) for q in r.queues]}))
+        print(json.dumps(describe_json(r.group, r.queues)))
     else:
         print(_group_line(r.group))
         _show_queues(args, r.queues)

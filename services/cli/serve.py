@@ -71,8 +71,10 @@ def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
 
 
 def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    proxy = [] if args.read_only or not _exists("services.proxy") else \
+        ["--proxy", f"{args.host}:{ports['proxy']}"]  # its consumer groups
     return ["--query", f"{args.host}:{ports['query']}", *_writer_address(args, ports),
-            *_given(args, "index-entries")]
+            *_given(args, "index-entries"), *proxy]
 
 
 def _loopback(host: str) -> bool:

@@ -37,6 +37,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--query", default="127.0.0.1:8101", help="query service HOST:PORT")
     p.add_argument("--commitlog", default="",
                    help="commitlog writer HOST:PORT, for the store page's offsets")
+    p.add_argument("--proxy", default="",
+                   help="RocketMQ 5 protocol service HOST:PORT, for the consumer group pages")
     p.add_argument("--listen", default="127.0.0.1:8105", help="HOST:PORT (port 0 = any free)")
     p.add_argument("--auth", choices=MODES, default="none",
                    help="none (loopback only), basic (--users-file) or proxy-header")
@@ -73,7 +75,8 @@ async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: 
     backend = Backend.connect(
         tls.aio_client_channel(args.query, args),
         tls.aio_client_channel(args.commitlog, args) if args.commitlog else None,
-        args.timeout)
+        args.timeout,
+        tls.aio_client_channel(args.proxy, args) if args.proxy else None)
     settings = Settings(StoreLayout.of(args.store), args.max_window * 1000, args.index_entries)
     application = console_app.build(backend, settings, auth)
     runner = web.AppRunner(application, access_log=None, handle_signals=False)

@@ -9,7 +9,7 @@ import jinja2
 from aiohttp import web
 
 from rmqstore.times import format_time
-from services.console import views
+from services.console import groups, views
 from services.console.auth import Authenticator
 from services.console.backend import Backend, BackendError
 from services.console.params import ParamError
@@ -23,6 +23,8 @@ PAGES: list[tuple[str, views.View, str]] = [  # path, view, navigation section
     ("/messages/{id}", views.message, "messages"),
     ("/topics", views.topics, "topics"),
     ("/topics/{topic}", views.topic, "topics"),
+    ("/groups", groups.groups, "groups"),
+    ("/groups/{group}", groups.group, "groups"),
     ("/store", views.store, "store"),
 ]
 
@@ -35,6 +37,7 @@ def environment() -> jinja2.Environment:
     )
     env.filters["when"] = lambda ms: format_time(int(ms)) if ms is not None else ""
     env.filters["bytes"] = _human_bytes
+    env.filters["age"] = _age
     return env
 
 
@@ -47,6 +50,16 @@ def _human_bytes(n: int | None) -> str:
             return f"{n:,} B" if unit == "B" else f"{value:,.1f} {unit}"
         value /= 1024
     return f"{n} B"
+
+
+def _age(ms: int) -> str:
+    """``45 s``, ``12 min``, ``3.5 h``, ``2.1 d``: how long ago, coarse (clocks may differ)."""
+    s = max(int(ms), 0) / 1000
+    if s < 120:
+        return f"{s:.0f} s"
+    if s < 7200:
+        return f"{s / 60:.0f} min"
+    return f"{s / 3600:.1f} h" if s < 172800 else f"{s / 86400:.1f} d"
 
 
 def _error(status: int, message: str, code: str) -> dict[str, Any]:

@@ -1,4 +1,5 @@
-"""The console's gRPC clients: the query service (and the writer, for the store's offsets).
+"""The console's gRPC clients: the query service, the writer (the store's offsets) and the
+proxy (consumer groups), the last two optional.
 
 Errors come back as :class:`BackendError` with the HTTP status the console answers with.
 """
@@ -8,7 +9,14 @@ from typing import Any
 
 import grpc
 
-from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
+from rmqstore.v1 import (
+    commitlog_pb2,
+    commitlog_pb2_grpc,
+    groups_pb2,
+    groups_pb2_grpc,
+    query_pb2,
+    query_pb2_grpc,
+)
 
 HTTP_OF_GRPC = {
     grpc.StatusCode.INVALID_ARGUMENT: 400,
@@ -36,14 +44,16 @@ class Backend:
     writer: commitlog_pb2_grpc.CommitLogStub | None
     channels: list[grpc.aio.Channel]
     timeout: float = 30.0
+    groups: groups_pb2_grpc.ConsumerGroupsStub | None = None
 
     @classmethod
     def connect(cls, query: grpc.aio.Channel, writer: grpc.aio.Channel | None,
-                timeout: float = 30.0) -> "Backend":
+                timeout: float = 30.0, proxy: grpc.aio.Channel | None = None) -> "Backend":
         """Stubs over channels made on the event loop that serves the console."""
         return cls(query_pb2_grpc.QueryStub(query),
                    commitlog_pb2_grpc.CommitLogStub(writer) if writer is not None else None,
-                   [c for c in (query, writer) if c is not None], timeout)
+                   [c for c in (query, writer, proxy) if c is not None], timeout,
+                   groups_pb2_grpc.ConsumerGroupsStub(proxy) if proxy is not None else None)
 
     async def close(self) -> None:
         for c in self.channels:
@@ -88,3 +98,17 @@ class Backend:
         if self.writer is None:
             return None
         return await self._call(self.writer.GetOffsets, commitlog_pb2.GetOffsetsRequest())
+
+    def _groups(self) -> groups_pb2_grpc.ConsumerGroupsStub:
+        if self.groups is None:
+            raise BackendError("consumer groups are not shown: the proxy is not configured "
+                               "(start the console with --proxy HOST:PORT)", 503,
+                               "PROXY_NOT_CONFIGURED")
+        return self.groups
+
+    async def list_groups(self) -> groups_pb2.ListGroupsResponse:
+        return await self._call(self._groups().ListGroups, groups_pb2.ListGroupsRequest())
+
+    async def describe_group(self, group: str) -> groups_pb2.DescribeGroupResponse:
+        return await self._call(self._groups().DescribeGroup,
+                                groups_pb2.DescribeGroupRequest(group=group))

@@ -37,6 +37,7 @@ def test_proxy_header_console_behind_service_and_ingress() -> None:
     assert _arg(c, "--trusted-proxy") == "10.0.0.0/8"
     assert _arg(c, "--listen") == "0.0.0.0:8105"
     assert _arg(c, "--query") == "127.0.0.1:8101"
+    assert _arg(c, "--proxy") == "127.0.0.1:8081"  # the consumer group pages
     assert {m["name"]: m.get("readOnly") for m in c["volumeMounts"]}["data"] is True
     assert c["readinessProbe"]["httpGet"]["path"] == "/healthz"
     (svc,) = [s for s in by_kind(objects, "Service") if s["metadata"]["name"].endswith("-console")]
@@ -48,6 +49,13 @@ def test_proxy_header_console_behind_service_and_ingress() -> None:
     policy = one(objects, "NetworkPolicy")
     assert any(p["port"] == "http-console" for r in policy["spec"]["ingress"]
                for p in r["ports"])
+
+
+@pytest.mark.parametrize("off", [{"proxy": {"enabled": False}}, {"readOnly": True}],
+                         ids=["proxy-disabled", "read-only"])
+def test_console_without_the_proxy_gets_no_proxy_flag(off: dict) -> None:
+    c = _containers(render({**PROXY, **off}))["console"]
+    assert "--proxy" not in c["args"]
 
 
 def test_basic_auth_mounts_the_users_secret() -> None:

@@ -1,6 +1,7 @@
 {{/*
 The console's container: HTTP on console.httpPort, reads through the query service on
-loopback, mounts the store read-only (topic listing, index file fill, disk use).
+loopback, mounts the store read-only (topic listing, index file fill, disk use); the consumer
+group pages ask the proxy in the same pod when it runs.
 */}}
 {{- define "rmqstore.consoleContainer" -}}
 {{- $root := .root -}}
@@ -14,6 +15,9 @@ loopback, mounts the store read-only (topic listing, index file fill, disk use).
       "--index-entries" (printf "%d" (int64 $root.Values.indexFile.entries))
       "--max-window" (printf "%d" (int64 $c.maxWindowSeconds))
       "--auth" $c.auth -}}
+{{- if and $root.Values.proxy.enabled (not $root.Values.readOnly) }}
+{{- $args = concat $args (list "--proxy" (printf "127.0.0.1:%d" (int $root.Values.proxy.grpcPort))) }}
+{{- end }}
 {{- if eq $c.auth "basic" }}
 {{- $args = concat $args (list "--users-file" "/etc/rmqstore/console/users") }}
 {{- if and $c.ingress.enabled $c.ingress.tls }}

@@ -118,3 +118,15 @@ def test_serve_starts_the_console_only_on_loopback():
 
     assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
     assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3")
+
+
+def test_serve_gives_the_console_the_proxy_unless_read_only():
+    from services.cli.main import build_parser
+    from services.cli.serve import SERVICES, _command
+
+    (console,) = [s for s in SERVICES if s.name == "console"]
+    ports = {s.name: 9000 + s.slot for s in SERVICES}
+    for extra, proxy in (([], "127.0.0.1:9004"), (["--read-only"], None)):
+        cmd = _command(console, build_parser().parse_args(["serve", *extra]), ports)
+        options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
+        assert options.get("--proxy") == proxy and options["--query"] == "127.0.0.1:9001"
