@@ -6,7 +6,8 @@ from collections import Counter as Tally
 from prometheus_client import CollectorRegistry
 
 from rmqstore import quarantine
-from rmqstore.metrics import BackgroundMetrics, WriterMetrics, on_scrape
+from rmqstore.metrics import WriterMetrics, on_scrape
+from rmqstore.metrics_background import BackgroundMetrics
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.read_only import Store
 from services.commitlog.retention import Retention

@@ -6,7 +6,7 @@ import logging
 import sys
 from pathlib import Path
 
-from rmqstore import metrics, tls
+from rmqstore import metrics, metrics_proxy, tls
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import groups_pb2
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     registry = metrics.new_registry("proxy")
-    proxy_metrics = metrics.ProxyMetrics(registry)
-    group_metrics = metrics.ConsumerGroupMetrics(registry)
+    proxy_metrics = metrics_proxy.ProxyMetrics(registry)
+    group_metrics = metrics_proxy.ConsumerGroupMetrics(registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
 
     async def build() -> MessagingServicer:

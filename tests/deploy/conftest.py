@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rmqstore import metrics
+from rmqstore import metrics, metrics_background, metrics_proxy
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -39,9 +39,9 @@ def exported_series_names() -> set[str]:
     metrics.ConsumeQueueBuilderMetrics(registry)
     metrics.IndexBuilderMetrics(registry)
     metrics.QueryMetrics(registry)
-    metrics.ProxyMetrics(registry)
-    metrics.BackgroundMetrics(registry)
-    metrics.ConsumerGroupMetrics(registry)
+    metrics_proxy.ProxyMetrics(registry)
+    metrics_background.BackgroundMetrics(registry)
+    metrics_proxy.ConsumerGroupMetrics(registry)
     return _sample_names(registry)
 
 

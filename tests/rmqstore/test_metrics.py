@@ -11,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
-from rmqstore import metrics
+from rmqstore import metrics, metrics_proxy
 from rmqstore.errors import InvalidArgumentError
 
 NAME = re.compile(r"^rmqstore_[a-z][a-z0-9_]*$")
@@ -26,7 +26,7 @@ def _all_groups(registry: CollectorRegistry, store: Path) -> dict[str, object]:
         "cq": metrics.ConsumeQueueBuilderMetrics(registry),
         "index": metrics.IndexBuilderMetrics(registry),
         "query": metrics.QueryMetrics(registry),
-        "proxy": metrics.ProxyMetrics(registry),
+        "proxy": metrics_proxy.ProxyMetrics(registry),
     }
 
 
