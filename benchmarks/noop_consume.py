@@ -5,15 +5,12 @@ OK. The ceiling a consumer reaches on this machine, for ``bench_consume``.
 ``python -m benchmarks.noop_consume --listen HOST:PORT``
 """
 
-import argparse
 import hashlib
 import sys
 
-from benchmarks.noop_messaging import OK, NoopMessaging
+from benchmarks.noop_messaging import OK, NoopMessaging, serve
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.rocketmq import service_pb2 as spb
-from rmqstore.rocketmq import service_pb2_grpc
-from rmqstore.server import AsyncService
 from services.proxy.routes import Router
 
 BODY = b"x" * 1024
@@ -58,18 +55,7 @@ class NoopConsume(NoopMessaging):
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.noop_consume")
-    p.add_argument("--listen", default="127.0.0.1:0")
-    args = p.parse_args()
-    service = AsyncService(args.listen)
-    service.add(
-        service_pb2_grpc.add_MessagingServiceServicer_to_server,
-        NoopConsume(Router("noop", service.address)),
-        spb.DESCRIPTOR,
-        "MessagingService",
-    )
-    service.serve("noop-consume", service.stop)
-    return 0
+    return serve("noop-consume", NoopConsume)
 
 
 if __name__ == "__main__":

@@ -47,19 +47,24 @@ class NoopMessaging(service_pb2_grpc.MessagingServiceServicer):
         return spb.SendMessageResponse(status=OK, entries=entries)
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(prog="python -m benchmarks.noop_messaging")
+def serve(name: str, servicer: type[NoopMessaging]) -> int:
+    """Run ``servicer`` as a MessagingService on ``--listen`` until SIGTERM."""
+    p = argparse.ArgumentParser(prog=f"python -m benchmarks.{name.replace('-', '_')}")
     p.add_argument("--listen", default="127.0.0.1:0")
     args = p.parse_args()
     service = AsyncService(args.listen)
     service.add(
         service_pb2_grpc.add_MessagingServiceServicer_to_server,
-        NoopMessaging(Router("noop", service.address)),
+        servicer(Router("noop", service.address)),
         spb.DESCRIPTOR,
         "MessagingService",
     )
-    service.serve("noop-messaging", service.stop)
+    service.serve(name, service.stop)
     return 0
+
+
+def main() -> int:
+    return serve("noop-messaging", NoopMessaging)
 
 
 if __name__ == "__main__":
