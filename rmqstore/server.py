@@ -9,7 +9,6 @@ import functools
 import gc
 import inspect
 import logging
-import signal
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable
@@ -24,6 +23,7 @@ from rmqstore.errors import StoreError
 from rmqstore.startup import (
     ORPHAN_GRACE_S,
     StartupError,
+    StopSignal,
     check_port_free,
     orphaned,
     split_address,
@@ -360,22 +360,13 @@ class Termination:
     """
 
     def __init__(self) -> None:
-        self._done = threading.Event()
-        signal.signal(signal.SIGTERM, self._handler)
-        signal.signal(signal.SIGINT, self._handler)
-
-    def _handler(self, signum: int, _frame: Any) -> None:
-        log.info("signal %s: stopping", signum)
-        self._done.set()
+        self._signal = StopSignal()
 
     def wait(self, on_stop: Callable[[], None]) -> None:
-        """Block until a signal arrives, then run ``on_stop`` once.
-
-        Waits in short steps: the kernel may hand the signal to another thread, and Python
-        runs its handler only in the main thread, between steps (an endless wait would miss
-        it and the service would never stop)."""
-        while not self._done.wait(0.2):
+        """Block until a signal arrives, then run ``on_stop`` once."""
+        while not self._signal.wait(1.0):
             pass
+        log.info("signal %s: stopping", self._signal.signum)
         on_stop()
 
 

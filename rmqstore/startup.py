@@ -14,6 +14,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 
 START_FAILED = 2
@@ -95,3 +96,36 @@ def fail(name: str, reason: str) -> int:
     sys.stderr.write(f"error: {name}: {reason}\n")
     sys.stderr.flush()
     return START_FAILED
+
+
+class StopSignal:
+    """SIGTERM and SIGINT, installed on construction and recorded in a plain attribute.
+
+    The handler only assigns: Python runs it between two bytecodes of the main thread, which
+    may hold a lock at that moment (an ``Event``'s, logging's), and taking that lock again in
+    the handler hangs the process for good (two SIGTERMs in a row did so with an ``Event``).
+    """
+
+    def __init__(self) -> None:
+        self.signum = 0
+        signal.signal(signal.SIGTERM, self._handler)
+        signal.signal(signal.SIGINT, self._handler)
+
+    def _handler(self, signum: int, _frame: object) -> None:
+        self.signum = signum
+
+    def is_set(self) -> bool:
+        return self.signum != 0
+
+    def wait(self, timeout: float) -> bool:
+        """True as soon as a signal has come, False after ``timeout`` seconds without one.
+
+        Looks in steps of at most 50 ms: the kernel may hand the signal to another thread, and
+        Python runs the handler only in the main thread, between steps."""
+        deadline = time.monotonic() + timeout
+        while not self.signum:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(left, 0.05))
+        return True

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rmqstore import tls
-from rmqstore.startup import PARENT_PID_ENV
+from rmqstore.startup import PARENT_PID_ENV, StopSignal
 from services.cli.errors import UNAVAILABLE, USAGE, CliError
 from services.commitlog.config import WriterConfig, add_background_flags, background_args
 from services.proxy import config as proxy_config
@@ -235,9 +235,7 @@ def _check_tls() -> None:
 def run(args: argparse.Namespace) -> int:
     ports = _ports(args)
     _check_tls()
-    stopping = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_a: stopping.set())
-    signal.signal(signal.SIGINT, lambda *_a: stopping.set())
+    stopping = StopSignal()
     children: list[Child] = []
     failure = ""
     try:
