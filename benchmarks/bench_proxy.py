@@ -15,9 +15,7 @@ The writer runs with asynchronous flush and without builders (what is measured i
 from a RocketMQ client into the commitlog).
 """
 
-import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,18 +30,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CLIENT_PYTHON = ROOT / "tests" / "clients" / ".venv" / "bin" / "python"
 SEND = Path(__file__).parent / "clients" / "python_send.py"
 BODY = 1024
-
-
-def _run_all(commands: list[list[str]], env: dict | None = None) -> list[dict]:
-    ps = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=env) for c in commands]  # fmt: skip
-    out = []
-    for p in ps:
-        stdout, stderr = p.communicate(timeout=1800)
-        if p.returncode != 0:
-            raise RuntimeError(f"{p.args!r} failed:\n{stderr[-3000:]}")
-        out.append(json.loads(stdout.strip().splitlines()[-1]))
-    return out
 
 
 def _rate(results: list[dict]) -> tuple[int, float]:
@@ -95,7 +81,7 @@ def run(scale: Scale) -> list[dict]:
                     before = _max_offset(writer.address)
                     cpu0 = procs.cpu_seconds(svc.proc.pid)
                     writer_cpu0 = procs.cpu_seconds(writer.proc.pid)
-                    results = _run_all(commands(svc.address, topic), env)
+                    results = procs.run_json_all(commands(svc.address, topic), env)
                     cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
                     writer_cpu = procs.cpu_seconds(writer.proc.pid) - writer_cpu0
                     sent, rate = _rate(results)
