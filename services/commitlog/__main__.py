@@ -94,11 +94,14 @@ def main(argv: list[str] | None = None) -> int:
 def _serve(args: argparse.Namespace) -> int:
     credentials, m_host = preflight(args, calls_writer=False)
     try:
-        topic_store = topics.TopicStore(Path(args.store), args.queues_per_topic, args.read_only)
         config = config_from(args)
         delay.use_levels(config.delay_levels)  # before any message is built or dispatched
         engine: CommitLogEngine | ReadOnlyStore = (
             ReadOnlyStore(config) if args.read_only else CommitLogEngine(config))
+        topic_store = topics.TopicStore(
+            Path(args.store), args.queues_per_topic, args.read_only,
+            in_use=(lambda: engine.queue_table) if isinstance(engine, CommitLogEngine) else dict,
+        )  # fmt: skip
     except StoreLockedError as e:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:

@@ -3,10 +3,17 @@
 Every other process asks through the ``Topics`` service (the proxy to route and to create
 topics on first send, ``rmqstore topic`` to administer them), so the file has one writer.
 It is read once at start and replaced atomically on every change.
+
+A topic that holds messages but has no entry (put through the project's own API, which names
+its queues, or written by another tool) is adopted when it is first asked about: it gets an
+entry with as many queues as it uses, read and write, as RocketMQ registers a topic on its
+first send. So ``rmqstore topic list`` shows every topic, and the proxy routes a RocketMQ
+producer to the queues already in use.
 """
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rmqstore import durable
@@ -23,10 +30,15 @@ add_to_server = topics_pb2_grpc.add_TopicsServicer_to_server
 class TopicStore:
     """topics.json in memory, saved on every change; thread-safe."""
 
-    def __init__(self, root: Path, max_queues: int, read_only: bool = False) -> None:
+    def __init__(
+        self, root: Path, max_queues: int, read_only: bool = False,
+        in_use: Callable[[], Mapping[tuple[str, int], int]] = dict,
+    ) -> None:  # fmt: skip
+        """``in_use``: the store's queues that hold messages, (topic, queue) → next offset."""
         self.path = Path(root) / "config" / "topics.json"
         self.max_queues = max_queues
         self.read_only = read_only
+        self.in_use = in_use
         self._lock = threading.Lock()
         try:
             text = self.path.read_text()
@@ -38,13 +50,33 @@ class TopicStore:
             raise ValueError(f"{self.path}: {e}") from None
 
     def get(self, name: str) -> TopicConfig:
-        topic = self.table.topics.get(name)
+        topic = self.table.topics.get(name) or self._adopt(name).get(name)
         if topic is None:
             raise NotFoundError(f"topic {name} does not exist")
         return topic
 
     def list(self) -> list[TopicConfig]:
-        return [self.table.topics[n] for n in sorted(self.table.topics)]
+        topics = self._adopt()
+        return [topics[n] for n in sorted(topics)]
+
+    def _adopt(self, only: str | None = None) -> dict[str, TopicConfig]:
+        """The table with the topics in use that it lacks (``only``: that one) added, and
+        saved unless the store is read-only."""
+        queues: dict[str, int] = {}
+        for (topic, q), next_offset in dict(self.in_use()).items():  # a copy: puts go on
+            if next_offset > 0 and (only is None or topic == only):
+                queues[topic] = max(queues.get(topic, 0), q + 1)
+        with self._lock:
+            new = {n: TopicConfig(n, count, count, topics_json.PERM_READ_WRITE)
+                   for n, count in queues.items() if n not in self.table.topics}  # fmt: skip
+            if not new:
+                return self.table.topics
+            table = TopicTable({**self.table.topics, **new}, self.table.counter + 1,
+                               int(time.time() * 1000))  # fmt: skip
+            if not self.read_only:
+                durable.replace_file(self.path, topics_json.render(table).encode())
+            self.table = table
+            return table.topics
 
     def create(self, name: str, queue_nums: int = 0, perm: int = 0,
                message_type: str = "") -> tuple[TopicConfig, bool]:  # fmt: skip
