@@ -99,6 +99,12 @@ class Backend:
             return None
         return await self._call(self.writer.GetOffsets, commitlog_pb2.GetOffsetsRequest())
 
+    async def writer_status(self) -> commitlog_pb2.WriterStatus | None:
+        """The writer's background services, None when no writer address was given."""
+        if self.writer is None:
+            return None
+        return await self._call(self.writer.GetStatus, commitlog_pb2.GetStatusRequest())
+
     def _groups(self) -> groups_pb2_grpc.ConsumerGroupsStub:
         if self.groups is None:
             raise BackendError("consumer groups are not shown: the proxy is not configured "

@@ -4,6 +4,7 @@ and disk use. Offsets and times come from the services over gRPC.
 """
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -13,6 +14,7 @@ from typing import Any
 from rmqstore.formats.index_file import HEADER, HEADER_SIZE, IndexHeader
 from rmqstore.layout import StoreLayout, is_index_file_name
 from rmqstore.segments import parse_segment_name
+from rmqstore.v1 import commitlog_pb2
 from services.console.backend import Backend, BackendError
 
 BUILDERS = ("consume-queue", "index")  # the builders that ack the writer's dispatch stream
@@ -129,10 +131,14 @@ async def store_doc(backend: Backend, layout: StoreLayout, index_entries: int
     local = await asyncio.to_thread(_local, layout, index_entries)
     commitlog: dict[str, Any] | None = None
     error = ""
+    status = None
     try:
         offs = await backend.commitlog()
     except BackendError as e:
         offs, error = None, str(e)
+    if offs is not None:
+        with contextlib.suppress(BackendError):  # the offsets are worth showing without it
+            status = await backend.writer_status()
     if offs is not None:
         commitlog = {"minOffset": offs.min_offset, "maxOffset": offs.max_offset,
                      "flushedOffset": offs.flushed_offset, "segmentSize": offs.segment_size,
@@ -143,5 +149,20 @@ async def store_doc(backend: Backend, layout: StoreLayout, index_entries: int
         if done is not None and commitlog is not None:
             lag = max(commitlog["maxOffset"] - done, 0)
         builders.append({"builder": name, "durableOffset": done, "lagBytes": lag})
+    delivery = _delivery(status)
     return {"commitlog": commitlog, "writerError": error, **local, "builders": builders,
-            "delayedPending": None}
+            "delivery": delivery,
+            "delayedPending": None if delivery is None else delivery["pending"]}
+
+
+def _delivery(status: commitlog_pb2.WriterStatus | None) -> dict[str, Any] | None:
+    """Delayed delivery as the writer reports it; None without a writer or with delivery off
+    (``--no-delivery``, or a read-only store)."""
+    if status is None or not status.delivery.enabled:
+        return None
+    d = status.delivery
+    levels = [{"level": lv.level, "delayMs": lv.delay_ms, "pending": lv.pending,
+               "nextDeliveryMs": lv.next_delivery_ms or None, "delivered": lv.delivered}
+              for lv in d.levels]  # fmt: skip
+    return {"pending": sum(lv["pending"] for lv in levels), "lagMs": d.lag_ms,
+            "delivered": d.delivered, "skipped": d.skipped, "levels": levels}

@@ -200,5 +200,6 @@ def test_store_page_shows_the_commitlog_builders_and_index(console, served):
     assert {b["builder"]: b["lagBytes"] for b in doc["builders"]} == {"consume-queue": 0,
                                                                       "index": 0}
     assert doc["indexFiles"][0]["entries"] == 399 and doc["indexFiles"][0]["fill"] == 1.0
+    assert doc["delivery"] is None and doc["delayedPending"] is None  # --no-delivery
     page = get(f"{console}/store").text
-    assert "Index files" in page and "100.0 %" in page
+    assert "Index files" in page and "100.0 %" in page and "--no-delivery" in page

@@ -107,3 +107,16 @@ def test_group_pages_pass_axe(serve, browser) -> None:  # noqa: F811 (the import
         assert GROUP in browser.title or browser.find_element("link text", GROUP)
         assert _axe(browser) == [], path
         _shot(browser, "group" if GROUP in path else "groups")
+
+
+def test_store_page_shows_delayed_messages_pending(serve) -> None:
+    s, _ = serve
+    cli("put", "--commitlog", s.address(0), "--topic", "LaterT", "--body", "later",
+        "--deliver-at", "+3h")  # fmt: skip
+    doc = get(f"http://{s.address(5)}/api/v1/store").json()
+    assert doc["delayedPending"] == doc["delivery"]["pending"] == 1
+    (level,) = doc["delivery"]["levels"]
+    assert level["delayMs"] == 7_200_000 and level["pending"] == 1  # parked on the 2 h level
+    assert level["nextDeliveryMs"] > now_ms()
+    page = get(f"http://{s.address(5)}/store").text
+    assert "1 delayed messages pending" in page and "<td>7200 s</td>" in page
