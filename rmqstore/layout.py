@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from rmqstore.durable import replace_file
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats.javahash import utf16_len
 
@@ -128,6 +129,15 @@ class StoreLayout:
         except OSError:
             return set()
         return {t for t in lines if t and TOPIC_PATTERN.match(t)}
+
+    def note_indexed_topics(self, topics: set[str]) -> set[str]:
+        """Add ``topics`` to the file, durably; every topic it holds now."""
+        known = self.indexed_topics()
+        if not topics <= known:
+            known |= topics
+            self.own_dir.mkdir(parents=True, exist_ok=True)
+            replace_file(self.index_topics, "\n".join(sorted(known)).encode() + b"\n")
+        return known
 
     def topics(self) -> list[str]:
         """Every topic of the store: with a consume queue, or seen by the index builder."""

@@ -10,7 +10,8 @@
 3. Every consume-queue file and every index file is written by one task, which reads its
    pieces from the ranges' files (the driver spreads the files over the tasks by size).
 4. The driver names the index files from their first entries' store times, then swaps the
-   staging root into place.
+   staging root into place, and adds the indexed topics to ``rmqstore/index.topics`` (the
+   query service looks a message id up in every indexed topic, consume queue or not).
 """
 
 import os
@@ -44,6 +45,7 @@ from pipelines.task_errors import about
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import consume_queue
 from rmqstore.formats import index_file as index_fmt
+from rmqstore.layout import StoreLayout
 
 CQ_DIR = "consumequeue"
 INDEX_DIR = "index"
@@ -100,7 +102,8 @@ def _decode(r: ByteRange, check_crc: bool, tracker: tuple | None, work: str,
         handoff.save(Path(work), data, index_slots)
     if tracker is not None:
         report_range(tracker, r.number, data.bytes)
-    return data.number, data.end, data.records, data.bytes, data.queue_spans(), data.key_count
+    return (data.number, data.end, data.records, data.bytes, data.queue_spans(), data.key_count,
+            data.key_topics)
 
 
 def _write_files(files: list[tuple[tuple, list[tuple]]], work: str, staging_dir: str,
@@ -167,6 +170,7 @@ class _FilePlan:
     weights: dict[tuple, int]  # every file to write -> rough work
     sources: dict[tuple, list[tuple]]  # every file to write -> its pieces: (range, queue
     # index) for a consume-queue file, (range, first key, end key) for an index file
+    indexed_topics: set[str] = field(default_factory=set)
 
 
 def _plan_files(summaries: list[tuple], included: set[int], settings: RebuildSettings,
@@ -177,9 +181,10 @@ def _plan_files(summaries: list[tuple], included: set[int], settings: RebuildSet
     total_keys = 0
     epf = settings.cq_entries_per_file
     per_index_file = index_sink.capacity(settings.index_entries)
-    for number, _end, records, nbytes, spans, key_count in summaries:
+    for number, _end, records, nbytes, spans, key_count, key_topics in summaries:
         if number not in included:
             continue
+        plan.indexed_topics |= key_topics
         report.records += records
         report.bytes += nbytes
         for f, start, stop in index_sink.file_slices(total_keys, key_count, per_index_file):
@@ -267,6 +272,7 @@ def rebuild(spark, store: str | Path, out: str | Path,
         report.cq_files = sum(1 for key, _, _ in written if key[0] == "cq")
         report.cq_units = sum(n for key, n, _ in written if key[0] == "cq")
         staging.commit()
+        StoreLayout(staging.out).note_indexed_topics(plan.indexed_topics)
     except BaseException:
         staging.abort()
         raise

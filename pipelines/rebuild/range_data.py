@@ -27,6 +27,7 @@ class RangeData:
     key_hashes: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int32))
     key_phys: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     key_times: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    key_topics: set[str] = field(default_factory=set)  # topics with an index key in the range
 
     @property
     def key_count(self) -> int:
@@ -61,4 +62,5 @@ def decode_range(r: ByteRange, check_crc: bool = True) -> RangeData:
     data.key_hashes = d.key_hash
     data.key_phys = cols.physical_offset[d.key_record]
     data.key_times = cols.store_timestamp[d.key_record]
+    data.key_topics = {cols.topics[t] for t in np.unique(cols.topic_id[d.key_record]).tolist()}
     return data

@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from rmqstore.dispatch_columns import index_keys_of_texts
-from rmqstore.durable import replace_file
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import index_file as ixf
 from rmqstore.layout import StoreLayout, is_index_file_name, unique_index_file_name
@@ -215,8 +214,7 @@ class IndexBuilder(progress.FlushedOutput):
         service looks a message id up in every indexed topic, consume queue or not."""
         new = set(topics) - self.topics
         if new:
-            self.topics |= new
-            replace_file(self.layout.index_topics, "\n".join(sorted(self.topics)).encode() + b"\n")
+            self.topics = self.layout.note_indexed_topics(self.topics | new)
 
     def _put(self, hashes: np.ndarray, phys: np.ndarray, times: np.ndarray) -> None:
         done, total = 0, len(hashes)

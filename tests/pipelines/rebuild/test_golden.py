@@ -57,4 +57,9 @@ def test_rebuild_into_the_store_root_after_deleting_its_files(spark, golden_stor
     assert report.cq_files == 27
     golden = read_tree(golden_store, ("consumequeue",))
     assert read_tree(store, ("consumequeue",)) == golden
-    assert sorted(p.name for p in store.iterdir()) == ["commitlog", "consumequeue", "index"]
+    assert sorted(p.name for p in store.iterdir()) == ["commitlog", "consumequeue", "index",
+                                                       "rmqstore"]  # fmt: skip
+    assert [p.name for p in (store / "rmqstore").iterdir()] == ["index.topics"]
+    # every topic with a consume queue has keys here (the golden store has no half-only topic)
+    assert {p.name for p in (store / "consumequeue").iterdir()} <= set(
+        (store / "rmqstore" / "index.topics").read_text().split())

@@ -1,5 +1,6 @@
 """The rebuild writes exactly what the online builders (``services/indexer``) write for the
-same commitlog and settings: every consume-queue and index file, byte for byte, names too."""
+same commitlog and settings: every consume-queue and index file, byte for byte, names too, and
+the list of indexed topics (``rmqstore/index.topics``)."""
 
 from pathlib import Path
 
@@ -49,6 +50,10 @@ def _assert_same(ours: dict[str, bytes], theirs: dict[str, bytes]) -> None:
         assert ours[path] == data, path
 
 
+def _topics(root: Path) -> bytes:
+    return StoreLayout.of(root).index_topics.read_bytes()
+
+
 @pytest.mark.golden
 def test_golden_commitlog(spark, golden_store, golden_expected, tmp_path: Path):
     c = golden_expected["config"]
@@ -57,6 +62,7 @@ def test_golden_commitlog(spark, golden_store, golden_expected, tmp_path: Path):
     rebuild(spark, golden_store, tmp_path / "out", settings)
     theirs = online_build(golden_store / "commitlog", tmp_path / "online", settings, batch=37)
     _assert_same(read_tree(tmp_path / "out"), theirs)
+    assert _topics(tmp_path / "out") == _topics(tmp_path / "online")
 
 
 @pytest.mark.parametrize("drop_first_segment", [False, True],
@@ -75,6 +81,8 @@ def test_synthetic_multi_segment_commitlog(spark, tmp_path: Path, drop_first_seg
     theirs = online_build(store / "commitlog", tmp_path / "online", settings, batch=256)
     ours = read_tree(tmp_path / "out")
     _assert_same(ours, theirs)
+    assert _topics(tmp_path / "out") == _topics(tmp_path / "online")
+    assert len(_topics(tmp_path / "out").split()) > 1
     pre_blank = consume_queue.encode(PRE_BLANK)
     assert any(d.startswith(pre_blank) for p, d in ours.items()
                if p.startswith("consumequeue/")) == drop_first_segment
