@@ -8,6 +8,9 @@ A delivery time T (``TIMER_DELIVER_MS``) is parked on ``level_for(T - now)``: th
 level whose delay is not beyond T; on arrival it is parked again until T is reached.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from rmqstore.errors import InvalidArgumentError
 
 DEFAULT_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
@@ -46,6 +49,17 @@ def use_levels(spec: str) -> list[int]:
     LEVELS_MS = parse_levels(spec)
     MAX_LEVEL = len(LEVELS_MS)
     return LEVELS_MS
+
+
+@contextmanager
+def levels_in_use(spec: str) -> Iterator[list[int]]:
+    """``spec`` as the level table while in the block (a Spark task in a reused worker)."""
+    global LEVELS_MS, MAX_LEVEL
+    saved = LEVELS_MS
+    try:
+        yield use_levels(spec)
+    finally:
+        LEVELS_MS, MAX_LEVEL = saved, len(saved)
 
 
 def clamp_level(level: int) -> int:

@@ -42,6 +42,7 @@ from pipelines.source import (
 )
 from pipelines.staging import Staging
 from pipelines.task_errors import about
+from rmqstore import delay
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import consume_queue
 from rmqstore.formats import index_file as index_fmt
@@ -60,8 +61,11 @@ class RebuildSettings:
     cq_entries_per_file: int = consume_queue.DEFAULT_ENTRIES_PER_FILE
     split_bytes: int = DEFAULT_SPLIT_BYTES
     check_crc: bool = True
+    delay_levels: str = delay.DEFAULT_LEVELS  # the writer's --delay-levels: schedule units'
+    # tags code is the store time plus their level's delay
 
     def __post_init__(self) -> None:
+        delay.parse_levels(self.delay_levels)  # a clear error for a bad table
         if self.index_slots < 1:
             raise InvalidArgumentError(f"index slots {self.index_slots} must be at least 1")
         if self.index_entries < 2:
@@ -94,9 +98,9 @@ class RebuildReport(JobReport):
 # -- task functions (module level so Spark pickles them by reference) ---------------------------
 
 def _decode(r: ByteRange, check_crc: bool, tracker: tuple | None, work: str,
-            index_slots: int) -> tuple:
+            index_slots: int, delay_levels: str) -> tuple:
     """Decode a range, leave its data for the writers (``handoff``), return its summary."""
-    with about(f"reading {r.where}"):
+    with about(f"reading {r.where}"), delay.levels_in_use(delay_levels):
         data = decode_range(r, check_crc)
     with about(f"saving the decoded {r.where} in {work}"):
         handoff.save(Path(work), data, index_slots)
@@ -160,7 +164,8 @@ def _decode_all(sc, ranges: list[ByteRange], settings: RebuildSettings, tracker:
     work.mkdir()
     return (sc.parallelize(ranges, len(ranges))
             .map(partial(_decode, check_crc=settings.check_crc, tracker=tracker, work=str(work),
-                         index_slots=settings.index_slots))
+                         index_slots=settings.index_slots,
+                         delay_levels=settings.delay_levels))
             .collect())
 
 

@@ -47,6 +47,9 @@ def register(subparsers) -> None:
     p.add_argument("--index-slots", type=int, default=None)
     p.add_argument("--index-entries", type=int, default=None)
     p.add_argument("--cq-entries-per-file", type=int, default=None)
+    p.add_argument("--delay-levels", default=None,
+                   help="the writer's --delay-levels, if the store was written with others "
+                        "than RocketMQ's 18 (delayed messages' consume-queue tags code)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run_rebuild)
@@ -136,6 +139,7 @@ def run_rebuild(args) -> int:
             index_entries=args.index_entries or defaults.index_entries,
             cq_entries_per_file=args.cq_entries_per_file or defaults.cq_entries_per_file,
             split_bytes=args.split_mib * MIB, check_crc=not args.no_crc,
+            delay_levels=args.delay_levels or defaults.delay_levels,
         )
     except StoreError as e:
         raise CliError(f"rebuild: {e}", USAGE) from None

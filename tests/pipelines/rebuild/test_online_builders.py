@@ -9,7 +9,8 @@ import pytest
 from pipelines.rebuild.consume_queue_sink import PRE_BLANK
 from pipelines.rebuild.job import RebuildSettings, rebuild
 from pipelines.synthetic import mixed_messages, write_commitlog
-from rmqstore import dispatch
+from rmqstore import delay, dispatch
+from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog_segment, consume_queue
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
@@ -86,3 +87,22 @@ def test_synthetic_multi_segment_commitlog(spark, tmp_path: Path, drop_first_seg
     pre_blank = consume_queue.encode(PRE_BLANK)
     assert any(d.startswith(pre_blank) for p, d in ours.items()
                if p.startswith("consumequeue/")) == drop_first_segment
+
+
+def test_a_store_written_with_other_delay_levels(spark, tmp_path: Path):
+    """Schedule units' tags code is the store time plus their level's delay: a rebuild given
+    the writer's --delay-levels writes what the builders wrote, RocketMQ's table would not."""
+    store = tmp_path / "store"
+    write_commitlog(store, mixed_messages(300, body_size=40), segment_size=1 << 20)
+    levels = "2s 4s 8s 16s"
+    settings = RebuildSettings(index_slots=50, index_entries=400, delay_levels=levels)
+    rebuild(spark, store, tmp_path / "out", settings)
+    with delay.levels_in_use(levels):
+        theirs = online_build(store / "commitlog", tmp_path / "online", settings, batch=64)
+    _assert_same(read_tree(tmp_path / "out"), theirs)
+    rebuild(spark, store, tmp_path / "default", RebuildSettings(index_slots=50,
+                                                                 index_entries=400))
+    schedule = [p for p in theirs if p.startswith("consumequeue/SCHEDULE_TOPIC_XXXX/")]
+    assert schedule and all(read_tree(tmp_path / "default")[p] != theirs[p] for p in schedule)
+    with pytest.raises(InvalidArgumentError, match="must grow strictly"):
+        RebuildSettings(delay_levels="5s 1s")
