@@ -47,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
             broker_name=args.broker_name,
             auto_create_topics=args.auto_create_topics,
             max_body_size=args.max_body_size,
+            max_delay_ms=args.max_delay_ms,
             transaction_timeout_s=args.transaction_timeout,
             transaction_check_interval_s=args.transaction_check_interval,
             transaction_check_max=args.transaction_check_max,

@@ -4,7 +4,8 @@ flags); validated on construction."""
 import argparse
 from dataclasses import dataclass
 
-from rmqstore.delay import LEVELS_MS
+from rmqstore.delay import parse_levels
+from rmqstore.errors import InvalidArgumentError
 
 
 @dataclass(frozen=True)
@@ -16,7 +17,9 @@ class ProxyConfig:
     broker_name: str = "rmqstore"
     auto_create_topics: bool = True  # RocketMQ's autoCreateTopicEnable
     max_body_size: int = 4 * 1024 * 1024
-    max_delay_ms: int = LEVELS_MS[-1]  # 4.9's largest delay level (2 h)
+    # how far ahead a delivery time may be (RocketMQ 5's timerMaxDelaySec: 3 days); beyond the
+    # largest delay level (2 h) the writer parks a message again level by level until its time
+    max_delay_ms: int = 3 * 86_400_000
     transaction_timeout_s: float = 6.0  # first check of an open transaction
     transaction_check_interval_s: float = 60.0  # then, doubling each time up to 8x
     transaction_check_max: int = 15  # checks before an open transaction is rolled back
@@ -34,6 +37,8 @@ class ProxyConfig:
     def __post_init__(self) -> None:
         if self.max_body_size <= 0:
             raise ValueError("--max-body-size must be positive")
+        if self.max_delay_ms <= 0:
+            raise ValueError("--max-delay must be positive")
         if self.transaction_timeout_s <= 0 or self.transaction_check_interval_s <= 0:
             raise ValueError("transaction timeout and check interval must be positive")
         if self.transaction_check_max < 1:
@@ -56,6 +61,16 @@ class ProxyConfig:
 D = ProxyConfig()
 
 
+def duration_ms(text: str) -> int:
+    """``90m``, ``12h``, ``3d`` (a delay level's syntax) in ms."""
+    try:
+        (ms,) = parse_levels(text.strip())
+    except (InvalidArgumentError, ValueError):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not one duration such as 90m, 12h or 3d") from None
+    return ms
+
+
 def add_flags(p: argparse.ArgumentParser) -> None:
     """The proxy's own flags (``python -m services.proxy`` and ``rmqstore serve``)."""
     p.add_argument(
@@ -69,6 +84,11 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         help="refuse unknown topics (TOPIC_NOT_FOUND) instead of creating them",
     )
     p.add_argument("--max-body-size", type=int, default=D.max_body_size)
+    p.add_argument(
+        "--max-delay", type=duration_ms, default=D.max_delay_ms, dest="max_delay_ms", metavar="TIME",
+        help="farthest delivery time a delayed message may ask for, as 90m, 12h or 3d "
+        "(default: 3d, as RocketMQ 5); farther is ILLEGAL_DELIVERY_TIME",
+    )  # fmt: skip
     p.add_argument(
         "--transaction-timeout",
         type=float,
@@ -110,6 +130,7 @@ def forward(args: argparse.Namespace) -> list[str]:
     out = [
         "--broker-name", args.broker_name,
         "--max-body-size", str(args.max_body_size),
+        "--max-delay", f"{args.max_delay_ms // 1000}s",
         "--transaction-timeout", str(args.transaction_timeout),
         "--transaction-check-interval", str(args.transaction_check_interval),
         "--transaction-check-max", str(args.transaction_check_max),

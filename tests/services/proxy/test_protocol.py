@@ -29,7 +29,7 @@ def services(tmp_path_factory):
     proxies = []
     try:
         quick_checks = ("--transaction-timeout", "0.3", "--transaction-check-interval", "0.2",
-                        "--transaction-check-max", "2")  # fmt: skip
+                        "--transaction-check-max", "2", "--max-delay", "90m")  # fmt: skip
         # the first proxy consumes (it has the store); the others have no --store
         for extra in (("--store", str(store)), ("--access-key", "AK", "--secret-key", "SK"),
                       quick_checks):  # fmt: skip
@@ -79,8 +79,8 @@ def _group_on_normal():
     return _message(message_group="g")
 
 
-def _far_delay():
-    m = _message(delivery_timestamp=Timestamp(seconds=int(time.time()) + 3 * 3600))
+def _far_delay(hours: int = 4 * 24):
+    m = _message(delivery_timestamp=Timestamp(seconds=int(time.time()) + hours * 3600))
     m.system_properties.message_type = pb.DELAY
     return m
 
@@ -116,6 +116,18 @@ def test_bad_messages_get_their_code_and_nothing_is_written(services, make, code
     r = _send(proxy, make())
     assert r.status.code == code, r
     assert [e.status.code for e in r.entries] in ([], [code])
+    assert _max_offset(writer) == before
+
+
+def test_delivery_times_up_to_max_delay_are_taken(services):
+    """Beyond the largest delay level (2 h): the writer parks such a message level by level;
+    ``--max-delay`` (3 days by default, 90 minutes on the third proxy) bounds it."""
+    writer, proxy, _, short = services
+    r = _send(proxy, _far_delay(hours=3))
+    assert r.status.code == pb.OK, r
+    before = _max_offset(writer)
+    r = _send(short, _far_delay(hours=2))
+    assert r.status.code == pb.ILLEGAL_DELIVERY_TIME and "5400 s ahead" in r.status.message
     assert _max_offset(writer) == before
 
 
