@@ -85,7 +85,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--max-body-size", type=int, default=D.max_body_size)
     p.add_argument(
-        "--max-delay", type=duration_ms, default=D.max_delay_ms, dest="max_delay_ms", metavar="TIME",
+        "--max-delay", type=duration_ms, default=D.max_delay_ms, dest="max_delay_ms",
+        metavar="TIME",
         help="farthest delivery time a delayed message may ask for, as 90m, 12h or 3d "
         "(default: 3d, as RocketMQ 5); farther is ILLEGAL_DELIVERY_TIME",
     )  # fmt: skip
