@@ -24,9 +24,8 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from rmqstore.formats import commitlog
+from rmqstore.formats import commitlog, topics_json
 from rmqstore.formats import subscription_groups as sg
-from rmqstore.formats import topics_json
 from rmqstore.times import now_ms
 from services.proxy import copies
 from services.proxy.progress import Flight, Key, QueueProgress
