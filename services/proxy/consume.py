@@ -109,6 +109,7 @@ class Consumption(Redelivery):
         # makes a topic unless it exists (name, queues, perm): the writer's Topics service
         self.create_topic: Callable[[str, int, int], Awaitable[object]] | None = None
         self._made_topics: set[str] = set()
+        self._copied_to: dict[str, bool] = {}  # retry topic -> may hold messages
         self._shown_as: dict[str, str] = {}  # retry topic -> the topic its messages are of
         restored = sum(len(p.inflight) for qs in self.state.values() for p in qs.values())
         if restored:
@@ -197,13 +198,12 @@ class Consumption(Redelivery):
         now = now_ms()
         nqueues = topic.read_queue_nums if topic.readable else 0
         queues = [self.queue(g.name, topic.name, q) for q in range(nqueues)]
-        # (state topic, its queues handed out now) — the topic's, then its retry topic's
-        taken: list[Entry] = []
+        taken: list[Entry] = []  # a FIFO group's, handed out now
         if g.orderly:
             dead = self._pop_fifo(g, topic, queues, filt, batch, invisible_ms, now, taken)
             await self.move_or_retry_later(g, topic.name, dead, to_retry=False)
             parts = [(topic.name, taken)]
-        else:
+        else:  # (state topic, what was handed out of it): the topic's, its retry topic's
             parts = await self._pop_any(g, topic.name, queues, filt, batch, invisible_ms, now)
         if renew_for:
             until = now + self.config.renew_max_ms
@@ -236,8 +236,10 @@ class Consumption(Redelivery):
         taken: dict[str, list[Entry]] = {topic: []}
         if retry is not None:
             self._shown_as[retry] = topic
-            sources.append((retry, 0, self.queue(g.name, retry, 0)))
             taken[retry] = []
+            rq = self.queue(g.name, retry, 0)  # its progress is kept (and shown) from the start
+            if self._has_copies(retry):  # else nothing to read there (saves a look per poll)
+                sources.append((retry, 0, rq))
         room = batch
         for name, entries in taken.items():
             key = (g.name, name)
@@ -258,6 +260,14 @@ class Consumption(Redelivery):
             self._pop_new((g.name, name), name, q, p, filt, room, invisible_ms, now, entries)
             room -= len(entries) - before
         return list(taken.items())
+
+    def _has_copies(self, retry: str) -> bool:
+        """The retry topic may hold messages: this process copied some there, or its
+        consume queue existed when first looked at."""
+        has = self._copied_to.get(retry)
+        if has is None:
+            has = self._copied_to[retry] = self.queues.layout.queue_dir(retry, 0).is_dir()
+        return has
 
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
         group, topic = key

@@ -50,6 +50,7 @@ class Redelivery:
     # creates a topic unless it exists (queues, perm); None: the writer creates none
     create_topic: Callable[[str, int, int], Awaitable[object]] | None
     _made_topics: set[str]
+    _copied_to: dict[str, bool]
 
     def group(self, name: str) -> sg.GroupConfig:
         raise NotImplementedError  # Consumption's
@@ -144,6 +145,8 @@ class Redelivery:
             await self._ensure_topic(target)
             self.queue(g.name, target, 0)  # the group reads it from before the first copy
         await self.appender.put(out)
+        if target is not None:
+            self._copied_to[target] = True
         for (q, o, f), r in zip(entries, records, strict=True):
             if self._current(g.name, topic, q, o, f):  # not acked (or reset) meanwhile
                 self.settle(g.name, topic, q, o)
