@@ -19,6 +19,7 @@ place: the original offset is handed out again, attempt + 1. So does a message h
 after the last flush before a crash (its first known delivery is then a redelivery).
 """
 
+import asyncio
 import heapq
 import logging
 from collections.abc import Awaitable, Callable
@@ -150,8 +151,9 @@ class Redelivery:
         for (q, o, f), r in zip(entries, records, strict=True):
             if self._current(g.name, topic, q, o, f):  # not acked (or reset) meanwhile
                 self.settle(g.name, topic, q, o)
-            where = target or copies.DLQ_PREFIX + g.name
-            log.debug("message %s of %s (offset %d) copied to %s", r.uniq_key, topic, o, where)
+            if target is None:
+                log.info("message %s of %s moved to %s%s", r.uniq_key, topic, copies.DLQ_PREFIX,
+                         g.name)  # fmt: skip
         self.on_event(g.name, origin, "retried" if to_retry else "dead_lettered", len(out))
 
     async def _ensure_topic(self, name: str) -> None:
@@ -164,14 +166,21 @@ class Redelivery:
     async def move_or_retry_later(self, g: sg.GroupConfig, topic: str, entries: list[Entry],
                                   to_retry: bool) -> int:  # fmt: skip
         """``move``; when the store does not take the copies, the flights are due again
-        ``MOVE_RETRY_MS`` from now. How many were moved."""
+        ``MOVE_RETRY_MS`` from now. How many were moved. A receive cancelled meanwhile (its
+        client gone) does not stop it half-way."""
+        if not entries:
+            return 0
+        return await asyncio.shield(self._move_or_retry_later(g, topic, entries, to_retry))
+
+    async def _move_or_retry_later(self, g: sg.GroupConfig, topic: str, entries: list[Entry],
+                                   to_retry: bool) -> int:  # fmt: skip
         try:
             await self.move(g, topic, entries, to_retry)
-        except BusinessError as e:
+        except Exception as e:  # the store refused or is away (or worse): try again soon
             where = "retry" if to_retry else "dead-letter"
             log.warning("cannot copy %d messages of %s@%s to the %s topic (tried again in "
                         "%d s): %s", len(entries), topic, g.name, where, MOVE_RETRY_MS // 1000,
-                        e)  # fmt: skip
+                        e, exc_info=not isinstance(e, BusinessError))  # fmt: skip
             at = now_ms() + MOVE_RETRY_MS
             for q, o, f in entries:
                 if self._current(g.name, topic, q, o, f):
