@@ -20,6 +20,7 @@ after the last flush before a crash (its first known delivery is then a redelive
 """
 
 import asyncio
+import functools
 import heapq
 import logging
 from collections.abc import Awaitable, Callable
@@ -77,6 +78,7 @@ class Redelivery:
         return p is not None and p.inflight.get(o) is f
 
     @staticmethod
+    @functools.lru_cache(maxsize=1 << 16)
     def retry_target(group: str, topic: str) -> str | None:
         """Where a due message of the group's ``topic`` (itself possibly a retry topic) is
         copied; None: redelivered in place."""
