@@ -138,7 +138,9 @@ def test_due_messages_are_copied_to_the_retry_topic_then_settled_and_dead_letter
     assert re.search(r'"%RETRY%g_T@g":\{0:2\s', offsets) and re.search(r'"T@g":\{0:3\s', offsets)
 
 
-def test_a_copy_the_store_refuses_keeps_the_original_in_flight(tmp_path, monkeypatch):
+def test_a_copy_the_store_refuses_keeps_the_original_in_flight_until_it_takes_it(
+    tmp_path, monkeypatch
+):
     monkeypatch.setattr(redelivery, "MOVE_RETRY_MS", 1)
 
     async def run():
@@ -160,6 +162,11 @@ def test_a_copy_the_store_refuses_keeps_the_original_in_flight(tmp_path, monkeyp
         assert c.state[("g", "T")][0].committed == 1
         (again,) = await c.receive("g", TOPIC, EVERYTHING, 1, 60_000, 0)
         assert _sp([again]) == [("T", "ID0", 2)]
+        # forwarded to the dead-letter topic by its retry handle: it names the original
+        await c.forward("g", "T", again.system_properties.receipt_handle)
+        (dead,) = store.records("%DLQ%g")
+        assert (dead.property_map["DLQ_ORIGIN_TOPIC"], dead.uniq_key) == ("T", "ID0")
+        assert c.state[("g", RETRY)][0].committed == 1
         await c.close()
 
     asyncio.run(run())
