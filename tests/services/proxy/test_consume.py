@@ -1,7 +1,8 @@
 """Consumption's bookkeeping on real consume-queue files, with the writer replaced by records
 kept in memory (a put appends the record and its consume-queue unit): a due message copied
 to the group's retry topic and then settled, the copy delivered as a message of its topic,
-dead letters after the last delivery naming the original, a copy the store refuses, FIFO
+dead letters after the last delivery naming the original, a copy the store refuses (or
+stores without confirming: a duplicate, never a loss), FIFO
 redelivery in place, a restart, stale receipt handles and a PushConsumer's messages kept
 invisible while it is connected."""
 
@@ -37,6 +38,7 @@ class Store:
         self.by_offset: dict[int, bytes] = {}
         self.units: dict[tuple[str, int], list[bytes]] = {}
         self.refuse = False
+        self.lose_answer = False
         self.created: list[tuple[str, int, int]] = []
 
     async def read_many(self, offsets):
@@ -61,6 +63,9 @@ class Store:
             props = {p.name: p.value for p in m.properties}
             props |= {P.TAGS: m.tags, P.KEYS: m.keys, P.UNIQ_KEY: m.unique_key}
             self.add(m.topic, m.body, props, m.reconsume_times)
+        if self.lose_answer:  # stored, but the answer never came (the writer died)
+            self.lose_answer = False
+            raise BusinessError(pb.INTERNAL_SERVER_ERROR, "store unavailable: stream closed")
         return []
 
     async def create_topic(self, name: str, queues: int, perm: int) -> None:
@@ -167,6 +172,28 @@ def test_a_copy_the_store_refuses_keeps_the_original_in_flight_until_it_takes_it
         (dead,) = store.records("%DLQ%g")
         assert (dead.property_map["DLQ_ORIGIN_TOPIC"], dead.uniq_key) == ("T", "ID0")
         assert c.state[("g", RETRY)][0].committed == 1
+        await c.close()
+
+    asyncio.run(run())
+
+
+def test_a_copy_stored_but_not_confirmed_is_copied_again_a_duplicate_not_a_loss(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(redelivery, "MOVE_RETRY_MS", 1)
+
+    async def run():
+        c, store = _consumption(tmp_path, 1)
+        await c.receive("g", TOPIC, EVERYTHING, 1, 1, 0)
+        store.lose_answer = True
+        await asyncio.sleep(0.01)
+        assert await c.sweep() == 0  # not confirmed: the original is kept
+        assert c.state[("g", "T")][0].committed == 0
+        await asyncio.sleep(0.01)
+        assert await c.sweep() == 1
+        assert c.state[("g", "T")][0].committed == 1
+        both = await c.receive("g", TOPIC, EVERYTHING, 2, 60_000, 0)
+        assert _sp(both) == [("T", "ID0", 2), ("T", "ID0", 2)]
         await c.close()
 
     asyncio.run(run())
