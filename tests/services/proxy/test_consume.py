@@ -2,9 +2,8 @@
 kept in memory (a put appends the record and its consume-queue unit): a due message copied
 to the group's retry topic and then settled, the copy delivered as a message of its topic,
 dead letters after the last delivery naming the original, a copy the store refuses (or
-stores without confirming: a duplicate, never a loss), FIFO
-redelivery in place, a restart, stale receipt handles and a PushConsumer's messages kept
-invisible while it is connected."""
+stores without confirming: a duplicate, never a loss), FIFO redelivery in place, a restart,
+stale receipt handles and a PushConsumer's messages kept invisible while it is connected."""
 
 import asyncio
 import re
