@@ -106,6 +106,8 @@ class ConsumerGroupMetrics:
                 ("acked", "acks", "Messages the group acknowledged."),
                 ("redelivered", "redeliveries",
                  "Deliveries after the first (invisible time over, nack, restart)."),
+                ("retried", "retries",
+                 "Messages copied to the group's %RETRY% topic (invisible time over)."),
                 ("dead_lettered", "dead_letters", "Messages moved to the group's %DLQ% topic."),
             )
         }  # fmt: skip

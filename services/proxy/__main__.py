@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
                 Path(args.store), appender, consume, on_event=group_metrics.event
             )
             servicer.consumption.alive = servicer.clients.connected
+            servicer.consumption.create_topic = servicer.topics.create
             servicer.consumption.start(group_metrics.observe)
         servicer.transactions.start()
         servicer.channel = channel  # type: ignore[attr-defined]

@@ -1,20 +1,25 @@
 """Pop-style consumption for consumer groups: receive (with long polling), ack, change the
 invisible time, dead letters. The state is ``progress.QueueProgress`` per (group, topic,
-queue); see ``progress`` for what survives a restart.
+queue) — a group's retry topic ``%RETRY%<group>_<topic>`` is one more such topic; see
+``progress`` for what survives a restart and ``redelivery`` for what happens when a message's
+invisible time is over.
 
-A receive pops across every readable queue of the topic (the request's queue id is ignored,
-as RocketMQ does): first messages whose invisible time is over (attempt + 1; a message that
-already had ``max_attempts`` deliveries goes to ``%DLQ%<group>`` instead), then messages never
-handed out, read from the consume queues from the group's pop cursor. Messages whose tag does
-not match the filter are settled without being delivered.
+A receive of topic T by a non-FIFO group G pops across every readable queue of T (the
+request's queue id is ignored, as RocketMQ does) and queue 0 of ``%RETRY%G_T``: first it moves
+messages whose invisible time is over to the retry topic (or ``%DLQ%G`` after their last
+delivery), then hands out messages never handed out, read from the consume queues from the
+group's pop cursor. A message of the retry topic is delivered as a message of T (same id,
+body and properties; attempt = its ``RECONSUME_TIME`` + 1) with a receipt handle naming the
+retry topic (``r:<queue>:<offset>:<version>``; T's are ``<queue>:<offset>:<version>``).
+Messages whose tag does not match the filter are settled without being delivered.
+
+A nack is a ChangeInvisibleDuration with the group's back-off step: the message stays in
+flight until then, and is copied to the retry topic when that time is over.
 
 FIFO groups (``consumeMessageOrderly`` in subscriptionGroup.json, or ``--fifo-group``): a
 queue with a message in flight hands out nothing else, so the messages of one message group
 (always one queue) are delivered one at a time, in order, the next only once the previous is
 acknowledged or dead-lettered; one that expires comes back first, in place (attempt + 1).
-
-Retries are redeliveries in place with the delay the client asks for (a nack is a
-ChangeInvisibleDuration with the group's back-off step): no retry topic copy is written.
 """
 
 import asyncio
@@ -23,7 +28,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -32,33 +37,37 @@ from rmqstore.formats import subscription_groups as sg
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.times import now_ms
-from services.proxy import deliver
+from services.proxy import copies, deliver
 from services.proxy.appender import Appender
-from services.proxy.dead_letters import DLQ_PREFIX, dead_letter
 from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_files import QueueFiles
+from services.proxy.redelivery import MOVING_MS, Entry, Redelivery
 from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 32
 POLL_S = 0.005  # how often a waiting receive looks at the consume queues
 OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
-DLQ_RETRY_MS = 5_000  # a dead letter the store did not take is tried again after this
+RETRY_HANDLE = "r"  # a receipt handle's first field when it names the retry topic
 
 
-def handle(queue: int, offset: int, version: int) -> str:
-    return f"{queue}:{offset}:{version}"
+def handle(queue: int, offset: int, version: int, retry: bool = False) -> str:
+    text = f"{queue}:{offset}:{version}"
+    return f"{RETRY_HANDLE}:{text}" if retry else text
 
 
-def parse_handle(text: str) -> tuple[int, int, int]:
+def parse_handle(text: str) -> tuple[bool, int, int, int]:
+    """(names the retry topic?, queue, offset, version)."""
+    fields = text.split(":")
+    retry = len(fields) == 4 and fields[0] == RETRY_HANDLE
     try:
-        q, o, v = (int(x) for x in text.split(":"))
+        q, o, v = (int(x) for x in fields[retry:])
     except ValueError:
         raise BusinessError(
             pb.INVALID_RECEIPT_HANDLE, f"receipt handle {text!r} is malformed"
         ) from None
-    return q, o, v
+    return retry, q, o, v
 
 
 @dataclass
@@ -74,7 +83,7 @@ class ConsumeConfig:
     renew_max_ms: int = 3 * 3600 * 1000  # renewed for at most this long
 
 
-class Consumption:
+class Consumption(Redelivery):
     def __init__(
         self,
         store: Path,
@@ -97,6 +106,11 @@ class Consumption:
         self._flusher: asyncio.Task | None = None
         self._renewing: dict[Key, set[tuple[int, int]]] = {}  # auto-renewed flights
         self.alive: Callable[[str], bool] = lambda client_id: False  # stream open?
+        # makes a topic unless it exists (name, queues, perm): the writer's Topics service
+        self.create_topic: Callable[[str, int, int], Awaitable[object]] | None = None
+        self._made_topics: set[str] = set()
+        self._copied_to: dict[str, bool] = {}  # retry topic -> may hold messages
+        self._shown_as: dict[str, str] = {}  # retry topic -> the topic its messages are of
         restored = sum(len(p.inflight) for qs in self.state.values() for p in qs.values())
         if restored:
             log.info("%d messages in flight before the restart will be delivered again", restored)
@@ -135,7 +149,7 @@ class Consumption:
         queues = self.state.setdefault((group, topic), {})
         p = queues.get(q)
         if p is None:
-            if self.config.start == "last":
+            if self.config.start == "last" and not topic.startswith(copies.RETRY_PREFIX):
                 start = self.queues.max_offset(topic, q)
             else:
                 start = self.queues.min_offset(topic, q)
@@ -181,97 +195,86 @@ class Consumption:
         invisible_ms: int,
         renew_for: str = "",
     ) -> list[pb.Message]:
-        key = (g.name, topic.name)
         now = now_ms()
-        taken: list[tuple[int, int, Flight]] = []  # (queue, offset, flight), handed out now
-        dead: list[tuple[int, int, Flight]] = []
         nqueues = topic.read_queue_nums if topic.readable else 0
         queues = [self.queue(g.name, topic.name, q) for q in range(nqueues)]
+        taken: list[Entry] = []  # a FIFO group's, handed out now
         if g.orderly:
-            self._pop_fifo(g, topic, queues, filt, batch, invisible_ms, now, taken, dead)
-        else:
-            self._pop_expired(g, key, queues, batch, invisible_ms, now, taken, dead)
-            if len(taken) < batch:
-                first = next(self._rotation)
-                for i in range(nqueues):
-                    q = (first + i) % nqueues
-                    self._pop_new(
-                        key,
-                        topic.name,
-                        q,
-                        queues[q],
-                        filt,
-                        batch - len(taken),
-                        invisible_ms,
-                        now,
-                        taken,
-                    )
-                    if len(taken) >= batch:
-                        break
-        if dead:
-            try:
-                await self._dead_letters(g, topic.name, dead)
-            except BusinessError as e:  # the store refused or is away: try again soon
-                log.warning("cannot move %d messages to %s%s: %s", len(dead), DLQ_PREFIX, g.name, e)
-                for q, o, f in dead:
-                    f.visible_at = now + DLQ_RETRY_MS
-                    self._schedule(key, q, o, f)
-        if not taken:
-            return []
+            dead = self._pop_fifo(g, topic, queues, filt, batch, invisible_ms, now, taken)
+            await self.move_or_retry_later(g, topic.name, dead, to_retry=False)
+            parts = [(topic.name, taken)]
+        else:  # (state topic, what was handed out of it): the topic's, its retry topic's
+            parts = await self._pop_any(g, topic.name, queues, filt, batch, invisible_ms, now)
         if renew_for:
             until = now + self.config.renew_max_ms
-            renewing = self._renewing.setdefault(key, set())
-            for q, o, f in taken:
-                f.renew_for, f.renew_until = renew_for, until
-                renewing.add((q, o))
-        return await self._read(g, topic.name, filt, taken, invisible_ms)
-
-    def _pop_expired(self, g, key, queues, batch, invisible_ms, now, taken, dead) -> None:
-        heap = self._expiry.get(key)
-        while heap and heap[0][0] <= now and len(taken) < batch:
-            _at, q, o, version = heapq.heappop(heap)
-            if q >= len(queues):
+            for name, entries in parts:
+                renewing = self._renewing.setdefault((g.name, name), set())
+                for q, o, f in entries:
+                    f.renew_for, f.renew_until = renew_for, until
+                    renewing.add((q, o))
+        out: list[pb.Message] = []
+        for i, (name, entries) in enumerate(parts):
+            if not entries:
                 continue
-            f = queues[q].inflight.get(o)
-            if f is None or f.version != version or f.visible_at > now:
-                continue  # settled, changed or renewed since
-            if f.attempt >= g.max_attempts:
-                dead.append((q, o, f))
-                f.visible_at = now + 3_600_000  # being moved: not handed out meanwhile
-                continue
-            self._hand_out(key, q, o, f, invisible_ms, now)
-            taken.append((q, o, f))
+            try:
+                out += await self._read(g, name, filt, entries, invisible_ms)
+            except BusinessError:
+                for later_name, later in parts[i + 1 :]:
+                    self._undo(g.name, later_name, later)
+                if out:
+                    return out
+                raise
+        return out
 
-    def _schedule(self, key: Key, q: int, o: int, f: Flight) -> None:
-        """Look at this flight again when its invisible time is over."""
-        heapq.heappush(self._expiry.setdefault(key, []), (f.visible_at, q, o, f.version))
+    async def _pop_any(self, g: sg.GroupConfig, topic: str, queues: list[QueueProgress],
+                       filt: deliver.TagFilter, batch: int, invisible_ms: int, now: int,
+                       ) -> list[tuple[str, list[Entry]]]:  # fmt: skip
+        """A non-FIFO group's pop: due messages of the topic and of its retry topic moved
+        on (or, with no retry topic, handed out again), then new ones of both."""
+        retry = self.retry_target(g.name, topic)
+        sources = [(topic, q, p) for q, p in enumerate(queues)]
+        taken: dict[str, list[Entry]] = {topic: []}
+        if retry is not None:
+            self._shown_as[retry] = topic
+            taken[retry] = []
+            rq = self.queue(g.name, retry, 0)  # its progress is kept (and shown) from the start
+            if self._has_copies(retry):  # else nothing to read there (saves a look per poll)
+                sources.append((retry, 0, rq))
+        room = batch
+        for name, entries in taken.items():
+            key = (g.name, name)
+            again, to_retry, dead = self._expired(g, key, now, room, in_place=True)
+            for q, o, f in again:
+                self._hand_out(key, q, o, f, invisible_ms, now)
+            entries += again
+            room -= len(again)
+            await self.move_or_retry_later(g, name, to_retry, to_retry=True)
+            await self.move_or_retry_later(g, name, dead, to_retry=False)
+        first = next(self._rotation)
+        for i in range(len(sources)):
+            if room <= 0:
+                break
+            name, q, p = sources[(first + i) % len(sources)]
+            entries = taken[name]
+            before = len(entries)
+            self._pop_new((g.name, name), name, q, p, filt, room, invisible_ms, now, entries)
+            room -= len(entries) - before
+        return list(taken.items())
 
-    def renew(self) -> int:
-        """Extend the invisible time of auto-renewed messages whose time is nearly over and
-        whose consumer is still connected; how many were extended. A renewal keeps the
-        receipt handle valid (same version)."""
-        now = now_ms()
-        renewed = 0
-        for key, entries in self._renewing.items():
-            queues = self.state.get(key, {})
-            for q, o in list(entries):
-                p = queues.get(q)
-                f = p.inflight.get(o) if p is not None else None
-                if f is None or not f.renew_for or now >= f.renew_until:
-                    entries.discard((q, o))
-                    continue
-                if f.visible_at - now > self.config.renew_before_ms or not self.alive(f.renew_for):
-                    continue
-                f.visible_at = now + self.config.auto_renew_ms
-                self._schedule(key, q, o, f)
-                self.dirty = True
-                renewed += 1
-        return renewed
+    def _has_copies(self, retry: str) -> bool:
+        """The retry topic may hold messages: this process copied some there, or its
+        consume queue existed when first looked at."""
+        has = self._copied_to.get(retry)
+        if has is None:
+            has = self._copied_to[retry] = self.queues.layout.queue_dir(retry, 0).is_dir()
+        return has
 
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
-        self.on_event(key[0], key[1], "delivered", 1)
-        if f.attempt > 0 or f.lost_track:
-            self.on_event(key[0], key[1], "redelivered", 1)
+        group, topic = key
+        shown = self._shown_as.get(topic, topic)
+        self.on_event(group, shown, "delivered", 1)
+        if f.attempt > 0 or f.lost_track or shown != topic:  # a retry topic's: a redelivery
+            self.on_event(group, shown, "redelivered", 1)
             f.lost_track = False
         f.attempt += 1
         f.renew_for = ""
@@ -318,9 +321,11 @@ class Consumption:
             taken.append((q, u.queue_offset, f))
         self.dirty = True
 
-    def _pop_fifo(self, g, topic, queues, filt, batch, invisible_ms, now, taken, dead) -> None:
-        """One message per queue at a time: the next only once the previous is settled."""
+    def _pop_fifo(self, g, topic, queues, filt, batch, invisible_ms, now, taken) -> list[Entry]:
+        """One message per queue at a time: the next only once the previous is settled.
+        What is due for the dead-letter topic."""
         key = (g.name, topic.name)
+        dead: list[Entry] = []
         first = next(self._rotation)
         for i in range(len(queues)):
             q = (first + i) % len(queues)
@@ -331,7 +336,7 @@ class Consumption:
                 if f.visible_at > now:
                     continue  # locked: its message is being consumed
                 if f.attempt >= g.max_attempts:  # expired for the last time
-                    f.visible_at = now + 3_600_000
+                    f.visible_at = now + MOVING_MS
                     dead.append((q, o, f))
                     continue
                 self._hand_out(key, q, o, f, invisible_ms, now)
@@ -339,7 +344,8 @@ class Consumption:
             else:
                 self._pop_new(key, topic.name, q, p, filt, 1, invisible_ms, now, taken)
             if len(taken) >= batch:
-                return
+                break
+        return dead
 
     def _resolve(self, topic: str, q: int, o: int, f: Flight) -> None:
         units = self.queues.read(topic, q, o, 1)
@@ -365,37 +371,44 @@ class Consumption:
                     self._resolve(topic, q, o, f)
             records = await self.records([f for _q, _o, f in taken])
         except BusinessError:
-            for q, o, f in taken:  # not delivered: visible again at once, same attempt
-                if self._current(g.name, topic, q, o, f):
-                    f.attempt -= 1
-                    f.visible_at = 0
-                    self._schedule((g.name, topic), q, o, f)
+            self._undo(g.name, topic, taken)
             raise
+        shown = self._shown_as.get(topic, topic)  # a retry topic's message is one of its topic
+        retry = shown != topic
         out = []
         for (q, o, f), r in zip(taken, records, strict=True):
             if not filt.matches(r.tags):
                 self.settle(g.name, topic, q, o)
                 continue
-            out.append(deliver.message(r, topic, handle(q, o, f.version), f.attempt, invisible_ms))
+            if retry:  # deliveries before the copy count
+                f.attempt = copies.deliveries(r, f.attempt)
+            h = handle(q, o, f.version, retry)
+            out.append(deliver.message(r, shown, h, f.attempt, invisible_ms))
         return out
 
-    def _current(self, group: str, topic: str, q: int, o: int, f: Flight) -> bool:
-        p = self.state.get((group, topic), {}).get(q)
-        return p is not None and p.inflight.get(o) is f
+    def _undo(self, group: str, topic: str, taken: list[Entry]) -> None:
+        """Handed out but not delivered: visible again at once, same attempt."""
+        for q, o, f in taken:
+            if self._current(group, topic, q, o, f):
+                f.attempt -= 1
+                f.visible_at = 0
+                self._schedule((group, topic), q, o, f)
 
     # settle -------------------------------------------------------------------------------
 
-    def _flight(self, group: str, topic: str, receipt: str) -> tuple[QueueProgress, int, Flight]:
-        q, o, version = parse_handle(receipt)
-        p = self.state.get((group, topic), {}).get(q)
+    def _flight(self, group: str, topic: str, receipt: str) -> tuple[str, int, int, Flight]:
+        """(state topic, queue, offset, flight) a receipt handle of ``topic`` names."""
+        retry, q, o, version = parse_handle(receipt)
+        name = self.retry_target(group, topic) if retry else topic
+        p = self.state.get((group, name), {}).get(q) if name is not None else None
         f = p.inflight.get(o) if p is not None else None
-        if p is None or f is None or f.version != version:
+        if name is None or f is None or f.version != version:
             raise BusinessError(
                 pb.INVALID_RECEIPT_HANDLE,
                 f"receipt handle {receipt} of {topic}@{group} is stale (settled, changed or "
                 "delivered again since)",
             )
-        return p, o, f
+        return name, q, o, f
 
     def settle(self, group: str, topic: str, q: int, o: int) -> None:
         p = self.state[(group, topic)][q]
@@ -404,53 +417,28 @@ class Consumption:
         self.changed.set()
 
     def ack(self, group: str, topic: str, receipt: str) -> None:
-        p, o, _f = self._flight(group, topic, receipt)
-        q = parse_handle(receipt)[0]
-        self.settle(group, topic, q, o)
+        name, q, o, _f = self._flight(group, topic, receipt)
+        self.settle(group, name, q, o)
         self.on_event(group, topic, "acked", 1)
 
     def change(self, group: str, topic: str, receipt: str, invisible_ms: int) -> str:
         """Visible again ``invisible_ms`` from now; the new receipt handle."""
-        _p, o, f = self._flight(group, topic, receipt)
-        q = parse_handle(receipt)[0]
+        name, q, o, f = self._flight(group, topic, receipt)
         f.visible_at = now_ms() + invisible_ms
         f.version = next(self._versions)
         f.renew_for = ""  # the consumer decided: a nack's delay is not extended
-        self._schedule((group, topic), q, o, f)
+        self._schedule((group, name), q, o, f)
         self.dirty = True
         if invisible_ms == 0:
             self.changed.set()
-        return handle(q, o, f.version)
+        return handle(q, o, f.version, name != topic)
 
     async def forward(self, group: str, topic: str, receipt: str) -> None:
         """ForwardMessageToDeadLetterQueue: to ``%DLQ%<group>`` and settled."""
-        _p, o, f = self._flight(group, topic, receipt)
-        q = parse_handle(receipt)[0]
+        name, q, o, f = self._flight(group, topic, receipt)
         log.info("%s queue %d offset %d forwarded to the dead-letter topic by a consumer of %s",
-                 topic, q, o, group)  # fmt: skip
-        await self._dead_letters(self.group(group), topic, [(q, o, f)])
-
-    async def _dead_letters(
-        self, g: sg.GroupConfig, topic: str, dead: list[tuple[int, int, Flight]]
-    ) -> None:
-        by_queue: dict[int, list[tuple[int, Flight]]] = {}
-        for q, o, f in dead:
-            by_queue.setdefault(q, []).append((o, f))
-        records: list[tuple[int, int, commitlog.Record, int]] = []
-        for q, entries in by_queue.items():
-            for o, f in entries:
-                if f.phy < 0:
-                    self._resolve(topic, q, o, f)
-            flights = [f for _o, f in entries]
-            for (o, f), r in zip(entries, await self.records(flights), strict=True):
-                records.append((q, o, r, f.attempt))
-        await self.appender.put(
-            [dead_letter(g.name, topic, r, attempts) for _q, _o, r, attempts in records]
-        )
-        for q, o, r, _a in records:
-            self.settle(g.name, topic, q, o)
-            log.info("message %s of %s moved to %s%s", r.uniq_key, topic, DLQ_PREFIX, g.name)
-        self.on_event(g.name, topic, "dead_lettered", len(records))
+                 name, q, o, group)  # fmt: skip
+        await self.move(self.group(group), name, [(q, o, f)], to_retry=False)
 
     # reset -------------------------------------------------------------------------------
 
@@ -480,6 +468,10 @@ class Consumption:
         while True:
             await asyncio.sleep(self.config.flush_interval_s)
             self.renew()
+            try:
+                await self.sweep()
+            except Exception:  # the flushing must go on (a sweep is tried again next time)
+                log.exception("moving due messages to the retry topics failed")
             try:
                 self.flush()
             except OSError as e:

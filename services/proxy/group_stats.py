@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rmqstore.times import now_ms
+from services.proxy import copies
 from services.proxy.progress import Flight
 from services.proxy.status import BusinessError
 
@@ -48,8 +49,21 @@ async def oldest_age_s(c: "Consumption", group: str, topic: str) -> float:
     return max(0.0, (now_ms() - oldest) / 1000)
 
 
+def shown_topic(c: "Consumption") -> dict[tuple[str, str], str]:
+    """Each (group, retry topic) -> the topic whose messages it holds."""
+    out = {}
+    for group, topic in c.state:
+        retry = copies.retry_topic(group, topic)
+        if retry is not None and (group, retry) in c.state:
+            out[(group, retry)] = topic
+    return out
+
+
 async def observe(c: "Consumption", report: Report) -> None:
-    """Report lag, age of the oldest unsettled message and in-flight per (group, topic)."""
+    """Report lag, age of the oldest unsettled message and in-flight per (group, topic); a
+    group's retry topic counts in the topic it retries (its lag is that topic's too)."""
+    shown = shown_topic(c)
+    totals: dict[tuple[str, str], list] = {}
     for group, topic in list(c.state):
         rows = [r for r in describe(c, group) if r[0] == topic]
         lag = sum(max(0, mx - done) for _t, _q, done, mx, _i in rows)
@@ -57,4 +71,9 @@ async def observe(c: "Consumption", report: Report) -> None:
             age = await oldest_age_s(c, group, topic) if lag else 0.0
         except BusinessError:
             age = 0.0
-        report(group, topic, lag, age, sum(r[4] for r in rows))
+        t = totals.setdefault((group, shown.get((group, topic), topic)), [0, 0.0, 0])
+        t[0] += lag
+        t[1] = max(t[1], age)
+        t[2] += sum(r[4] for r in rows)
+    for (group, topic), (lag, age, inflight) in totals.items():
+        report(group, topic, lag, age, inflight)

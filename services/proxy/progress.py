@@ -6,9 +6,11 @@ Per (group, topic, queue)::
     committed ─┬─ settled or in flight ─┬─ next ─ never handed out ─▶ max offset
                └ lowest unsettled offset └ pop cursor
 
-Every offset in [committed, next) is either settled (acked, filtered out, dead-lettered) or
-in flight (handed out, invisible until ``visible_at``, with its attempt count). Settling an
-offset moves ``committed`` over the settled prefix; nothing below it is ever delivered again.
+Every offset in [committed, next) is either settled (acked, filtered out, copied to the
+retry topic, dead-lettered) or in flight (handed out, invisible until ``visible_at``, with
+its attempt count). Settling an offset moves ``committed`` over the settled prefix; nothing
+below it is ever delivered again. A group's retry topic ``%RETRY%<group>_<topic>`` is kept
+here like any topic (its queue 0), so both files hold it as RocketMQ's do.
 
 Durability (the proxy owns these files; each is replaced atomically):
 
@@ -18,8 +20,9 @@ Durability (the proxy owns these files; each is replaced atomically):
 
 Both are written together every ``flush_interval`` and on a clean stop. After a crash the
 group resumes from the last flush: offsets handed out after it are handed out again (a
-redelivery, counted) and acks after it are lost (the message comes back once its invisible
-time is over) — nothing below a persisted ``committed`` was unsettled, so nothing is lost.
+redelivery, counted), acks after it are lost (the message comes back once its invisible
+time is over) and originals copied to the retry topic after it are copied again (a
+duplicate) — nothing below a persisted ``committed`` was unsettled, so nothing is lost.
 """
 
 import json

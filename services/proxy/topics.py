@@ -59,9 +59,11 @@ class TopicBook:
         self._cache[name] = (now, t)
         return t
 
-    async def create(self, name: str) -> TopicConfig:
+    async def create(self, name: str, queue_nums: int = 0, perm: int = 0) -> TopicConfig:
+        """The topic, created unless it exists (0 queues / perm: the writer's defaults)."""
+        request = topics_pb2.CreateTopicRequest(name=name, queue_nums=queue_nums, perm=perm)
         try:
-            reply = await self.stub.CreateTopic(topics_pb2.CreateTopicRequest(name=name))
+            reply = await self.stub.CreateTopic(request)
         except grpc.aio.AioRpcError as e:
             code = (pb.ILLEGAL_TOPIC if e.code() == grpc.StatusCode.INVALID_ARGUMENT
                     else pb.INTERNAL_SERVER_ERROR)  # fmt: skip

@@ -53,6 +53,7 @@ def test_consume_then_describe_reset_and_consume_again(serve):
     assert d["groupName"] == "CliG" and d["retryMaxTimes"] == 16 and not d["fifo"]
     assert sum(q["committedOffset"] for q in d["queues"]) == 6
     assert sum(q["lag"] for q in d["queues"]) == 0 and sum(q["maxOffset"] for q in d["queues"]) == 6
+    assert {q["topic"] for q in d["queues"]} == {"CliT", "%RETRY%CliG_CliT"}  # its retry queue
     listed = cli("group", "list", "--proxy", serve.proxy)
     assert listed.returncode == 0 and "CliG  normal  max attempts 17" in listed.stdout
 

@@ -120,11 +120,44 @@ def test_simple_consumer_acks_all_and_an_unacked_message_returns_with_attempt_2(
     assert attempts == [1, 2]
     assert all(e["attempt"] == 1 for e in r.of("received") if e["id"] != left)
     assert {e["body"] for e in r.of("received")} == set(sent.values())
-    # the group's progress reaches RocketMQ's file: every offset settled
+    assert {e["topic"] for e in r.of("received")} == {"CSimple"}  # the retry copy's too
+    # the group's progress reaches RocketMQ's file: every offset settled, the left one by
+    # its copy to the group's retry topic, which the group consumed and settled in turn
     _until("offsets committed", lambda: committed(serve.store, "CSimple", "G1") == 10)
+    _until("retry committed", lambda: committed(serve.store, "%RETRY%G1_CSimple", "G1") == 1)
+    # the copy, found by message id and by key, as RocketMQ 4.9 reads it (CRC included)
+    (m,) = _until("retry copy indexed", lambda: _stored(serve, "%RETRY%G1_CSimple", mid=left))
+    (by_key,) = _until("by key", lambda: _stored(serve, "%RETRY%G1_CSimple", key=sent[left]))
+    assert by_key.phy_offset == m.phy_offset
+    rec = _record(serve, m.phy_offset)
+    assert (rec.topic, rec.queue_id, rec.reconsume_times, rec.uniq_key, rec.body) == (
+        "%RETRY%G1_CSimple", 0, 1, left, sent[left].encode())  # fmt: skip
+    props = rec.property_map
+    assert (props["RETRY_TOPIC"], props["RECONSUME_TIME"], props["ORIGIN_MESSAGE_ID"],
+            props["KEYS"]) == ("CSimple", "1", left, sent[left])  # fmt: skip
+    assert metric(serve, "rmqstore_consumer_retries_total", "G1", "CSimple") == 1
     assert metric(serve, "rmqstore_consumer_acks_total", "G1", "CSimple") == 10
     assert metric(serve, "rmqstore_consumer_redeliveries_total", "G1", "CSimple") == 1
     assert metric(serve, "rmqstore_consumer_deliveries_total", "G1", "CSimple") == 11
+
+
+def _stored(serve, topic: str, mid: str = "", key: str = ""):
+    """The messages of ``topic`` the query service finds by message id or key (None: none
+    yet)."""
+    q = query_pb2_grpc.QueryStub(channel(serve.address(1)))
+    try:
+        if mid:
+            return q.QueryById(query_pb2.QueryByIdRequest(id=mid, topic=topic), timeout=10).messages
+        return q.QueryByKey(query_pb2.QueryByKeyRequest(topic=topic, key=key), timeout=10).messages
+    except grpc.RpcError:
+        return None
+
+
+def _record(serve, phy_offset: int) -> commitlog.Record:
+    """The record at ``phy_offset``, decoded with RocketMQ 4.9's checks (CRC included)."""
+    writer = commitlog_pb2_grpc.CommitLogStub(channel(serve.address(0)))
+    (raw,) = writer.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[phy_offset])).records
+    return commitlog.decode(raw, 0, check_crc=True)
 
 
 def test_two_groups_each_get_every_message_node_and_python(served):
@@ -152,41 +185,24 @@ def test_push_listener_that_always_fails_sends_to_the_dead_letter_topic(served):
     serve, env = served
     (mid,) = send(env, serve, "CDead", 1)
     r = Run(env, "push", serve.proxy, "GD", "CDead", "--fail")
-    q = query_pb2_grpc.QueryStub(channel(serve.address(1)))
-
-    def dead():
-        try:
-            reply = q.QueryById(query_pb2.QueryByIdRequest(id=mid, topic="%DLQ%GD"), timeout=10)
-        except Exception:
-            return None
-        return reply.messages
-
     try:
-        (m,) = _until("the dead letter", dead)
+        (m,) = _until("the dead letter", lambda: _stored(serve, "%DLQ%GD", mid=mid))
     finally:
         r.close()
-    props = {p.name: p.value for p in m.properties}
-    assert props["DLQ_ORIGIN_TOPIC"] == "CDead" and props["DLQ_ORIGIN_MESSAGE_ID"] == mid
-    assert m.unique_key == mid and m.body == b"m-0"
-    # retryMaxTimes 1: two deliveries, then the dead-letter topic
-    assert [e["attempt"] for e in r.of("received")] == [1, 2], r.explain()
+    # retryMaxTimes 1: two deliveries (the second of the retry topic's copy), then the
+    # dead-letter topic, whose record still names the original topic and message id
+    assert [(e["attempt"], e["id"]) for e in r.of("received")] == [(1, mid), (2, mid)], r.explain()
     _until("dead letter settled", lambda: committed(serve.store, "CDead", "GD") == 1)
+    _until("retry settled", lambda: committed(serve.store, "%RETRY%GD_CDead", "GD") == 1)
+    assert metric(serve, "rmqstore_consumer_retries_total", "GD", "CDead") == 1
     assert metric(serve, "rmqstore_consumer_dead_letters_total", "GD", "CDead") == 1
     # the record as RocketMQ 4.9 reads it: CRC, topic %DLQ%<group> queue 0, reconsume times
-    writer = commitlog_pb2_grpc.CommitLogStub(channel(serve.address(0)))
-    (raw,) = writer.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[m.phy_offset])).records
-    rec = commitlog.decode(raw, 0, check_crc=True)
-    assert (rec.topic, rec.queue_id, rec.reconsume_times, rec.uniq_key) == ("%DLQ%GD", 0, 1, mid)
-    assert rec.property_map["DLQ_ORIGIN_TOPIC"] == "CDead"
-
-
-def _dead_letter(serve, group: str, mid: str):
-    q = query_pb2_grpc.QueryStub(channel(serve.address(1)))
-    try:
-        reply = q.QueryById(query_pb2.QueryByIdRequest(id=mid, topic=f"%DLQ%{group}"), timeout=10)
-    except grpc.RpcError:
-        return None
-    return reply.messages
+    rec = _record(serve, m.phy_offset)
+    assert (rec.topic, rec.queue_id, rec.reconsume_times, rec.uniq_key, rec.body) == (
+        "%DLQ%GD", 0, 1, mid, b"m-0")  # fmt: skip
+    props = rec.property_map
+    assert (props["DLQ_ORIGIN_TOPIC"], props["DLQ_ORIGIN_MESSAGE_ID"], props["RETRY_TOPIC"],
+            props["ORIGIN_MESSAGE_ID"]) == ("CDead", mid, "CDead", mid)  # fmt: skip
 
 
 def test_push_consumer_acks_every_message(served):
@@ -205,7 +221,7 @@ def test_fifo_push_consumer_forwards_a_failing_message_to_the_dead_letter_topic(
     (mid,) = send(env, serve, "CFifoDead", 1, "f", "", "g1")
     r = Run(env, "push", serve.proxy, "FifoP", "CFifoDead", "--fail")
     try:
-        (m,) = _until("the forwarded dead letter", lambda: _dead_letter(serve, "FifoP", mid))
+        (m,) = _until("the forwarded dead letter", lambda: _stored(serve, "%DLQ%FifoP", mid=mid))
     finally:
         r.close()
     props = {p.name: p.value for p in m.properties}
@@ -244,6 +260,9 @@ def test_consumer_that_dies_is_resumed_by_the_next_one_of_its_group(served):
     first = Run(env, "simple", serve.proxy, "GR", "CResume", "20", "--invisible", "2",
                 "--stop-after", "8")  # fmt: skip
     assert first.wait() == 3, first.explain()
+    # with no one receiving, what it left is copied to the retry topic once its invisible
+    # time is over, and the topic's committed offset moves past it
+    _until("moved on", lambda: committed(serve.store, "CResume", "GR") == 20)
     # the lag metrics see what the dead consumer left: 20 - 8 messages at least, not new
     lag = "rmqstore_consumer_lag_messages"
     _until("lag observed", lambda: metric(serve, lag, "GR", "CResume") >= 12)
