@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import threading
 import time
-from collections.abc import AsyncIterable, Awaitable, Callable
+from collections.abc import AsyncIterable, AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
@@ -160,6 +160,12 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     async def PutStream(self, request_iterator, context):
+        async for reply in self.put_replies(request_iterator):
+            yield reply
+
+    async def put_replies(self, request_iterator: AsyncIterable) -> AsyncIterator[Any]:
+        """``PutStream``'s replies to its requests, in order (also served on the put socket,
+        see ``rmqstore.put_socket``); a StoreError ends the stream."""
         if not self._sync:  # answered as soon as appended
 
             async def answer(request) -> commitlog_pb2.PutStreamReply:

@@ -22,6 +22,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from rmqstore.put_socket import PutConnection
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.proxy.status import BusinessError
@@ -104,9 +105,13 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
 
 
 class Appender:
+    """``put_socket``: the writer's put socket (``rmqstore.put_socket``), taken instead of
+    ``PutStream`` for puts when given; reads always go through ``channel``."""
+
     def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
-                 spacing_s: float = 0.001) -> None:  # fmt: skip
+                 spacing_s: float = 0.001, put_socket: str = "") -> None:  # fmt: skip
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
+        self.put_socket = put_socket
         self.batch_max = batch_max
         self.spacing_s = spacing_s
         self._next_at = 0.0  # loop time before which no batch starts (under load)
@@ -161,14 +166,14 @@ class Appender:
         written back to back; each one's response, or the BusinessError it was refused with."""
         stream = self._streams[slot]
         if stream is None:
-            stream = self._streams[slot] = self.stub.PutStream()
+            stream = self._streams[slot] = await self._open()
         out: list[commitlog_pb2.PutBatchResponse | BusinessError] = []
         try:
             for request in requests:
                 await stream.write(request)
             for _ in requests:
                 reply = await stream.read()
-                if reply is grpc.aio.EOF:
+                if reply is grpc.aio.EOF or reply is None:
                     self._streams[slot] = None
                     raise BusinessError(pb.INTERNAL_SERVER_ERROR, "the store closed the stream")
                 if reply.status_code:
@@ -179,11 +184,26 @@ class Appender:
                     ))  # fmt: skip
                 else:
                     out.append(reply.response)
+        except OSError as e:  # the put socket broke
+            self._streams[slot] = None
+            stream.cancel()
+            raise BusinessError(pb.INTERNAL_SERVER_ERROR, f"store unavailable: {e}") from None
         except BaseException:
             self._streams[slot] = None
             stream.cancel()
             raise
         return out
+
+    async def _open(self) -> Any:
+        """A put stream: the writer's ``PutStream``, or a connection to its put socket."""
+        if not self.put_socket:
+            return self.stub.PutStream()
+        try:
+            return await PutConnection.open(self.put_socket)
+        except OSError as e:
+            raise BusinessError(
+                pb.INTERNAL_SERVER_ERROR, f"store unavailable: {self.put_socket}: {e.strerror}"
+            ) from None
 
     async def _put(self, slot: int, groups: list[Group]) -> None:
         try:
