@@ -9,8 +9,8 @@ import threading
 import grpc
 import pytest
 
-from rmqstore.formats import commitlog
 from rmqstore import put_socket
+from rmqstore.formats import commitlog
 from rmqstore.server import UNDECODABLE, channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests import procs
