@@ -38,6 +38,13 @@ def main(argv: list[str] | None = None) -> int:
         "at a fraction of the CPU (default: none)",
     )  # fmt: skip
     p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument(
+        "--batch-spacing-ms", type=float, default=ProxyConfig.batch_spacing_s * 1000,
+        help="under load, writer batches start at most this often, so they fill up "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument("--batches-in-flight", type=int, default=ProxyConfig.batches_in_flight,
+                   help="writer batches put at once (default: %(default)s)")
     p.add_argument("--log-level", default="INFO")
     add_flags(p)
     tls.add_tls_flags(p)
@@ -60,6 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             consume_from=args.consume_from,
             group_retry_max_times=args.group_retry_max_times,
             fifo_groups=tuple(args.fifo_groups),
+            batch_spacing_s=args.batch_spacing_ms / 1000,
+            batches_in_flight=args.batches_in_flight,
         )
     except (ValueError, OSError) as e:
         log.error("cannot start: %s", e)

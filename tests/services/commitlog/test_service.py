@@ -273,10 +273,16 @@ def _put_stream_case(stub):
         commitlog_pb2.PutBatchRequest(messages=[_msg(5)], columnar_results=True),
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2, queue_id=[1, 100])),  # refused
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2), columnar_results=True),
+        commitlog_pb2.PutBatchRequest(
+            messages=[_msg(8)], columnar_results=True, offsets_only=True),
     ]
     replies = list(stub.PutStream(iter(batches)))
     refused = grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert [r.status_code for r in replies] == [0, refused, 0, refused, 0]
+    assert [r.status_code for r in replies] == [0, refused, 0, refused, 0, 0]
+    full, bare = replies[4].response.columns, replies[5].response.columns
+    assert list(bare.phy_offset) == [full.phy_offset[-1] + full.size[-1]]
+    assert list(bare.queue_offset) == [1] and bare.store_timestamp >= full.store_timestamp
+    assert not (bare.msg_id or bare.unique_key or bare.size or bare.topic or bare.queue_id)
     assert "queue id 100" in replies[3].error
     fifth = replies[4].response.columns
     assert (
