@@ -50,7 +50,6 @@ class Plain(NamedTuple):
 Record = common_pb2.Message | Plain
 Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their bytes
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
-REPLY = {"columnar_results": True, "offsets_only": True}  # all that is read of a reply
 
 
 class Stored(NamedTuple):
@@ -90,7 +89,8 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
         records = [r for rs, _f, _n in gs for r in rs]
         if key is None:
             messages = [r.as_message() if isinstance(r, Plain) else r for r in records]
-            out.append((commitlog_pb2.PutBatchRequest(messages=messages, **REPLY), gs))
+            out.append((commitlog_pb2.PutBatchRequest(
+                messages=messages, columnar_results=True, offsets_only=True), gs))  # fmt: skip
             continue
         plain: list[Any] = records
         _topic, queue_ids, bodies, tags, keys, uniqs, _born = zip(*plain, strict=True)
@@ -100,7 +100,8 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
             tags=tags[:1] if tags.count(tags[0]) == len(tags) else tags,
             keys=keys[:1] if keys.count(keys[0]) == len(keys) else keys,
         )  # fmt: skip
-        out.append((commitlog_pb2.PutBatchRequest(columns=columns, **REPLY), gs))
+        out.append((commitlog_pb2.PutBatchRequest(
+            columns=columns, columnar_results=True, offsets_only=True), gs))  # fmt: skip
     return out
 
 
