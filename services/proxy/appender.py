@@ -3,9 +3,12 @@
 Each send waits on a future; one task per batch slot takes whatever has queued up (at most
 ``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
 per batch than a call). At rest a send goes out at once; under load (a batch started less
-than ``spacing_s`` ago) the next one waits out the rest of that time and takes everything
-that came meanwhile, so the writer gets fewer, larger batches: the writer's and the proxy's
-cost is mostly per batch, not per message. The writer validates a whole batch before writing
+than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
+time and takes everything that came meanwhile, so the writer gets fewer, larger batches: the
+writer's and the proxy's cost is mostly per batch, not per message. A sender is pipelining
+while it has more than one put waiting here (``put``'s ``sender``: the client id); while
+none is, batches go out at once, as a synchronous sender (one send at a time) gains nothing
+from the wait but latency. The writer validates a whole batch before writing
 any of it: when it refuses one, every message of that batch is retried alone, so only the
 bad one fails. Messages that must be stored together (a commit and its op record) are one
 group.
@@ -117,17 +120,30 @@ class Appender:
         self.spacing_s = spacing_s
         self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
+        self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
+        self._pipelined = 0  # puts made while their sender had another one waiting
         self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
         self._streams: dict[int, Any] = {}  # slot -> its PutStream call
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
-    async def put(self, messages: Sequence[Record]) -> list[Stored]:
-        """Store ``messages`` (all or none of them); their results in order."""
+    async def put(self, messages: Sequence[Record], *, sender: str = "") -> list[Stored]:
+        """Store ``messages`` (all or none of them); their results in order. ``sender``: who
+        asks (puts of one sender that overlap make batches wait to fill up; see above)."""
         future = asyncio.get_running_loop().create_future()
         size = sum(len(r.body) if isinstance(r, Plain) else r.ByteSize() for r in messages)
+        before = self._waiting.get(sender, 0)
+        self._waiting[sender] = before + 1
+        self._pipelined += before > 0
         self._queue.put_nowait((list(messages), future, size))
-        return await future
+        try:
+            return await future
+        finally:
+            self._pipelined -= before > 0
+            if self._waiting[sender] > 1:
+                self._waiting[sender] -= 1
+            else:
+                del self._waiting[sender]
 
     async def read(self, offset: int) -> bytes:
         return (await self.read_many([offset]))[0]
@@ -147,7 +163,7 @@ class Appender:
         while True:
             first = await self._queue.get()
             wait = self._next_at - loop.time()
-            if wait > 0:  # the last batch started a moment ago: let this one fill up
+            if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
                 self._next_at += self.spacing_s
                 await asyncio.sleep(wait)
             else:
