@@ -5,17 +5,21 @@ to the same clients against a MessagingService that stores nothing, in the same 
   several processes, and ``send_async`` with many in flight: proxy rate / no-op rate;
 * our own load generator (``benchmarks.proxy_load``): requests of 32 messages of 1 KiB, 8 in
   flight, and of 128 messages, 4 in flight, from two processes each;
-* the proxy's own CPU per message (from /proc, over the run), and the writer's.
+* the proxy's own CPU per message (from /proc, over the run), the writer's, and the sending
+  processes' (the clients are the bottleneck of their own rows: on this 2-core machine every
+  microsecond the proxy and the writer spend is taken from them).
 
 Each scenario runs the no-op and the proxy one after the other, ``rounds`` times (2 at full
 scale): this machine's speed moves by the minute, so a ratio is only meaningful within a
 round, and the rounds show the spread.
 
 The writer runs with asynchronous flush and without builders (what is measured is the path
-from a RocketMQ client into the commitlog).
+from a RocketMQ client into the commitlog); the proxy puts over the writer's Unix socket, as
+under ``rmqstore serve``.
 """
 
 import os
+import resource
 import sys
 import tempfile
 import time
@@ -38,6 +42,12 @@ def _rate(results: list[dict]) -> tuple[int, float]:
     return sent, sent / span if span > 0 else 0.0
 
 
+def _children_cpu() -> float:
+    """CPU seconds of this process's finished children (the sending processes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def _max_offset(writer: str) -> int:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(writer))
     return stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
@@ -53,9 +63,10 @@ def run(scale: Scale) -> list[dict]:
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         writer = procs.start("services.commitlog", "--store", f"{tmp}/store", "--listen",
-                             "127.0.0.1:0", "--commitlog-segment-size", str(256 << 20))  # fmt: skip
+                             "127.0.0.1:0", "--commitlog-segment-size", str(256 << 20),
+                             "--put-socket", f"{tmp}/writer.sock")  # fmt: skip
         proxy = procs.start("services.proxy", "--listen", "127.0.0.1:0", "--commitlog",
-                            writer.address)  # fmt: skip
+                            writer.address, "--commitlog-socket", f"{tmp}/writer.sock")  # fmt: skip
         noop = procs.start("benchmarks.noop_messaging", "--listen", "127.0.0.1:0")
         try:
             rates: dict[tuple[str, str], float] = {}
@@ -81,7 +92,9 @@ def run(scale: Scale) -> list[dict]:
                     before = _max_offset(writer.address)
                     cpu0 = procs.cpu_seconds(svc.proc.pid)
                     writer_cpu0 = procs.cpu_seconds(writer.proc.pid)
+                    clients0 = _children_cpu()
                     results = procs.run_json_all(commands(svc.address, topic), env)
+                    clients = _children_cpu() - clients0
                     cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
                     writer_cpu = procs.cpu_seconds(writer.proc.pid) - writer_cpu0
                     sent, rate = _rate(results)
@@ -93,6 +106,8 @@ def run(scale: Scale) -> list[dict]:
                         "scenario": scenario, "round": round_, "target": target,
                         "messages": sent, "msgs/s": rate,
                         "server CPU us/msg": cpu / sent * 1e6 if sent else 0.0,
+                        "senders CPU us/msg": clients / sent * 1e6 if sent else 0.0,
+                        "load": os.getloadavg()[0],
                     }  # fmt: skip
                     if target == "proxy":
                         noop_rate = rates[(scenario, "no-op")]

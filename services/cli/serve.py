@@ -14,9 +14,11 @@ import argparse
 import importlib.util
 import ipaddress
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -51,6 +53,7 @@ def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
         "--queues-per-topic", str(args.queues_per_topic),
         "--dispatch-linger-ms", str(args.dispatch_linger_ms),
         *_given(args, "commitlog-segment-size"), *background_args(args),
+        *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),
     ]
 
 
@@ -67,7 +70,9 @@ def _index_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
 
 
 def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
-    return [*_writer_address(args, ports), *proxy_config.forward(args)]
+    put_socket = getattr(args, "put_socket", "")
+    socket = ["--commitlog-socket", put_socket] if put_socket else []
+    return [*_writer_address(args, ports), *socket, *proxy_config.forward(args)]
 
 
 def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
@@ -238,6 +243,11 @@ def run(args: argparse.Namespace) -> int:
     stopping = StopSignal()
     children: list[Child] = []
     failure = ""
+    # the proxy puts over a Unix socket of the writer's (see rmqstore.put_socket), in a
+    # directory of serve's own: a store path can be longer than a socket path may be
+    sockets = "" if args.read_only or not args.put_socket_on else tempfile.mkdtemp(
+        prefix="rmqstore-serve-")
+    args.put_socket = os.path.join(sockets, "writer.sock") if sockets else ""
     try:
         for spec in SERVICES:
             if (args.read_only and not spec.read_only) or not _exists(spec.module):
@@ -275,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         for child in reversed(children):  # services first, the writer last
             child.stop()
+        if sockets:
+            shutil.rmtree(sockets, ignore_errors=True)
     if failure:
         raise CliError(failure, UNAVAILABLE)
     print("stopped", flush=True)
@@ -296,6 +308,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "builders, no puts)")
     p.add_argument("--commitlog-segment-size", type=int, default=None,
                    help="default: read from the store's segments, else 1 GiB")
+    p.add_argument("--no-put-socket", dest="put_socket_on", action="store_false",
+                   help="the proxy puts over gRPC, not the writer's Unix socket (as when they "
+                        "run on different machines)")
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--max-message-size", type=int, default=WriterConfig.max_message_size)
     p.add_argument("--queues-per-topic", type=int, default=WriterConfig.queues_per_topic)

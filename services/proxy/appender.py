@@ -3,9 +3,12 @@
 Each send waits on a future; one task per batch slot takes whatever has queued up (at most
 ``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
 per batch than a call). At rest a send goes out at once; under load (a batch started less
-than ``spacing_s`` ago) the next one waits out the rest of that time and takes everything
-that came meanwhile, so the writer gets fewer, larger batches: the writer's and the proxy's
-cost is mostly per batch, not per message. The writer validates a whole batch before writing
+than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
+time and takes everything that came meanwhile, so the writer gets fewer, larger batches: the
+writer's and the proxy's cost is mostly per batch, not per message. A sender is pipelining
+while it has more than one put waiting here (``put``'s ``sender``: the client id); while
+none is, batches go out at once, as a synchronous sender (one send at a time) gains nothing
+from the wait but latency. The writer validates a whole batch before writing
 any of it: when it refuses one, every message of that batch is retried alone, so only the
 bad one fails. Messages that must be stored together (a commit and its op record) are one
 group.
@@ -22,6 +25,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from rmqstore.put_socket import PutConnection
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from services.proxy.status import BusinessError
@@ -88,8 +92,8 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
         records = [r for rs, _f, _n in gs for r in rs]
         if key is None:
             messages = [r.as_message() if isinstance(r, Plain) else r for r in records]
-            request = commitlog_pb2.PutBatchRequest(messages=messages, columnar_results=True)
-            out.append((request, gs))
+            out.append((commitlog_pb2.PutBatchRequest(
+                messages=messages, columnar_results=True, offsets_only=True), gs))  # fmt: skip
             continue
         plain: list[Any] = records
         _topic, queue_ids, bodies, tags, keys, uniqs, _born = zip(*plain, strict=True)
@@ -99,29 +103,47 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
             tags=tags[:1] if tags.count(tags[0]) == len(tags) else tags,
             keys=keys[:1] if keys.count(keys[0]) == len(keys) else keys,
         )  # fmt: skip
-        out.append((commitlog_pb2.PutBatchRequest(columns=columns, columnar_results=True), gs))
+        out.append((commitlog_pb2.PutBatchRequest(
+            columns=columns, columnar_results=True, offsets_only=True), gs))  # fmt: skip
     return out
 
 
 class Appender:
+    """``put_socket``: the writer's put socket (``rmqstore.put_socket``), taken instead of
+    ``PutStream`` for puts when given; reads always go through ``channel``."""
+
     def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
-                 spacing_s: float = 0.001) -> None:  # fmt: skip
+                 spacing_s: float = 0.001, put_socket: str = "") -> None:  # fmt: skip
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
+        self.put_socket = put_socket
         self.batch_max = batch_max
         self.spacing_s = spacing_s
         self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
+        self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
+        self._pipelined = 0  # puts made while their sender had another one waiting
         self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
         self._streams: dict[int, Any] = {}  # slot -> its PutStream call
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
-    async def put(self, messages: Sequence[Record]) -> list[Stored]:
-        """Store ``messages`` (all or none of them); their results in order."""
+    async def put(self, messages: Sequence[Record], *, sender: str = "") -> list[Stored]:
+        """Store ``messages`` (all or none of them); their results in order. ``sender``: who
+        asks (puts of one sender that overlap make batches wait to fill up; see above)."""
         future = asyncio.get_running_loop().create_future()
         size = sum(len(r.body) if isinstance(r, Plain) else r.ByteSize() for r in messages)
+        before = self._waiting.get(sender, 0)
+        self._waiting[sender] = before + 1
+        self._pipelined += before > 0
         self._queue.put_nowait((list(messages), future, size))
-        return await future
+        try:
+            return await future
+        finally:
+            self._pipelined -= before > 0
+            if self._waiting[sender] > 1:
+                self._waiting[sender] -= 1
+            else:
+                del self._waiting[sender]
 
     async def read(self, offset: int) -> bytes:
         return (await self.read_many([offset]))[0]
@@ -141,7 +163,7 @@ class Appender:
         while True:
             first = await self._queue.get()
             wait = self._next_at - loop.time()
-            if wait > 0:  # the last batch started a moment ago: let this one fill up
+            if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
                 self._next_at += self.spacing_s
                 await asyncio.sleep(wait)
             else:
@@ -161,14 +183,14 @@ class Appender:
         written back to back; each one's response, or the BusinessError it was refused with."""
         stream = self._streams[slot]
         if stream is None:
-            stream = self._streams[slot] = self.stub.PutStream()
+            stream = self._streams[slot] = await self._open()
         out: list[commitlog_pb2.PutBatchResponse | BusinessError] = []
         try:
             for request in requests:
                 await stream.write(request)
             for _ in requests:
                 reply = await stream.read()
-                if reply is grpc.aio.EOF:
+                if reply is grpc.aio.EOF or reply is None:
                     self._streams[slot] = None
                     raise BusinessError(pb.INTERNAL_SERVER_ERROR, "the store closed the stream")
                 if reply.status_code:
@@ -179,11 +201,26 @@ class Appender:
                     ))  # fmt: skip
                 else:
                     out.append(reply.response)
+        except OSError as e:  # the put socket broke
+            self._streams[slot] = None
+            stream.cancel()
+            raise BusinessError(pb.INTERNAL_SERVER_ERROR, f"store unavailable: {e}") from None
         except BaseException:
             self._streams[slot] = None
             stream.cancel()
             raise
         return out
+
+    async def _open(self) -> Any:
+        """A put stream: the writer's ``PutStream``, or a connection to its put socket."""
+        if not self.put_socket:
+            return self.stub.PutStream()
+        try:
+            return await PutConnection.open(self.put_socket)
+        except OSError as e:
+            raise BusinessError(
+                pb.INTERNAL_SERVER_ERROR, f"store unavailable: {self.put_socket}: {e.strerror}"
+            ) from None
 
     async def _put(self, slot: int, groups: list[Group]) -> None:
         try:

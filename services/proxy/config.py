@@ -49,9 +49,12 @@ class ProxyConfig:
             raise ValueError("--consume-from must be first or last")
         if not 0 <= self.group_retry_max_times <= 1000:
             raise ValueError("--group-retry-max-times must be between 0 and 1000")
-        if (not 1 <= self.batch_max <= 10_000 or self.batches_in_flight < 1
-                or not 0 <= self.batch_spacing_s <= 1):  # fmt: skip
-            raise ValueError("bad batch settings")
+        if not 1 <= self.batch_max <= 10_000:
+            raise ValueError("the batch size must be between 1 and 10,000 messages")
+        if self.batches_in_flight < 1:
+            raise ValueError("--batches-in-flight must be at least 1")
+        if not 0 <= self.batch_spacing_s <= 1:
+            raise ValueError("--batch-spacing-ms must be between 0 and 1000")
 
     def check_delay_s(self, checks_done: int) -> float:
         """Wait before the next check, after ``checks_done`` checks (>= 1): back-off."""

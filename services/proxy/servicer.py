@@ -200,7 +200,7 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
             entries.append(None)
         if plain:
             try:
-                results = await self.appender.put([r for _i, r, _t, _k in plain])
+                results = await self.appender.put([r for _i, r, _t, _k in plain], sender=client_id)
             except BusinessError as e:
                 for i, _r, _t, _k in plain:
                     entries[i] = self._failed(request.messages[i], e)

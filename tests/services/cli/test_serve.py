@@ -130,3 +130,20 @@ def test_serve_gives_the_console_the_proxy_unless_read_only():
         cmd = _command(console, build_parser().parse_args(["serve", *extra]), ports)
         options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
         assert options.get("--proxy") == proxy and options["--query"] == "127.0.0.1:9001"
+
+
+def test_serve_gives_the_writer_and_the_proxy_one_put_socket():
+    from services.cli.main import build_parser
+    from services.cli.serve import SERVICES, _command
+
+    ports = {s.name: 9000 + s.slot for s in SERVICES}
+    (proxy,) = [s for s in SERVICES if s.name == "proxy"]
+    args = build_parser().parse_args(["serve"])
+    args.put_socket = "/tmp/x/writer.sock"  # what run() makes
+    writer_cmd, proxy_cmd = _command(SERVICES[0], args, ports), _command(proxy, args, ports)
+    assert writer_cmd[writer_cmd.index("--put-socket") + 1] == args.put_socket
+    assert proxy_cmd[proxy_cmd.index("--commitlog-socket") + 1] == args.put_socket
+    assert not build_parser().parse_args(["serve", "--no-put-socket"]).put_socket_on
+    args.put_socket = ""  # --no-put-socket or --read-only: puts over gRPC
+    assert "--put-socket" not in _command(SERVICES[0], args, ports)
+    assert "--commitlog-socket" not in _command(proxy, args, ports)

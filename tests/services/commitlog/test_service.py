@@ -1,13 +1,17 @@
 """The writer as a real process over gRPC: puts, reads, bad input, locking, crashes."""
 
+import os
 import queue
+import socket
+import stat
 import threading
 
 import grpc
 import pytest
 
+from rmqstore import put_socket
 from rmqstore.formats import commitlog
-from rmqstore.server import channel
+from rmqstore.server import UNDECODABLE, channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests import procs
 
@@ -201,13 +205,62 @@ def test_bad_columns_are_refused_and_nothing_written(writer, fields, text):
     assert stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset == before
 
 
-@pytest.mark.parametrize("flush", ["async", "sync"])
-def test_put_stream_answers_each_batch_and_survives_refusals(tmp_path, flush):
+class _SocketPuts:
+    """``PutStream`` over the writer's put socket, as a stub would call it."""
+
+    def __init__(self, stub, path):
+        self.stub, self.path = stub, path
+
+    def __getattr__(self, name):
+        return getattr(self.stub, name)
+
+    def PutStream(self, requests):
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(self.path)
+            sent = 0
+            for r in requests:
+                s.sendall(put_socket.frame(r.SerializeToString()))
+                sent += 1
+            f = s.makefile("rb")
+            return [commitlog_pb2.PutStreamReply.FromString(_frame(f)) for _ in range(sent)]
+
+
+def _frame(f):
+    (size,) = put_socket.HEADER.unpack(f.read(put_socket.HEADER.size))
+    return f.read(size)
+
+
+@pytest.mark.parametrize(("flush", "over"), [("async", "grpc"), ("sync", "grpc"),
+                                             ("async", "socket"), ("sync", "socket")])
+def test_put_stream_answers_each_batch_and_survives_refusals(tmp_path, flush, over):
     """All batches are sent at once (under sync flush they are appended ahead of their
-    acknowledgements); answers come in order and a refusal writes nothing."""
-    writer = _start(tmp_path / "store", "--flush", flush)
+    acknowledgements); answers come in order and a refusal writes nothing; the same over the
+    put socket."""
+    path = str(tmp_path / "w.sock")
+    writer = _start(tmp_path / "store", "--flush", flush, "--put-socket", path)
     try:
-        _put_stream_case(_stub(writer))
+        stub = _stub(writer)
+        _put_stream_case(stub if over == "grpc" else _SocketPuts(stub, path))
+    finally:
+        writer.stop()
+    assert not os.path.exists(path)  # removed at the stop
+
+
+def test_put_socket_refuses_bytes_that_do_not_parse(tmp_path):
+    path = str(tmp_path / "w.sock")
+    writer = _start(tmp_path / "store", "--put-socket", path)
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        before = _stub(writer).GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(path)
+            s.sendall(put_socket.frame(b"\xff\xff\xff"))
+            f = s.makefile("rb")
+            reply = commitlog_pb2.PutStreamReply.FromString(_frame(f))
+            assert reply.status_code == grpc.StatusCode.INTERNAL.value[0]
+            assert reply.error == UNDECODABLE
+            assert f.read() == b""  # then closed
+        assert _stub(writer).GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset == before
     finally:
         writer.stop()
 
@@ -220,10 +273,16 @@ def _put_stream_case(stub):
         commitlog_pb2.PutBatchRequest(messages=[_msg(5)], columnar_results=True),
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2, queue_id=[1, 100])),  # refused
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2), columnar_results=True),
+        commitlog_pb2.PutBatchRequest(
+            messages=[_msg(8)], columnar_results=True, offsets_only=True),
     ]
     replies = list(stub.PutStream(iter(batches)))
     refused = grpc.StatusCode.INVALID_ARGUMENT.value[0]
-    assert [r.status_code for r in replies] == [0, refused, 0, refused, 0]
+    assert [r.status_code for r in replies] == [0, refused, 0, refused, 0, 0]
+    full, bare = replies[4].response.columns, replies[5].response.columns
+    assert list(bare.phy_offset) == [full.phy_offset[-1] + full.size[-1]]
+    assert list(bare.queue_offset) == [1] and bare.store_timestamp >= full.store_timestamp
+    assert not (bare.msg_id or bare.unique_key or bare.size or bare.topic or bare.queue_id)
     assert "queue id 100" in replies[3].error
     fifth = replies[4].response.columns
     assert (

@@ -1,7 +1,17 @@
-"""How the appender turns a batch of groups into writer requests (no server needed)."""
+"""How the appender turns a batch of groups into writer requests, and puts them through a
+writer over either transport."""
 
+import asyncio
+
+import grpc
+import pytest
+
+from rmqstore.formats import commitlog
+from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import common_pb2
-from services.proxy.appender import Plain, _requests
+from services.proxy.appender import Appender, Plain, _requests
+from services.proxy.status import BusinessError
+from tests import procs
 
 
 def _plain(i: int, topic="T", host="127.0.0.1:5000", tags="t", keys="") -> Plain:
@@ -43,3 +53,67 @@ def test_other_hosts_topics_and_mixed_groups_go_apart():
     assert not mixed.HasField("columns")
     assert list(mixed.messages) == [_plain(3).as_message(), half]
     assert mixed.messages[0].born_host == "127.0.0.1:5000" and mixed.messages[0].tags == "t"
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("over", ["grpc", "socket"])
+def test_puts_over_the_stream_or_the_put_socket_and_a_gone_writer_is_an_error(tmp_path, over):
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--commitlog-segment-size", str(1 << 20),
+                         "--put-socket", path)  # fmt: skip
+
+    async def run() -> tuple[list, list, bytes, BusinessError]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, put_socket=path if over == "socket" else "")
+        try:
+            first = await appender.put([_plain(0), _plain(1)])
+            second = await appender.put([common_pb2.Message(topic="T", body=b"m", queue_id=1)])
+            record = await appender.read(second[0].phy_offset)
+            writer.kill()
+            with pytest.raises(BusinessError) as gone:
+                await appender.put([_plain(2)])
+            return first, second, record, gone.value
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        first, second, record, gone = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert [s.queue_offset for s in first] == [0, 0] and first[0].phy_offset == 0
+    assert second[0].queue_offset == 1 and second[0].phy_offset > first[1].phy_offset
+    assert commitlog.decode(record).body == b"m"
+    assert gone.code == pb.INTERNAL_SERVER_ERROR and "store" in str(gone)
+
+
+@pytest.mark.integration
+def test_batches_wait_to_fill_only_for_a_sender_with_puts_overlapping(tmp_path):
+    """With a 60 s batch spacing a synchronous sender (one put at a time) would wait it out
+    on every put after the first if batches lingered for it; a pipelining sender's
+    overlapping puts are stored as ever."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--put-socket", path)  # fmt: skip
+
+    async def run() -> tuple[list, list]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        slow, quick = (Appender(channel, spacing_s=s, put_socket=path) for s in (60, 0.01))
+        try:
+            lone = [await asyncio.wait_for(slow.put([_plain(0)], sender="sync"), 30)
+                    for _ in range(3)]  # fmt: skip
+            many = await asyncio.wait_for(asyncio.gather(
+                *(quick.put([_plain(1)], sender="async") for _ in range(20))), 30)  # fmt: skip
+            return lone, many
+        finally:
+            await slow.close()
+            await quick.close()
+            await channel.close()
+
+    try:
+        lone, many = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert [s.queue_offset for [s] in lone] == [0, 1, 2]  # queue 0
+    assert sorted(s.queue_offset for [s] in many) == list(range(20))  # queue 1
