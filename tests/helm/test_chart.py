@@ -434,6 +434,19 @@ def test_read_only_serves_without_builders_or_writes() -> None:
     assert _lint({"readOnly": True})["errors"] == []
 
 
+def test_the_proxy_puts_over_the_writers_socket_in_the_shared_tmp() -> None:
+    containers = _containers(render({}))
+    sock = _arg(containers["commitlog"], "--put-socket")
+    assert sock.startswith("/tmp/") and _arg(containers["proxy"], "--commitlog-socket") == sock
+    for name in ("commitlog", "proxy"):  # one emptyDir, mounted by both
+        assert {"name": "tmp", "mountPath": "/tmp"} in containers[name]["volumeMounts"]
+    off = _containers(render({"proxy": {"putSocket": False}}))
+    assert "--put-socket" not in off["commitlog"]["args"]
+    assert "--commitlog-socket" not in off["proxy"]["args"]
+    assert "--put-socket" not in _containers(render({"proxy": {"enabled": False}}))[
+        "commitlog"]["args"]  # fmt: skip
+
+
 def test_consumer_group_settings_reach_the_proxy() -> None:
     values = {"proxy": {"consumeFrom": "last", "groupRetryMaxTimes": 3, "fifoGroups": ["a", "b"]}}
     proxy = _containers(render(values))["proxy"]

@@ -195,3 +195,8 @@ One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "sv
 {{- define "rmqstore.claimName" -}}
 {{- default (printf "data-%s-0" (include "rmqstore.fullname" .)) .Values.rebuild.existingClaim }}
 {{- end }}
+
+{{/* The writer's put socket, in the /tmp volume every container of the pod mounts. */}}
+{{- define "rmqstore.putSocket" -}}
+/tmp/rmqstore-put.sock
+{{- end }}
