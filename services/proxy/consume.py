@@ -18,7 +18,6 @@ ChangeInvisibleDuration with the group's back-off step): no retry topic copy is 
 """
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
@@ -34,15 +33,16 @@ from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.times import now_ms
 from services.proxy import deliver
 from services.proxy.appender import Appender
+from services.proxy.arrivals import Arrivals
 from services.proxy.dead_letters import DLQ_PREFIX, dead_letter
 from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_files import QueueFiles
+from services.proxy.record_reads import RecordReads
 from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 32
-POLL_S = 0.005  # how often a waiting receive looks at the consume queues
 OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
 DLQ_RETRY_MS = 5_000  # a dead letter the store did not take is tried again after this
 
@@ -86,6 +86,7 @@ class Consumption:
         self.appender = appender
         self.files = ProgressFiles(store)
         self.queues = QueueFiles(store)
+        self.reads, self.arrivals = RecordReads(store, appender), Arrivals(self.queues)
         self.state, self.offsets = self.files.load()
         self.group_table = self.files.load_groups()
         self._expiry: dict[Key, list[tuple[int, int, int, int]]] = {}  # heap per (group, topic)
@@ -165,12 +166,13 @@ class Consumption:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_s, 0.0)
         while True:
+            arrived = self.arrivals.event(topic.name)  # taken before the look: none missed
+            self.changed.clear()
             out = await self._pop(g, topic, filt, batch, invisible_ms, renew_for)
             if out or loop.time() >= deadline:
                 return out
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), min(POLL_S, deadline - loop.time()))
+            expiring = self._expiry.get((group, topic.name))  # woken by its next expiry too
+            await self.arrivals.wait(topic, arrived, self.changed, deadline, expiring)
 
     async def _pop(
         self,
@@ -348,8 +350,7 @@ class Consumption:
         f.phy, f.size = units[0].phy_offset, units[0].size
 
     async def records(self, flights: list[Flight]) -> list[commitlog.Record]:
-        raws = await self.appender.read_many([f.phy for f in flights])
-        return [commitlog.decode(raw, 0, check_crc=False) for raw in raws]
+        return await self.reads.records(flights)
 
     async def _read(
         self,
@@ -495,4 +496,5 @@ class Consumption:
     async def close(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
+        await self.arrivals.close()
         self.flush()
