@@ -14,7 +14,7 @@ from rmqstore.times import now_ms
 from services.proxy.queue_files import QueueFiles
 
 log = logging.getLogger(__name__)
-POLL_S = 0.002  # how often a topic with waiting receives is looked at
+POLL_S = 0.005  # how often a topic with waiting receives is looked at (one pread a queue)
 RECHECK_S = 0.1  # a waiting receive looks again at least this often, woken or not
 
 
@@ -81,9 +81,8 @@ class Arrivals:
         grew = False
         for q in range(queues):
             end = self._ends.get((topic, q), 0)
-            units = self.queues.read(topic, q, end, 64)
-            if units:
-                self._ends[(topic, q)] = units[-1].queue_offset + 1
+            if self.queues.written(topic, q, end):
+                self._ends[(topic, q)] = self.queues.max_offset(topic, q)
                 grew = True
         return grew
 

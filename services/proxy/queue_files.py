@@ -89,6 +89,27 @@ class QueueFiles:
             want += len(arr) * cq.UNIT_SIZE
         return out
 
+    def written(self, topic: str, queue: int, offset: int) -> bool:
+        """Whether the unit at ``offset`` is written: one ``pread``, for long polling's
+        frequent looks (the segment list is read again only past its last segment)."""
+        at = offset * cq.UNIT_SIZE
+        for fresh in (False, True):
+            for start, path in reversed(self._list(topic, queue, fresh)):
+                if start > at:
+                    continue
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:  # removed by retention
+                    return False
+                try:
+                    unit = os.pread(fd, cq.UNIT_SIZE, at - start)
+                finally:
+                    os.close(fd)
+                if len(unit) == cq.UNIT_SIZE:
+                    return cq.is_valid(cq.decode(unit))
+                break  # past this segment's end: a newer segment, if any, holds it
+        return False
+
     def min_offset(self, topic: str, queue: int) -> int:
         segs = self._list(topic, queue, fresh=True)
         return segs[0][0] // cq.UNIT_SIZE if segs else 0
