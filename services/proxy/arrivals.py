@@ -64,8 +64,9 @@ class Arrivals:
 
     async def _watch(self, topic: str, queues: int) -> None:
         try:
-            for q in range(queues):
-                self._ends[(topic, q)] = self.queues.max_offset(topic, q)
+            for q in range(queues):  # an end seen by an earlier watcher is kept: if it is
+                if (topic, q) not in self._ends:  # behind, the first look wakes (harmless)
+                    self._ends[(topic, q)] = self.queues.max_offset(topic, q)
             while self._waiting.get(topic, 0) > 0:
                 await asyncio.sleep(POLL_S)
                 if self._grew(topic, queues):
