@@ -6,7 +6,7 @@ messages and stores nothing (``benchmarks.noop_consume``), in the same run.
   ack each message: proxy rate / no-op rate;
 * our own load generator (``benchmarks.consume_load``): one process of eight receivers,
   batches of 32, one AckMessage per batch (with the generator's own CPU per message);
-* end-to-end latency, send → received by two long-polling consumers, at half the lower
+* end-to-end latency, send → received by four long-polling consumers, at half the lower
   rate the generator reached through the proxy in this run, and at a light 500 msgs/s
   (p50, p99 of the messages sent after the first second);
 * the proxy's (or the no-op's) own CPU per message (from /proc, over the run; in the
@@ -36,7 +36,7 @@ BODY = 1024
 QUEUES = 8
 PROCS, RECEIVERS = 1, 8  # the generator's processes and receivers in each: one process
 # costs ~80 µs of CPU a message on this 2-core VM, two ~110 (measured against the no-op)
-LATENCY_CONSUMERS = 2
+LATENCY_CONSUMERS = 4  # 2 fall behind at ~3,000 msgs/s (p50 0.6 s against 24 ms, 09:14)
 LOW_RATE = 500  # msgs/s: latency when the machine is far from saturated
 
 

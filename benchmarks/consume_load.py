@@ -7,7 +7,7 @@ prints ``{"start", "end", "received", "refused"}``.
 
 ``python -m benchmarks.consume_load latency TARGET GROUP TOPIC RATE SECONDS [CONSUMERS]`` —
 sends RATE messages/s (1 KiB, the send time in the body) for SECONDS while CONSUMERS
-(default 2) long-polling receivers ack them; prints the send → receive latency percentiles
+(default 4) long-polling receivers ack them; prints the send → receive latency percentiles
 (ms) of the messages sent after the first ``WARM_UP_S``.
 
 Both run on one asyncio channel per process. Measured against ``noop_consume`` (2026-11-26):
@@ -84,7 +84,7 @@ async def rate(target: str, group: str, topic: str, count: int, consumers: int) 
 
 
 async def latency(target: str, group: str, topic: str, per_s: int, seconds: float,
-                  consumers: int = 2) -> dict:  # fmt: skip
+                  consumers: int = 4) -> dict:  # fmt: skip
     async with grpc.aio.insecure_channel(target, options=CHANNEL_OPTIONS) as channel:
         stub = service_pb2_grpc.MessagingServiceStub(channel)
         await stub.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=MD)
@@ -143,6 +143,7 @@ async def latency(target: str, group: str, topic: str, per_s: int, seconds: floa
             return samples[min(len(samples) - 1, int(p * len(samples)))] * 1000 if samples else 0.0
 
         return {"sent": sent, "received": len(samples) + len(warming), "rate": sent / seconds,
+                "cpu_s": time.process_time(),
                 "measured": len(samples),
                 "p50_ms": pct(0.50), "p99_ms": pct(0.99), "max_ms": pct(1.0)}  # fmt: skip
 
@@ -153,7 +154,7 @@ def main() -> int:
     if mode == "rate":
         result = asyncio.run(rate(target, group, topic, a, int(b)))
     else:
-        consumers = int(sys.argv[7]) if len(sys.argv) > 7 else 2
+        consumers = int(sys.argv[7]) if len(sys.argv) > 7 else 4
         result = asyncio.run(latency(target, group, topic, a, b, consumers))
     print(json.dumps(result), flush=True)
     return 0
