@@ -23,7 +23,6 @@ acknowledged or dead-lettered; one that expires comes back first, in place (atte
 """
 
 import asyncio
-import contextlib
 import heapq
 import itertools
 import logging
@@ -39,15 +38,16 @@ from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.times import now_ms
 from services.proxy import copies, deliver
 from services.proxy.appender import Appender
+from services.proxy.arrivals import Arrivals
 from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_files import QueueFiles
+from services.proxy.record_reads import RecordReads
 from services.proxy.redelivery import MOVING_MS, Entry, Redelivery
 from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
 MAX_BATCH = 32
-POLL_S = 0.005  # how often a waiting receive looks at the consume queues
 OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
 RETRY_HANDLE = "r"  # a receipt handle's first field when it names the retry topic
 
@@ -95,6 +95,7 @@ class Consumption(Redelivery):
         self.appender = appender
         self.files = ProgressFiles(store)
         self.queues = QueueFiles(store)
+        self.reads, self.arrivals = RecordReads(store, appender), Arrivals(self.queues)
         self.state, self.offsets = self.files.load()
         self.group_table = self.files.load_groups()
         self._expiry: dict[Key, list[tuple[int, int, int, int]]] = {}  # heap per (group, topic)
@@ -179,12 +180,13 @@ class Consumption(Redelivery):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(wait_s, 0.0)
         while True:
+            arrived = self.arrivals.event(topic.name)  # taken before the look: none missed
+            self.changed.clear()
             out = await self._pop(g, topic, filt, batch, invisible_ms, renew_for)
             if out or loop.time() >= deadline:
                 return out
-            self.changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.changed.wait(), min(POLL_S, deadline - loop.time()))
+            expiring = self._expiry.get((group, topic.name))  # woken by its next expiry too
+            await self.arrivals.wait(topic, arrived, self.changed, deadline, expiring)
 
     async def _pop(
         self,
@@ -354,8 +356,7 @@ class Consumption(Redelivery):
         f.phy, f.size = units[0].phy_offset, units[0].size
 
     async def records(self, flights: list[Flight]) -> list[commitlog.Record]:
-        raws = await self.appender.read_many([f.phy for f in flights])
-        return [commitlog.decode(raw, 0, check_crc=False) for raw in raws]
+        return await self.reads.records(flights)
 
     async def _read(
         self,
@@ -487,4 +488,5 @@ class Consumption(Redelivery):
     async def close(self) -> None:
         if self._flusher is not None:
             self._flusher.cancel()
+        await self.arrivals.close()
         self.flush()

@@ -21,6 +21,7 @@ MIN_INVISIBLE_MS = 0
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 DEADLINE_MARGIN_S = 0.5  # answer this long before the client's deadline
 DEFAULT_POLL_S = 20.0
+OK_STATUS = status.ok()
 
 
 def duration_ms(d: Any) -> int:
@@ -136,24 +137,24 @@ class ConsumerRpcs:
             group = self._group(request.group)
         except BusinessError as e:
             return spb.AckMessageResponse(status=self._refused("AckMessage", e))
-        entries = []
+        reply = spb.AckMessageResponse()
+        add = reply.entries.add
+        codes = set()
+        topic = request.topic.name
         for entry in request.entries:
             try:
-                consumption.ack(group, request.topic.name, entry.receipt_handle)
-                st = status.ok()
+                consumption.ack(group, topic, entry.receipt_handle)
+                st = OK_STATUS
             except BusinessError as e:
                 st = self._refused("AckMessage", e)
-            entries.append(
-                spb.AckMessageResultEntry(
-                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
-                )
-            )
-        codes = {e.status.code for e in entries}
+            codes.add(st.code)
+            add(message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st)
         if len(codes) > 1:
             top = pb.Status(code=pb.MULTIPLE_RESULTS, message="entries had different results")
         else:
-            top = entries[0].status if entries else status.ok()
-        return spb.AckMessageResponse(status=top, entries=entries)
+            top = reply.entries[0].status if reply.entries else OK_STATUS
+        reply.status.CopyFrom(top)
+        return reply
 
     async def ChangeInvisibleDuration(self, request, context):  # noqa: N802
         try:

@@ -2,7 +2,7 @@
 has not consumed yet.
 
 A queue's segments are named by their first byte offset and preallocated, so the end of the
-data is the first invalid unit (``consume_queue.valid_count``). Reads are ``pread``s of a
+data is the first invalid unit (``consume_queue.is_valid``). Reads are ``pread``s of a
 few units; a queue's segment list is cached and refreshed when a read runs past it.
 """
 
@@ -89,15 +89,50 @@ class QueueFiles:
             want += len(arr) * cq.UNIT_SIZE
         return out
 
+    def written(self, topic: str, queue: int, offset: int) -> bool:
+        """Whether the unit at ``offset`` is written: one ``pread``, for long polling's
+        frequent looks (the segment list is read again only past its last segment)."""
+        at = offset * cq.UNIT_SIZE
+        for fresh in (False, True):
+            for start, path in reversed(self._list(topic, queue, fresh)):
+                if start > at:
+                    continue
+                try:
+                    fd = os.open(path, os.O_RDONLY)
+                except FileNotFoundError:  # removed by retention
+                    return False
+                try:
+                    unit = os.pread(fd, cq.UNIT_SIZE, at - start)
+                finally:
+                    os.close(fd)
+                if len(unit) == cq.UNIT_SIZE:
+                    return cq.is_valid(cq.decode(unit))
+                break  # past this segment's end: a newer segment, if any, holds it
+        return False
+
     def min_offset(self, topic: str, queue: int) -> int:
         segs = self._list(topic, queue, fresh=True)
         return segs[0][0] // cq.UNIT_SIZE if segs else 0
 
     def max_offset(self, topic: str, queue: int) -> int:
-        """One past the last unit (0 for a queue without files)."""
+        """One past the last unit (0 for a queue without files). The last segment's data
+        ends at its first invalid unit, found by a binary search of ``pread``s (the file is
+        preallocated: valid units, then zeros)."""
         segs = self._list(topic, queue, fresh=True)
         if not segs:
             return 0
         start, path = segs[-1]
-        data = path.read_bytes()
-        return (start + cq.valid_count(data) * cq.UNIT_SIZE) // cq.UNIT_SIZE
+        try:
+            with open(path, "rb") as f:
+                fd = f.fileno()
+                lo, hi = 0, os.fstat(fd).st_size // cq.UNIT_SIZE  # [0, lo) valid, [hi, ..) not
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    unit = os.pread(fd, cq.UNIT_SIZE, mid * cq.UNIT_SIZE)
+                    if len(unit) == cq.UNIT_SIZE and cq.is_valid(cq.decode(unit)):
+                        lo = mid + 1
+                    else:
+                        hi = mid
+        except FileNotFoundError:  # removed by retention meanwhile
+            return start // cq.UNIT_SIZE
+        return start // cq.UNIT_SIZE + lo

@@ -30,3 +30,20 @@ def test_reads_across_segments_and_sees_a_new_segment(tmp_path):
     _segment(tmp_path, 8, [(800, 50, 8)])  # started after the reader's last listing
     assert [u.queue_offset for u in files.read("T", 0, 5, 10)] == [5, 6, 7, 8]
     assert files.read("T", 1, 0, 10) == [] and files.max_offset("T", 1) == 0  # no such queue
+
+
+def test_max_offset_at_every_fill_of_the_last_segment(tmp_path):
+    files = QueueFiles(tmp_path)
+    _segment(tmp_path, 0, [(100 * i, 50, i) for i in range(4)])
+    for n in range(PER_FILE + 1):  # the last segment empty (just started) .. full
+        _segment(tmp_path, 4, [(100 * i, 50, i) for i in range(4, 4 + n)])
+        assert files.max_offset("T", 0) == 4 + n
+
+
+def test_written_looks_at_one_unit_in_whichever_segment_holds_it(tmp_path):
+    files = QueueFiles(tmp_path)
+    assert not files.written("T", 0, 0)  # no files
+    _segment(tmp_path, 0, [(100 * i, 50, i) for i in range(4)])
+    assert files.written("T", 0, 3) and not files.written("T", 0, 4)
+    _segment(tmp_path, 4, [(400, 50, 4)])  # started after the last listing
+    assert files.written("T", 0, 4) and not files.written("T", 0, 5)
