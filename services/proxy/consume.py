@@ -456,10 +456,15 @@ class Consumption(Redelivery):
     # durability ---------------------------------------------------------------------------
 
     def flush(self) -> None:
-        if not self.dirty:
-            return
-        self.dirty = False
-        self.files.save(self.state, self.offsets)
+        if self.dirty:
+            self.dirty = False
+            self.files.save(self.state, self.offsets)
+
+    async def _flush_aside(self) -> None:
+        """``flush`` with the files written in a thread: a fsync must not stall receives."""
+        if self.dirty:
+            self.dirty = False
+            await asyncio.to_thread(self.files.write, self.files.render(self.state, self.offsets))
 
     def start(self, report: Report | None = None) -> None:
         self._flusher = asyncio.ensure_future(self._flush_loop(report))
@@ -474,7 +479,7 @@ class Consumption(Redelivery):
             except Exception:  # the flushing must go on (a sweep is tried again next time)
                 log.exception("moving due messages to the retry topics failed")
             try:
-                self.flush()
+                await self._flush_aside()
             except OSError as e:
                 self.dirty = True
                 log.error("cannot write consumer progress: %s", e)

@@ -25,10 +25,13 @@ time is over) and originals copied to the retry topic after it are copied again 
 duplicate) — nothing below a persisted ``committed`` was unsettled, so nothing is lost.
 """
 
+import itertools
 import json
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from rmqstore import durable
 from rmqstore.formats import consumer_offsets, subscription_groups
@@ -83,11 +86,20 @@ class QueueProgress:
 Key = tuple[str, str]  # (group, topic)
 
 
+class Rendered(NamedTuple):
+    number: int  # renders are numbered in the order they were taken
+    inflight: bytes
+    offsets: bytes
+
+
 class ProgressFiles:
     """Reads and writes the files under ``<store>/config``."""
 
     def __init__(self, store: Path) -> None:
         self.dir = Path(store) / "config"
+        self._renders = itertools.count()
+        self._written = -1  # the newest render written: an older one is never written after
+        self._lock = threading.Lock()
 
     def _read(self, name: str) -> str:
         try:
@@ -135,6 +147,14 @@ class ProgressFiles:
     def save(
         self, state: dict[Key, dict[int, QueueProgress]], offsets: consumer_offsets.OffsetTable
     ) -> None:
+        self.write(self.render(state, offsets))
+
+    def render(
+        self, state: dict[Key, dict[int, QueueProgress]], offsets: consumer_offsets.OffsetTable
+    ) -> Rendered:
+        """The two files' contents for ``state``: taken on the event loop, while nothing
+        changes the state, and written by ``write`` (which may run in a thread: the fsyncs
+        are the slow part)."""
         inflight: dict[str, dict[str, dict]] = {}
         for (group, topic), queues in state.items():
             offsets.offsets[(topic, group)] = {q: p.committed for q, p in queues.items()}
@@ -150,10 +170,20 @@ class ProgressFiles:
                 for q, p in queues.items()
                 if p.next > p.committed
             }
-        # the in-flight file first: a crash between the two leaves offsets older than the
-        # in-flight state, which load() reconciles (never newer, which could skip messages)
-        durable.replace_file(
-            self.dir / INFLIGHT_FILE,
+        return Rendered(
+            next(self._renders),
             json.dumps({"version": 1, "groups": inflight}, separators=(",", ":")).encode(),
+            consumer_offsets.render(offsets).encode(),
         )
-        durable.replace_file(self.dir / OFFSETS_FILE, consumer_offsets.render(offsets).encode())
+
+    def write(self, rendered: "Rendered") -> None:
+        """Writes the files, unless a newer render was written already (one written in a
+        thread may finish after a later one written on the loop)."""
+        with self._lock:
+            if rendered.number < self._written:
+                return
+            # the in-flight file first: a crash between the two leaves offsets older than the
+            # in-flight state, which load() reconciles (never newer, which could skip messages)
+            durable.replace_file(self.dir / INFLIGHT_FILE, rendered.inflight)
+            durable.replace_file(self.dir / OFFSETS_FILE, rendered.offsets)
+            self._written = rendered.number

@@ -61,3 +61,16 @@ def test_tag_filters():
     f = TagFilter("a||b")
     assert f.matches("a") and f.matches("b") and not f.matches("c") and not f.matches("")
     assert f.maybe(java_hash("a")) and not f.maybe(java_hash("c"))
+
+
+def test_an_older_render_finishing_late_is_not_written_over_a_newer_one(tmp_path):
+    """The periodic flush writes in a thread; a flush on the loop (a reset, the stop) may
+    write a later state first: the older one must not replace it."""
+    files = ProgressFiles(tmp_path)
+    offsets = consumer_offsets.OffsetTable()
+    older = files.render({("g", "T"): {0: QueueProgress(3, 3)}}, offsets)
+    newer = files.render({("g", "T"): {0: QueueProgress(9, 9)}}, offsets)
+    files.write(newer)
+    files.write(older)
+    state, _ = files.load()
+    assert state[("g", "T")][0].committed == 9
