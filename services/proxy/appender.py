@@ -4,8 +4,10 @@ Each send waits on a future; one task per batch slot takes whatever has queued u
 ``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
 per batch than a call). At rest a send goes out at once; under load (a batch started less
 than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
-time and takes everything that came meanwhile, so the writer gets fewer, larger batches: the
-writer's and the proxy's cost is mostly per batch, not per message. A sender is pipelining
+time and takes everything that came meanwhile, and goes on waiting (in steps of
+``spacing_s``, at most ``linger_s`` in all) while such a sender's puts keep arriving, so the
+writer gets fewer, larger batches: the writer's and the proxy's cost is mostly per batch, not
+per message. A sender is pipelining
 while it has more than one put waiting here (``put``'s ``sender``: the client id); while
 none is, batches go out at once, as a synchronous sender (one send at a time) gains nothing
 from the wait but latency. The writer validates a whole batch before writing
@@ -113,15 +115,18 @@ class Appender:
     ``PutStream`` for puts when given; reads always go through ``channel``."""
 
     def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
-                 spacing_s: float = 0.001, put_socket: str = "") -> None:  # fmt: skip
+                 spacing_s: float = 0.001, put_socket: str = "", linger_s: float = 0.0
+                 ) -> None:  # fmt: skip
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
         self.put_socket = put_socket
         self.batch_max = batch_max
         self.spacing_s = spacing_s
+        self.linger_s = linger_s  # the longest a pipelining sender's batch waits
         self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
         self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
         self._pipelined = 0  # puts made while their sender had another one waiting
+        self._arrivals = 0  # such puts ever made
         self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
         self._streams: dict[int, Any] = {}  # slot -> its PutStream call
         self.batches = 0  # puts made (for tests and metrics)
@@ -135,6 +140,7 @@ class Appender:
         before = self._waiting.get(sender, 0)
         self._waiting[sender] = before + 1
         self._pipelined += before > 0
+        self._arrivals += before > 0
         self._queue.put_nowait((list(messages), future, size))
         try:
             return await future
@@ -162,12 +168,14 @@ class Appender:
         loop = asyncio.get_running_loop()
         while True:
             first = await self._queue.get()
-            wait = self._next_at - loop.time()
+            now = loop.time()
+            wait = self._next_at - now
             if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
                 self._next_at += self.spacing_s
                 await asyncio.sleep(wait)
+                await self._linger(now + self.linger_s)
             else:
-                self._next_at = loop.time() + self.spacing_s
+                self._next_at = now + self.spacing_s
             groups = [first]
             count, size = len(first[0]), first[2]
             while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
@@ -176,6 +184,24 @@ class Appender:
                 count += len(g[0])
                 size += g[2]
             await self._put(slot, groups)
+
+    async def _linger(self, until: float) -> None:
+        """Wait on in steps of ``spacing_s`` while puts of pipelining senders keep coming (at
+        most until loop time ``until``, or until a batch's worth waits): a sender with many
+        sends in flight (``send_async``) has them arrive one by one, and a larger batch costs
+        the writer and the proxy less per message; a sender whose sends all wait here already
+        gains nothing from more waiting, and its batch goes after one step."""
+        loop = asyncio.get_running_loop()
+        seen = self._arrivals
+        while self._pipelined and self._queue.qsize() < self.batch_max:
+            step = min(self.spacing_s, until - loop.time())
+            if step <= 0:
+                return
+            await asyncio.sleep(step)
+            if self._arrivals == seen:
+                return
+            seen = self._arrivals
+            self._next_at = max(self._next_at, loop.time() + self.spacing_s)
 
     async def _call(self, slot: int, requests: list[commitlog_pb2.PutBatchRequest]
                     ) -> list[commitlog_pb2.PutBatchResponse | BusinessError]:  # fmt: skip
