@@ -29,7 +29,7 @@ class ProxyConfig:
     # under load, writer batches start at most this often (see appender)
     batch_spacing_s: float = 0.001
     # while a pipelining sender's sends keep arriving, its batch waits up to this long
-    batch_linger_s: float = 0.008
+    batch_linger_s: float = 0.016
     access_key: str = ""  # with secret_key: every call must carry a valid signature
     secret_key: str = ""
     consume_from: str = "first"  # where a new consumer group starts: first or last message

@@ -124,3 +124,44 @@ def test_batches_wait_to_fill_only_for_a_sender_with_puts_overlapping_and_arrivi
     assert [s.queue_offset for [s] in lone] == [0, 1, 2]  # queue 0
     assert sorted(s.queue_offset for [s] in many) == list(range(20))  # queue 1
     assert sorted(s.queue_offset for [s] in burst) == list(range(21))  # queue 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_lone_put_ends_a_pipelining_senders_linger(tmp_path, slots):
+    """A pipelining sender whose puts keep coming would hold its batch for the whole 60 s
+    linger; a synchronous sender's put (or the proxy's own) arriving meanwhile ends it (one
+    slot), or goes in a batch of its own that does not linger (two)."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--put-socket", path)  # fmt: skip
+
+    async def run() -> tuple[list, list]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, 10_000, slots, 0.2, path, linger_s=60)
+        feeding, flow = True, []
+
+        async def feed() -> None:  # overlapping puts, two every 20 ms
+            while feeding:
+                flow.extend(asyncio.ensure_future(appender.put([_plain(1)], sender="async"))
+                            for _ in range(2))  # fmt: skip
+                await asyncio.sleep(0.02)
+
+        try:
+            await appender.put([_plain(1)], sender="async")  # a batch started just now
+            feeder = asyncio.ensure_future(feed())
+            await asyncio.sleep(0.5)  # its batches linger by now
+            lone = await asyncio.wait_for(appender.put([_plain(0)], sender="sync"), 30)
+            feeding = False
+            await feeder
+            return lone, await asyncio.wait_for(asyncio.gather(*flow), 30)
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        lone, flow = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert [s.queue_offset for s in lone] == [0]
+    assert sorted(s.queue_offset for [s] in flow) == list(range(1, len(flow) + 1))
