@@ -55,6 +55,7 @@ Record = common_pb2.Message | Plain
 Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their bytes
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
 PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
+LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
 
 
 class Stored(NamedTuple):
@@ -115,13 +116,15 @@ class Appender:
     ``PutStream`` for puts when given; reads always go through ``channel``."""
 
     def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
-                 spacing_s: float = 0.001, put_socket: str = "", linger_s: float = 0.0
-                 ) -> None:  # fmt: skip
+                 spacing_s: float = 0.001, put_socket: str = "", linger_s: float = 0.0,
+                 linger_below: int = LINGER_BELOW) -> None:  # fmt: skip
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
         self.put_socket = put_socket
         self.batch_max = batch_max
         self.spacing_s = spacing_s
         self.linger_s = linger_s  # the longest a pipelining sender's batch waits
+        self.linger_below = linger_below  # ... while fewer messages than this wait
+        self._queued = 0  # messages in the queue
         self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
         self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
@@ -153,6 +156,7 @@ class Appender:
             self._arrivals += 1
         else:
             self._lone.add(future)
+        self._queued += len(messages)
         self._queue.put_nowait((list(messages), future, size))
         try:
             return await future
@@ -180,6 +184,7 @@ class Appender:
         loop = asyncio.get_running_loop()
         while True:
             first = await self._queue.get()
+            self._queued -= len(first[0])
             lone = bool(self._lone) and first[1] in self._lone
             self._lone.discard(first[1])
             now = loop.time()
@@ -196,6 +201,7 @@ class Appender:
             while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
                 g = self._queue.get_nowait()
                 self._lone.discard(g[1])
+                self._queued -= len(g[0])
                 groups.append(g)
                 count += len(g[0])
                 size += g[2]
@@ -203,7 +209,9 @@ class Appender:
 
     async def _linger(self, until: float) -> None:
         """Wait on in steps of ``spacing_s`` while puts of pipelining senders keep coming (at
-        most until loop time ``until``, or until a batch's worth waits): a sender with many
+        most until loop time ``until``, and while fewer than ``linger_below`` messages wait:
+        the cost per message hardly falls beyond, and a sender with a few large requests in
+        flight, all of them here soon, would be held to that many per wait): a sender with many
         sends in flight (``send_async``) has them arrive one by one, and a larger batch costs
         the writer and the proxy less per message; a sender whose sends all wait here already
         gains nothing from more waiting, and its batch goes after one step. Any other put (a
@@ -211,7 +219,7 @@ class Appender:
         latency."""
         loop = asyncio.get_running_loop()
         seen = self._arrivals
-        while self._pipelined and self._queue.qsize() < self.batch_max:
+        while self._pipelined and self._queued < self.linger_below:
             step = min(self.spacing_s, until - loop.time())
             if step <= 0:
                 return

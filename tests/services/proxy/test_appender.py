@@ -138,7 +138,7 @@ def test_a_lone_put_ends_a_pipelining_senders_linger(tmp_path, slots):
 
     async def run() -> tuple[list, list]:
         channel = grpc.aio.insecure_channel(writer.address)
-        appender = Appender(channel, 10_000, slots, 0.2, path, linger_s=60)
+        appender = Appender(channel, 10_000, slots, 0.2, path, 60, 10_000)
         feeding, flow = True, []
 
         async def feed() -> None:  # overlapping puts, two every 20 ms
