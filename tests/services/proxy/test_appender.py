@@ -165,3 +165,41 @@ def test_a_lone_put_ends_a_pipelining_senders_linger(tmp_path, slots):
         writer.stop()
     assert [s.queue_offset for s in lone] == [0]
     assert sorted(s.queue_offset for [s] in flow) == list(range(1, len(flow) + 1))
+
+
+@pytest.mark.integration
+def test_a_batch_stops_lingering_once_enough_messages_wait(tmp_path):
+    """A sender of large requests that keep coming would hold its batch for the whole 60 s
+    linger; once LINGER_BELOW messages wait, the batch goes."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--put-socket", path)  # fmt: skip
+
+    async def run() -> list:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, 10_000, 1, 0.2, path, 60)
+        feeding, flow = True, []
+
+        async def feed() -> None:  # overlapping requests of 20 messages, two every 20 ms
+            while feeding:
+                flow.extend(asyncio.ensure_future(appender.put([_plain(1)] * 20, sender="gen"))
+                            for _ in range(2))  # fmt: skip
+                await asyncio.sleep(0.02)
+
+        try:
+            await appender.put([_plain(1)], sender="gen")  # a batch started just now
+            feeder = asyncio.ensure_future(feed())
+            await asyncio.sleep(0.5)  # its batches linger by now
+            first = await asyncio.wait_for(asyncio.shield(flow[-1]), 30)
+            feeding = False
+            await feeder
+            return [first, *await asyncio.wait_for(asyncio.gather(*flow), 30)]
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        flow = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert all(len(stored) == 20 for stored in flow)
