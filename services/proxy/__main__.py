@@ -43,6 +43,11 @@ def main(argv: list[str] | None = None) -> int:
         help="under load, writer batches start at most this often, so they fill up "
         "(default: %(default)s)",
     )  # fmt: skip
+    p.add_argument(
+        "--batch-linger-ms", type=float, default=ProxyConfig.batch_linger_s * 1000,
+        help="while a pipelining sender's sends keep arriving, its writer batch waits up to "
+        "this long to fill up (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument("--batches-in-flight", type=int, default=ProxyConfig.batches_in_flight,
                    help="writer batches put at once (default: %(default)s)")
     p.add_argument("--log-level", default="INFO")
@@ -69,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             group_retry_max_times=args.group_retry_max_times,
             fifo_groups=tuple(args.fifo_groups),
             batch_spacing_s=args.batch_spacing_ms / 1000,
+            batch_linger_s=args.batch_linger_ms / 1000,
             batches_in_flight=args.batches_in_flight,
         )
     except (ValueError, OSError) as e:
@@ -84,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         channel = tls.aio_client_channel(config.writer, args)
         appender = Appender(
             channel, config.batch_max, config.batches_in_flight, config.batch_spacing_s,
-            args.commitlog_socket,
+            args.commitlog_socket, config.batch_linger_s,
         )  # fmt: skip
         servicer = MessagingServicer(
             config, TopicBook(channel, config.auto_create_topics), appender,

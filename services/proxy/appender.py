@@ -4,14 +4,15 @@ Each send waits on a future; one task per batch slot takes whatever has queued u
 ``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
 per batch than a call). At rest a send goes out at once; under load (a batch started less
 than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
-time and takes everything that came meanwhile, so the writer gets fewer, larger batches: the
-writer's and the proxy's cost is mostly per batch, not per message. A sender is pipelining
-while it has more than one put waiting here (``put``'s ``sender``: the client id); while
-none is, batches go out at once, as a synchronous sender (one send at a time) gains nothing
-from the wait but latency. The writer validates a whole batch before writing
-any of it: when it refuses one, every message of that batch is retried alone, so only the
-bad one fails. Messages that must be stored together (a commit and its op record) are one
-group.
+time and takes everything that came meanwhile, and goes on waiting (in steps of
+``spacing_s``, at most ``linger_s`` in all) while such a sender's puts keep arriving and no
+other put comes, so the writer gets fewer, larger batches: the writer's and the proxy's cost
+is mostly per batch, not per message. A sender is pipelining while it has more than one put
+waiting here (``put``'s ``sender``: the client id); while none is, batches go out at once,
+as a synchronous sender (one send at a time) gains nothing from the wait but latency. The
+writer validates a whole batch before writing any of it: when it refuses one, every message
+of that batch is retried alone, so only the bad one fails. Messages that must be stored
+together (a commit and its op record) are one group.
 
 A batch goes out as one request per kind of group: groups of ``Plain`` messages of one topic
 from one peer become a ``MessageColumns`` request each (no protobuf object per message on
@@ -53,6 +54,8 @@ class Plain(NamedTuple):
 Record = common_pb2.Message | Plain
 Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their bytes
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
+PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
+LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
 
 
 class Stored(NamedTuple):
@@ -113,15 +116,22 @@ class Appender:
     ``PutStream`` for puts when given; reads always go through ``channel``."""
 
     def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
-                 spacing_s: float = 0.001, put_socket: str = "") -> None:  # fmt: skip
+                 spacing_s: float = 0.001, put_socket: str = "", linger_s: float = 0.0,
+                 linger_below: int = LINGER_BELOW) -> None:  # fmt: skip
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
         self.put_socket = put_socket
         self.batch_max = batch_max
         self.spacing_s = spacing_s
+        self.linger_s = linger_s  # the longest a pipelining sender's batch waits
+        self.linger_below = linger_below  # ... while fewer messages than this wait
+        self._queued = 0  # messages in the queue
         self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
         self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
         self._pipelined = 0  # puts made while their sender had another one waiting
+        self._arrivals = 0  # puts ever made by a pipeliner (see below)
+        self._pipeliners: dict[str, float] = {}  # sender -> when it last had puts overlap
+        self._lone: set[asyncio.Future] = set()  # queued puts of other senders
         self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
         self._streams: dict[int, Any] = {}  # slot -> its PutStream call
         self.batches = 0  # puts made (for tests and metrics)
@@ -130,11 +140,23 @@ class Appender:
     async def put(self, messages: Sequence[Record], *, sender: str = "") -> list[Stored]:
         """Store ``messages`` (all or none of them); their results in order. ``sender``: who
         asks (puts of one sender that overlap make batches wait to fill up; see above)."""
-        future = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
         size = sum(len(r.body) if isinstance(r, Plain) else r.ByteSize() for r in messages)
         before = self._waiting.get(sender, 0)
         self._waiting[sender] = before + 1
         self._pipelined += before > 0
+        now = loop.time()
+        if before and sender:
+            if len(self._pipeliners) > 10_000:
+                self._pipeliners.clear()
+            self._pipeliners[sender] = now
+        last = self._pipeliners.get(sender)
+        if last is not None and now - last < PIPELINER_S:
+            self._arrivals += 1
+        else:
+            self._lone.add(future)
+        self._queued += len(messages)
         self._queue.put_nowait((list(messages), future, size))
         try:
             return await future
@@ -162,20 +184,50 @@ class Appender:
         loop = asyncio.get_running_loop()
         while True:
             first = await self._queue.get()
-            wait = self._next_at - loop.time()
+            self._queued -= len(first[0])
+            lone = bool(self._lone) and first[1] in self._lone
+            self._lone.discard(first[1])
+            now = loop.time()
+            wait = self._next_at - now
             if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
                 self._next_at += self.spacing_s
                 await asyncio.sleep(wait)
+                if not lone:
+                    await self._linger(now + self.linger_s)
             else:
-                self._next_at = loop.time() + self.spacing_s
+                self._next_at = now + self.spacing_s
             groups = [first]
             count, size = len(first[0]), first[2]
             while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
                 g = self._queue.get_nowait()
+                self._lone.discard(g[1])
+                self._queued -= len(g[0])
                 groups.append(g)
                 count += len(g[0])
                 size += g[2]
             await self._put(slot, groups)
+
+    async def _linger(self, until: float) -> None:
+        """Wait on in steps of ``spacing_s`` while puts of pipelining senders keep coming (at
+        most until loop time ``until``, and while fewer than ``linger_below`` messages wait:
+        the cost per message hardly falls beyond, and a sender with a few large requests in
+        flight, all of them here soon, would be held to that many per wait): a sender with many
+        sends in flight (``send_async``) has them arrive one by one, and a larger batch costs
+        the writer and the proxy less per message; a sender whose sends all wait here already
+        gains nothing from more waiting, and its batch goes after one step. Any other put (a
+        synchronous sender's, the proxy's own) ends the wait: it would only add to its
+        latency."""
+        loop = asyncio.get_running_loop()
+        seen = self._arrivals
+        while self._pipelined and self._queued < self.linger_below:
+            step = min(self.spacing_s, until - loop.time())
+            if step <= 0:
+                return
+            await asyncio.sleep(step)
+            if self._arrivals == seen or self._lone:
+                return
+            seen = self._arrivals
+            self._next_at = max(self._next_at, loop.time() + self.spacing_s)
 
     async def _call(self, slot: int, requests: list[commitlog_pb2.PutBatchRequest]
                     ) -> list[commitlog_pb2.PutBatchResponse | BusinessError]:  # fmt: skip

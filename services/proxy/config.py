@@ -28,6 +28,8 @@ class ProxyConfig:
     batches_in_flight: int = 2
     # under load, writer batches start at most this often (see appender)
     batch_spacing_s: float = 0.001
+    # while a pipelining sender's sends keep arriving, its batch waits up to this long
+    batch_linger_s: float = 0.016
     access_key: str = ""  # with secret_key: every call must carry a valid signature
     secret_key: str = ""
     consume_from: str = "first"  # where a new consumer group starts: first or last message
@@ -55,6 +57,8 @@ class ProxyConfig:
             raise ValueError("--batches-in-flight must be at least 1")
         if not 0 <= self.batch_spacing_s <= 1:
             raise ValueError("--batch-spacing-ms must be between 0 and 1000")
+        if not 0 <= self.batch_linger_s <= 1:
+            raise ValueError("--batch-linger-ms must be between 0 and 1000")
 
     def check_delay_s(self, checks_done: int) -> float:
         """Wait before the next check, after ``checks_done`` checks (>= 1): back-off."""

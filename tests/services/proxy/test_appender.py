@@ -89,7 +89,7 @@ def test_puts_over_the_stream_or_the_put_socket_and_a_gone_writer_is_an_error(tm
 
 
 @pytest.mark.integration
-def test_batches_wait_to_fill_only_for_a_sender_with_puts_overlapping(tmp_path):
+def test_batches_wait_to_fill_only_for_a_sender_with_puts_overlapping_and_arriving(tmp_path):
     """With a 60 s batch spacing a synchronous sender (one put at a time) would wait it out
     on every put after the first if batches lingered for it; a pipelining sender's
     overlapping puts are stored as ever."""
@@ -97,23 +97,109 @@ def test_batches_wait_to_fill_only_for_a_sender_with_puts_overlapping(tmp_path):
     writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
                          "127.0.0.1:0", "--put-socket", path)  # fmt: skip
 
-    async def run() -> tuple[list, list]:
+    async def run() -> tuple[list, list, list]:
         channel = grpc.aio.insecure_channel(writer.address)
         slow, quick = (Appender(channel, spacing_s=s, put_socket=path) for s in (60, 0.01))
+        # lingers (in 0.2 s steps) only while more puts come: a burst that all waits already
+        # goes after one step, not after the 60 s
+        lingering = Appender(channel, spacing_s=0.2, linger_s=60, put_socket=path)
         try:
             lone = [await asyncio.wait_for(slow.put([_plain(0)], sender="sync"), 30)
                     for _ in range(3)]  # fmt: skip
             many = await asyncio.wait_for(asyncio.gather(
                 *(quick.put([_plain(1)], sender="async") for _ in range(20))), 30)  # fmt: skip
-            return lone, many
+            burst = [await asyncio.wait_for(lingering.put([_plain(2)], sender="a"), 30)]
+            burst += await asyncio.wait_for(asyncio.gather(
+                *(lingering.put([_plain(2)], sender="a") for _ in range(20))), 30)  # fmt: skip
+            return lone, many, burst
         finally:
-            await slow.close()
-            await quick.close()
+            for a in (slow, quick, lingering):
+                await a.close()
             await channel.close()
 
     try:
-        lone, many = asyncio.run(run())
+        lone, many, burst = asyncio.run(run())
     finally:
         writer.stop()
     assert [s.queue_offset for [s] in lone] == [0, 1, 2]  # queue 0
     assert sorted(s.queue_offset for [s] in many) == list(range(20))  # queue 1
+    assert sorted(s.queue_offset for [s] in burst) == list(range(21))  # queue 2
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("slots", [1, 2])
+def test_a_lone_put_ends_a_pipelining_senders_linger(tmp_path, slots):
+    """A pipelining sender whose puts keep coming would hold its batch for the whole 60 s
+    linger; a synchronous sender's put (or the proxy's own) arriving meanwhile ends it (one
+    slot), or goes in a batch of its own that does not linger (two)."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--put-socket", path)  # fmt: skip
+
+    async def run() -> tuple[list, list]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, 10_000, slots, 0.2, path, 60, 10_000)
+        feeding, flow = True, []
+
+        async def feed() -> None:  # overlapping puts, two every 20 ms
+            while feeding:
+                flow.extend(asyncio.ensure_future(appender.put([_plain(1)], sender="async"))
+                            for _ in range(2))  # fmt: skip
+                await asyncio.sleep(0.02)
+
+        try:
+            await appender.put([_plain(1)], sender="async")  # a batch started just now
+            feeder = asyncio.ensure_future(feed())
+            await asyncio.sleep(0.5)  # its batches linger by now
+            lone = await asyncio.wait_for(appender.put([_plain(0)], sender="sync"), 30)
+            feeding = False
+            await feeder
+            return lone, await asyncio.wait_for(asyncio.gather(*flow), 30)
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        lone, flow = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert [s.queue_offset for s in lone] == [0]
+    assert sorted(s.queue_offset for [s] in flow) == list(range(1, len(flow) + 1))
+
+
+@pytest.mark.integration
+def test_a_batch_stops_lingering_once_enough_messages_wait(tmp_path):
+    """A sender of large requests that keep coming would hold its batch for the whole 60 s
+    linger; once LINGER_BELOW messages wait, the batch goes."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--put-socket", path)  # fmt: skip
+
+    async def run() -> list:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, 10_000, 1, 0.2, path, 60)
+        feeding, flow = True, []
+
+        async def feed() -> None:  # overlapping requests of 20 messages, two every 20 ms
+            while feeding:
+                flow.extend(asyncio.ensure_future(appender.put([_plain(1)] * 20, sender="gen"))
+                            for _ in range(2))  # fmt: skip
+                await asyncio.sleep(0.02)
+
+        try:
+            await appender.put([_plain(1)], sender="gen")  # a batch started just now
+            feeder = asyncio.ensure_future(feed())
+            await asyncio.sleep(0.5)  # its batches linger by now
+            first = await asyncio.wait_for(asyncio.shield(flow[-1]), 30)
+            feeding = False
+            await feeder
+            return [first, *await asyncio.wait_for(asyncio.gather(*flow), 30)]
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        flow = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert all(len(stored) == 20 for stored in flow)
