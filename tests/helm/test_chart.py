@@ -66,8 +66,9 @@ def test_lint_is_clean(values: dict) -> None:
         {"commitlog": {"grpcPort": 70000}},
         {"persistance": {"enabled": True}},
         {"query": {"enabled": "yes"}},
+        {"proxy": {"maxDelay": "3 days"}},
     ],
-    ids=["bad-flush", "port-out-of-range", "misspelt-key", "enabled-not-bool"],
+    ids=["bad-flush", "port-out-of-range", "misspelt-key", "enabled-not-bool", "bad-delay"],
 )
 def test_lint_refuses_bad_values(values: dict) -> None:
     report = _lint(values)
@@ -452,5 +453,6 @@ def test_consumer_group_settings_reach_the_proxy() -> None:
     proxy = _containers(render(values))["proxy"]
     assert _arg(proxy, "--consume-from") == "last"
     assert _arg(proxy, "--group-retry-max-times") == "3"
+    assert _arg(proxy, "--max-delay") == "3d"  # RocketMQ 5's timerMaxDelaySec by default
     args = proxy["args"]
     assert [args[i + 1] for i, a in enumerate(args) if a == "--fifo-group"] == ["a", "b"]
