@@ -145,8 +145,10 @@ class TopicsServicer(topics_pb2_grpc.TopicsServicer):
 
     @grpc_errors
     async def GetTopic(self, request, context):  # noqa: N802
-        return to_proto(self.store.get(request.name))
+        # off the loop: a topic in use but not listed yet is written to the file first
+        return to_proto(await self.run_blocking(self.store.get, request.name))
 
     @grpc_errors
     async def ListTopics(self, request, context):  # noqa: N802
-        return topics_pb2.TopicList(topics=[to_proto(t) for t in self.store.list()])
+        topics = await self.run_blocking(self.store.list)
+        return topics_pb2.TopicList(topics=[to_proto(t) for t in topics])
