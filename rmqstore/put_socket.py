@@ -2,9 +2,13 @@
 the writer's machine (the proxy, when ``rmqstore serve`` runs both).
 
 A gRPC-aio stream costs each side ~150 µs of CPU per request and reply on this project's
-machines, most of a one-message put; this framing costs ~20. Same messages, same order,
-same answers as ``PutStream``: each request is a ``PutBatchRequest``, each answer the
-``PutStreamReply`` gRPC would have sent, in request order. A frame:
+machines, most of a one-message put. Here both sides are plain asyncio protocols: a request
+is parsed, appended and answered in the callback that received its bytes, with no task,
+queue or wake-up in between (under async flush; under sync flush the answer waits for its
+group commit, and the requests behind it are appended meanwhile, so they share it). Same
+messages, same order, same answers as ``PutStream``: each request is a
+``PutBatchRequest``, each answer the ``PutStreamReply`` gRPC would have sent, in request
+order. A frame:
 
 ┌─────────────────────────┬──────────────────────────────────────────┐
 │ length (uint32, BE)     │ the serialized message (length bytes)    │
@@ -12,16 +16,21 @@ same answers as ``PutStream``: each request is a ``PutBatchRequest``, each answe
 
 A refused request is answered with its status and the connection goes on; a connection
 the writer cannot serve at all (too many streams, bytes that do not parse, a frame over
-``MAX_MESSAGE_BYTES``) gets one reply with the status, then is closed. The socket file is
-made readable and writable by its owner only: whoever can open it can put.
+``MAX_MESSAGE_BYTES``) gets the answers to the requests before, then one reply with the
+status, then is closed. The socket file is made readable and writable by its owner only:
+whoever can open it can put.
 """
 
 import asyncio
 import contextlib
+import inspect
+import logging
 import os
 import stat
 import struct
-from collections.abc import AsyncIterator, Callable
+from collections import deque
+from collections.abc import Awaitable
+from typing import Protocol
 
 import grpc
 
@@ -30,12 +39,18 @@ from rmqstore.server import MAX_MESSAGE_BYTES, UNDECODABLE, status_code
 from rmqstore.v1 import commitlog_pb2
 
 HEADER = struct.Struct(">I")  # the message's length
-Replies = Callable[[AsyncIterator[commitlog_pb2.PutBatchRequest]],
-                   AsyncIterator[commitlog_pb2.PutStreamReply]]  # fmt: skip
+AHEAD = 16  # requests appended while earlier answers still wait (sync flush), at most
+log = logging.getLogger(__name__)
+Answer = commitlog_pb2.PutStreamReply | Awaitable[commitlog_pb2.PutStreamReply]
 
 
 class FrameError(Exception):
-    """A frame that cannot be taken (too long, or a message that does not parse)."""
+    """A frame that cannot be taken (too long, or a message that does not parse); ``before``:
+    the whole frames that came ahead of it."""
+
+    def __init__(self, message: str, before: list[bytes] | None = None) -> None:
+        super().__init__(message)
+        self.before = before or []
 
 
 def frame(payload: bytes) -> bytes:
@@ -43,88 +58,274 @@ def frame(payload: bytes) -> bytes:
     return HEADER.pack(len(payload)) + payload
 
 
-async def read_frame(reader: asyncio.StreamReader) -> bytes | None:
-    """The next frame's message bytes; None at a clean end of the stream (between frames)."""
-    try:
-        head = await reader.readexactly(HEADER.size)
-    except asyncio.IncompleteReadError as e:
-        if e.partial:
-            raise
-        return None
-    (size,) = HEADER.unpack(head)
-    if size > MAX_MESSAGE_BYTES:
-        raise FrameError(f"a frame of {size} bytes is over the {MAX_MESSAGE_BYTES}-byte limit")
-    return await reader.readexactly(size)
+class Frames:
+    """Cuts a byte stream into frames: ``feed`` takes bytes as they come and returns the
+    messages of the frames they complete."""
+
+    def __init__(self) -> None:
+        self._buf = bytearray()
+
+    def feed(self, data: bytes) -> list[bytes]:
+        """The messages completed by ``data``; FrameError for a frame over the limit (no
+        frame comes after it)."""
+        buf = self._buf
+        if not buf and len(data) >= HEADER.size:  # as nearly always: whole frames at once
+            (size,) = HEADER.unpack_from(data)
+            if len(data) == HEADER.size + size and size <= MAX_MESSAGE_BYTES:
+                return [data[HEADER.size :]]
+        buf += data
+        out, at = [], 0
+        while len(buf) - at >= HEADER.size:
+            (size,) = HEADER.unpack_from(buf, at)
+            if size > MAX_MESSAGE_BYTES:
+                raise FrameError(
+                    f"a frame of {size} bytes is over the {MAX_MESSAGE_BYTES}-byte limit", out
+                )
+            if len(buf) - at - HEADER.size < size:
+                break
+            out.append(bytes(buf[at + HEADER.size : at + HEADER.size + size]))
+            at += HEADER.size + size
+        del buf[:at]
+        return out
+
+    @property
+    def partial(self) -> bool:
+        """Whether bytes of an unfinished frame are held."""
+        return bool(self._buf)
 
 
-class PutConnection:
-    """The client side: ``write`` requests, ``read`` their replies in order (None when the
+class Puts(Protocol):
+    """What the socket serves: the writer's puts."""
+
+    def open_put_stream(self) -> None:
+        """Count a new stream in; a StoreError when no more may open."""
+
+    def close_put_stream(self) -> None:
+        """Count a stream out."""
+
+    def answer_put(self, request: commitlog_pb2.PutBatchRequest) -> "Answer":
+        """Append ``request``: its reply, or something to await for it; a StoreError raised
+        or awaited refuses this request only."""
+
+
+class PutConnection(asyncio.Protocol):
+    """The client side: ``write`` requests, ``read`` their replies in order (None once the
     writer closed the connection), ``cancel`` to drop it."""
 
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._reader = reader
-        self._writer = writer
+    def __init__(self) -> None:
+        self._transport: asyncio.Transport | None = None
+        self._frames = Frames()
+        self._replies: deque[bytes] = deque()
+        self._waiter: asyncio.Future[None] | None = None  # a read waiting for a reply
+        self._writable: asyncio.Future[None] | None = None  # set while writing is paused
+        self._closed = False
 
     @classmethod
     async def open(cls, path: str) -> "PutConnection":
-        reader, writer = await asyncio.open_unix_connection(path, limit=1 << 20)
-        return cls(reader, writer)
+        _transport, conn = await asyncio.get_running_loop().create_unix_connection(cls, path)
+        return conn
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self._transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._replies.extend(self._frames.feed(data))
+        except FrameError:
+            self.cancel()
+        self._wake()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._closed = True
+        self._wake()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+        self._writable = None
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
 
     async def write(self, request: commitlog_pb2.PutBatchRequest) -> None:
-        self._writer.write(frame(request.SerializeToString()))
-        await self._writer.drain()
+        if self._closed or self._transport is None:
+            raise ConnectionResetError("the writer closed the put socket")
+        self._transport.write(frame(request.SerializeToString()))
+        if self._writable is not None:
+            await self._writable
 
     async def read(self) -> commitlog_pb2.PutStreamReply | None:
-        try:
-            data = await read_frame(self._reader)
-        except (asyncio.IncompleteReadError, FrameError, OSError):
-            return None
-        return None if data is None else commitlog_pb2.PutStreamReply.FromString(data)
+        while not self._replies:
+            if self._closed:
+                return None
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return commitlog_pb2.PutStreamReply.FromString(self._replies.popleft())
 
     def cancel(self) -> None:
-        self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
+
+
+def _reply_bytes(reply: commitlog_pb2.PutStreamReply) -> bytes:
+    return frame(reply.SerializeToString())
 
 
 def _refusal(code: grpc.StatusCode, message: str) -> bytes:
-    return frame(commitlog_pb2.PutStreamReply(status_code=code.value[0], error=message)
-                 .SerializeToString())  # fmt: skip
+    return _reply_bytes(commitlog_pb2.PutStreamReply(status_code=code.value[0], error=message))
 
 
-async def _serve_one(replies: Replies, reader: asyncio.StreamReader,
-                     writer: asyncio.StreamWriter) -> None:  # fmt: skip
-    async def requests() -> AsyncIterator[commitlog_pb2.PutBatchRequest]:
-        while (data := await read_frame(reader)) is not None:
+class _Served(asyncio.Protocol):
+    """One connection on the writer's side. Answers go out in request order: an answer that
+    is ready with nothing before it still waiting is written at once; otherwise it joins
+    ``_pending``, which one task writes out in order."""
+
+    def __init__(self, puts: Puts) -> None:
+        self._puts = puts
+        self._frames = Frames()
+        self._transport: asyncio.Transport | None = None
+        self._pending: deque[bytes | Awaitable[commitlog_pb2.PutStreamReply]] = deque()
+        self._writing: asyncio.Task | None = None  # writes ``_pending`` out
+        self._counted = False  # counted in as a put stream
+        self._ending = False  # no more requests are taken; closed once answers are out
+        self._paused = 0  # reasons reading is paused: the socket's buffer, answers waiting
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        self._transport = transport
+        try:
+            self._puts.open_put_stream()
+        except StoreError as e:
+            self._end(_refusal(status_code(e), str(e)))
+            return
+        self._counted = True
+
+    def data_received(self, data: bytes) -> None:
+        if self._ending:
+            return
+        error: bytes | None = None
+        try:
+            messages = self._frames.feed(data)
+        except FrameError as e:
+            messages, error = e.before, _refusal(grpc.StatusCode.INTERNAL, str(e))
+        for message in messages:
             try:
-                yield commitlog_pb2.PutBatchRequest.FromString(data)
+                request = commitlog_pb2.PutBatchRequest.FromString(message)
             except Exception:  # protobuf's DecodeError and friends
-                raise FrameError(UNDECODABLE) from None
+                error = _refusal(grpc.StatusCode.INTERNAL, UNDECODABLE)
+                break
+            self._answer(request)
+        if error is not None:
+            self._end(error)
 
-    try:
-        async for reply in replies(requests()):
-            writer.write(frame(reply.SerializeToString()))
-            await writer.drain()
-    except StoreError as e:
-        writer.write(_refusal(status_code(e), str(e)))
-    except FrameError as e:
-        writer.write(_refusal(grpc.StatusCode.INTERNAL, str(e)))
-    except (asyncio.IncompleteReadError, ConnectionError):
-        pass  # the client went away mid-frame: nothing to answer
-    finally:
-        with contextlib.suppress(ConnectionError):
-            writer.close()
-            await writer.wait_closed()
+    def _answer(self, request: commitlog_pb2.PutBatchRequest) -> None:
+        try:
+            reply = self._puts.answer_put(request)
+        except StoreError as e:
+            self._send(_refusal(status_code(e), str(e)))
+            return
+        except Exception as e:  # a bug: say so and serve this connection no more
+            log.exception("a put on the put socket failed")
+            self._end(_refusal(grpc.StatusCode.INTERNAL, f"the writer failed: {e}"))
+            return
+        if inspect.isawaitable(reply):
+            self._send(reply)
+        else:
+            self._send(_reply_bytes(reply))
+
+    def _send(self, item: bytes | Awaitable[commitlog_pb2.PutStreamReply]) -> None:
+        if not self._pending and isinstance(item, bytes):
+            assert self._transport is not None
+            self._transport.write(item)
+            return
+        self._pending.append(item)
+        if len(self._pending) == AHEAD:
+            self._pause(1)
+        if self._writing is None:
+            self._writing = asyncio.ensure_future(self._write_pending())
+
+    def _end(self, last: bytes) -> None:
+        """Take no more requests; close after the answers before and ``last``."""
+        self._ending = True
+        self._send(last)
+        if self._writing is None:  # ``last`` went out already
+            self._close()
+
+    async def _write_pending(self) -> None:
+        assert self._transport is not None
+        try:
+            while self._pending:
+                item = self._pending[0]
+                if not isinstance(item, bytes):
+                    try:
+                        item = _reply_bytes(await item)
+                    except StoreError as e:
+                        item = _refusal(status_code(e), str(e))
+                self._pending.popleft()
+                if len(self._pending) == AHEAD - 1:
+                    self._pause(-1)
+                self._transport.write(item)
+        except Exception as e:
+            log.exception("answering a put on the put socket failed")
+            self._pending.clear()
+            self._ending = True
+            self._transport.write(_refusal(grpc.StatusCode.INTERNAL, f"the writer failed: {e}"))
+        finally:
+            self._writing = None
+        if self._ending:
+            self._close()
+
+    def _pause(self, by: int) -> None:
+        was = self._paused
+        self._paused += by
+        if self._transport is None or self._transport.is_closing():
+            return
+        if not was and self._paused:
+            self._transport.pause_reading()
+        elif was and not self._paused:
+            self._transport.resume_reading()
+
+    def pause_writing(self) -> None:
+        self._pause(1)
+
+    def resume_writing(self) -> None:
+        self._pause(-1)
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._writing is not None:
+            self._writing.cancel()
+        for item in self._pending:  # answers nobody will read (the puts stay appended)
+            if isinstance(item, asyncio.Future | asyncio.Task):
+                item.cancel()
+            elif inspect.iscoroutine(item):
+                item.close()
+        self._pending.clear()
+        if self._counted:
+            self._counted = False
+            self._puts.close_put_stream()
 
 
-async def serve(path: str, replies: Replies) -> asyncio.Server:
+async def serve(path: str, puts: Puts) -> asyncio.Server:
     """Answer puts on the Unix socket ``path`` (a stale socket file there is replaced; any
-    other file is an error): each connection's requests go through ``replies``."""
+    other file is an error)."""
     with contextlib.suppress(FileNotFoundError):
         if not _is_socket(path):
             raise OSError(f"{path} exists and is not a socket")
         os.unlink(path)
-    server = await asyncio.start_unix_server(
-        lambda r, w: _serve_one(replies, r, w), path, limit=1 << 20
-    )
+    loop = asyncio.get_running_loop()
+    server = await loop.create_unix_server(lambda: _Served(puts), path)
     os.chmod(path, 0o600)
     return server
 

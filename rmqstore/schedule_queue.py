@@ -118,4 +118,3 @@ class ScheduleQueue:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
-

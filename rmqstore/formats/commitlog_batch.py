@@ -17,7 +17,8 @@ A batch of plain messages (one topic, one born host; a producer's columns, or Me
 no flags, properties or delay) is prepared all at once instead, as a ``PlainRun``: their
 headers as rows of a numpy record array with the same bytes as the struct (``_DTYPES``), so
 the lock fills three columns and joins the rows with the bodies and what follows them, with
-no per-record pack.
+no per-record pack. Below ``FEW`` messages numpy's set-up costs more than it saves, and such
+a batch is a ``PlainFew``: its records prepared one by one, with the same interface.
 """
 
 import functools
@@ -40,6 +41,7 @@ _SHORT = cl._SHORT  # the properties length
 _MAX_PROPERTIES = props_fmt.MAX_PROPERTIES_LENGTH
 TOTAL_SIZE = 1  # position of the total size in a prepared tuple
 SYS_FLAG = 5  # position of the stored sys flag (v6 bits set)
+FEW = 8  # a plain batch of fewer messages is prepared one by one (see PlainFew)
 
 Prepared = tuple[Any, ...]
 
@@ -59,7 +61,7 @@ class BatchEncoder:
         self,
         topic: bytes,
         queue_id: int,
-        body: bytes,
+        body: BytesLike,
         properties: bytes,
         flag: int,
         sys_flag: int,
@@ -102,14 +104,20 @@ class BatchEncoder:
         properties: Sequence[bytes | Sequence[bytes]],
         born_timestamp: int | Sequence[int],
         born_host: Host,
-    ) -> "PlainRun":
+        few: int = FEW,
+    ) -> "Plain":
         """``prepare`` for many plain messages of one topic, born at one host (flag, sys flag,
         reconsume times and prepared tx offset 0), at once: message i's body is ``bodies[i]``
         if bodies is a list, else the next ``body_sizes[i]`` bytes of ``bodies``; its born
         timestamp is ``born_timestamp`` or its entry; its properties the concatenation of
-        ``properties``' parts, each one bytes for every message or a sequence of one each."""
-        head = self._topic_heads.get(topic) or self._topic_head(topic)
+        ``properties``' parts, each one bytes for every message or a sequence of one each.
+        Fewer than ``few`` messages come as a ``PlainFew``, more as a ``PlainRun``."""
         n = len(body_sizes)
+        if n < few:
+            return self._prepare_few(
+                topic, queue_ids, bodies, body_sizes, properties, born_timestamp, born_host
+            )
+        head = self._topic_heads.get(topic) or self._topic_head(topic)
         if len(born_host.ip) == 4:
             fixed, sys_flag = self._fixed_v4_born, self._store_bit
         else:
@@ -143,10 +151,25 @@ class BatchEncoder:
         header = np.frombuffer(
             bytearray(
                 fixed.pack(
-                    0, cl.MAGIC_V1, 0, 0, 0, 0, 0, sys_flag,
-                    0 if each_born else born_timestamp, born_host.ip, born_host.port, 0,
-                    self._store_ip, self._store_port, 0, 0, 0,
-                ) * n  # fmt: skip
+                    0,
+                    cl.MAGIC_V1,
+                    0,
+                    0,
+                    0,
+                    0,
+                    0,
+                    sys_flag,
+                    0 if each_born else born_timestamp,
+                    born_host.ip,
+                    born_host.port,
+                    0,
+                    self._store_ip,
+                    self._store_port,
+                    0,
+                    0,
+                    0,
+                )
+                * n  # fmt: skip
             ),
             _DTYPES[fixed],
         )
@@ -159,6 +182,26 @@ class BatchEncoder:
             header["born_timestamp"] = born_timestamp
         rows = after.view(f"V{len(after_row)}").tolist()
         return PlainRun(header, body_views, [rows, *columns], header["total"].tolist(), sys_flag)
+
+    def _prepare_few(
+        self, topic: bytes, queue_ids: Sequence[int], bodies: BytesLike | list[bytes],
+        body_sizes: Sequence[int], properties: Sequence[bytes | Sequence[bytes]],
+        born_timestamp: int | Sequence[int], born_host: Host,
+    ) -> "PlainFew":  # fmt: skip
+        """``prepare_plain``'s records, each prepared on its own."""
+        if isinstance(bodies, list):
+            body_list: Sequence[BytesLike] = bodies
+        else:
+            view, at, body_list = memoryview(bodies), 0, []
+            for size in body_sizes:
+                body_list.append(view[at : at + size])
+                at += size
+        records = []
+        for i, (queue_id, body) in enumerate(zip(queue_ids, body_list, strict=True)):
+            props = b"".join(p if isinstance(p, bytes) else p[i] for p in properties)
+            born = born_timestamp if isinstance(born_timestamp, int) else born_timestamp[i]
+            records.append(self.prepare(topic, queue_id, body, props, 0, 0, born, born_host))
+        return PlainFew(self, records, [r[TOTAL_SIZE] for r in records], records[0][SYS_FLAG])
 
     def _topic_head(self, topic: bytes) -> bytes:
         """``[topic length][topic]``, checked and cached."""
@@ -173,7 +216,7 @@ class BatchEncoder:
 
     def encode(
         self,
-        records: "Sequence[Prepared] | PlainRun",
+        records: "Sequence[Prepared] | Plain",
         queue_offsets: Sequence[int],
         physical_offsets: Sequence[int],
         store_timestamp: int,
@@ -181,6 +224,8 @@ class BatchEncoder:
         """The records, in order, with their offsets and the store time filled in."""
         if isinstance(records, PlainRun):
             return records.encode(queue_offsets, physical_offsets, store_timestamp)
+        if isinstance(records, PlainFew):
+            records = records.records
         sip, sport, magic = self._store_ip, self._store_port, cl.MAGIC_V1
         out: list[bytes] = []
         extend = out.extend
@@ -229,6 +274,31 @@ class PlainRun:
         for j, tail in enumerate(self.tails, 2):
             pieces[j::stride] = tail
         return b"".join(pieces)
+
+
+@dataclass(slots=True)
+class PlainFew:
+    """A few plain records, prepared one by one: what a ``PlainRun`` offers, for batches
+    too small for numpy to pay off."""
+
+    encoder: BatchEncoder
+    records: list[Prepared]
+    sizes: list[int]  # total sizes
+    sys_flag: int  # every record's
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, s: slice) -> "PlainFew":
+        return PlainFew(self.encoder, self.records[s], self.sizes[s], self.sys_flag)
+
+    def encode(
+        self, queue_offsets: Sequence[int], physical_offsets: Sequence[int], store_timestamp: int
+    ) -> bytes:
+        return self.encoder.encode(self.records, queue_offsets, physical_offsets, store_timestamp)
+
+
+Plain = PlainRun | PlainFew  # plain messages of one topic and host, prepared at once
 
 
 def _numpy_twin(fixed: struct.Struct) -> np.dtype:

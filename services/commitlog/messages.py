@@ -44,7 +44,7 @@ Prepared = tuple[batch_fmt.Prepared, int, str, int, int, int, str, str, int, int
 PLAIN_BATCH_MIN = 8
 
 # prepared messages by column: one sequence per field of Prepared (``()`` for no message);
-# the records of a MessageColumns come as one PlainRun
+# the records of a MessageColumns come as one PlainRun or PlainFew
 Columns = tuple[Any, ...]
 
 
@@ -255,8 +255,17 @@ class MessageBuilder:
                 continue
             append(
                 (
-                    record, size, topic, queue_id, record[batch_fmt.SYS_FLAG], code, keys, uniq,
-                    0, m.prepared_transaction_offset, not sys_flag & no_queue_offset,
+                    record,
+                    size,
+                    topic,
+                    queue_id,
+                    record[batch_fmt.SYS_FLAG],
+                    code,
+                    keys,
+                    uniq,
+                    0,
+                    m.prepared_transaction_offset,
+                    not sys_flag & no_queue_offset,
                 )  # fmt: skip
             )
         return out
@@ -375,7 +384,7 @@ class MessageBuilder:
         self, topic: bytes, queue_ids: list[int], bodies: bytes | list[bytes], sizes: list[int],
         tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int | list[int],
         born: Host,
-    ) -> batch_fmt.PlainRun:  # fmt: skip
+    ) -> batch_fmt.Plain:  # fmt: skip
         """The records of checked columns. A batch with one tag (or none) for all and keys
         for all (or none) shares its properties' fixed text: each message's properties are
         that text with its keys and unique key put in, never formatted one by one."""
@@ -421,9 +430,7 @@ class MessageBuilder:
                 self._parts_cache[(tags, has_keys)] = parts
         return parts
 
-    def _general_properties(
-        self, m, uniq: str, now_ms: int | None
-    ) -> tuple[str, str, int, int]:
+    def _general_properties(self, m, uniq: str, now_ms: int | None) -> tuple[str, str, int, int]:
         """User properties and/or delay: (properties, stored topic, stored queue, delay ms).
         A delivery time is parked on the largest level not beyond it (see rmqstore.delay)."""
         cfg = self.config

@@ -20,6 +20,7 @@ from rmqstore.errors import (
     StoreError,
     WrongStoreError,
 )
+from rmqstore.put_socket import Answer
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
@@ -121,13 +122,16 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     async def _acknowledge(self, appended: tuple[Stored, int, float]) -> Stored:
         """Wait until an appended batch is durable (sync flush), then count it."""
-        stored, end, t0 = appended
         if self._sync:
             try:
-                await self._durable(end)
+                await self._durable(appended[1])
             except StoreError as e:
                 self.observer.put_failed(e.grpc_status.lower())
                 raise
+        return self._counted(appended)
+
+    def _counted(self, appended: tuple[Stored, int, float]) -> Stored:
+        stored, _end, t0 = appended
         self.observer.puts(stored, time.perf_counter() - t0)
         return stored
 
@@ -167,8 +171,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             yield reply
 
     async def put_replies(self, request_iterator: AsyncIterable) -> AsyncIterator[Any]:
-        """``PutStream``'s replies to its requests, in order (also served on the put socket,
-        see ``rmqstore.put_socket``); a StoreError ends the stream."""
+        """``PutStream``'s replies to its requests, in order; a StoreError ends the stream."""
         if not self._sync:  # answered as soon as appended
 
             async def answer(request) -> commitlog_pb2.PutStreamReply:
@@ -197,16 +200,41 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         finally:
             await ahead.aclose()
 
+    def answer_put(self, request: commitlog_pb2.PutBatchRequest) -> Answer:
+        """A put-socket request (``rmqstore.put_socket``), appended now: its reply (async
+        flush), or a coroutine that returns it once durable (sync flush)."""
+        appended = self._append(request)
+        if not self._sync:
+            return self._reply(request, self._counted(appended))
+        return self._durable_reply(request, appended)
+
+    async def _durable_reply(self, request, appended) -> commitlog_pb2.PutStreamReply:
+        return self._reply(request, await self._acknowledge(appended))
+
+    def open_put_stream(self) -> None:
+        self._open_stream("put", self._put_streams)
+
+    def close_put_stream(self) -> None:
+        self._close_stream("put", self._put_streams)
+
+    def _open_stream(self, kind: str, slots: threading.BoundedSemaphore) -> None:
+        """Count a stream in: at most the semaphore's count of streams at once."""
+        if not slots.acquire(blocking=False):
+            limit, unary = _STREAM_LIMITS[kind]
+            raise ResourceExhaustedError(f"{limit} {kind} streams are open already: use {unary}")
+        self.observer.stream(kind, 1)
+
+    def _close_stream(self, kind: str, slots: threading.BoundedSemaphore) -> None:
+        self.observer.stream(kind, -1)
+        slots.release()
+
     async def _stream(
         self, kind: str, slots: threading.BoundedSemaphore, requests: AsyncIterable,
         answer: Callable[[Any], Awaitable[Any]], reply: Callable[..., Any],
     ):  # fmt: skip
         """One ``await answer(request)`` per request; a StoreError becomes ``reply(status_code,
-        error)`` and the stream goes on. At most the semaphore's count of streams at once."""
-        if not slots.acquire(blocking=False):
-            limit, unary = _STREAM_LIMITS[kind]
-            raise ResourceExhaustedError(f"{limit} {kind} streams are open already: use {unary}")
-        self.observer.stream(kind, 1)
+        error)`` and the stream goes on."""
+        self._open_stream(kind, slots)
         try:
             async for request in requests:
                 try:
@@ -214,8 +242,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
                 except StoreError as e:
                     yield reply(status_code=status_code(e).value[0], error=str(e))
         finally:
-            self.observer.stream(kind, -1)
-            slots.release()
+            self._close_stream(kind, slots)
 
     def _response(self, request, s: Stored) -> commitlog_pb2.PutBatchResponse:
         if request.columnar_results:
@@ -228,7 +255,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         """``_response`` inside a stream's reply, built there rather than copied into it."""
         if request.columnar_results:
             return commitlog_pb2.PutStreamReply(
-                response={"columns": _columns(s, request.offsets_only)})
+                response={"columns": _columns(s, request.offsets_only)}
+            )
         reply = commitlog_pb2.PutStreamReply()
         _add_results(reply.response, s)
         return reply
@@ -238,7 +266,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         if store_id and store_id != self.engine.store_id:
             raise WrongStoreError(
                 f"this writer serves store {self.engine.store_id}, not {store_id}: check the "
-                "--commitlog address and the --store of the caller")
+                "--commitlog address and the --store of the caller"
+            )
 
     @grpc_errors
     async def ReadRecords(self, request, context):
@@ -259,7 +288,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     async def ReadRecordsStream(self, request_iterator, context):
         async def answer(request) -> commitlog_pb2.ReadRecordsReply:
             return commitlog_pb2.ReadRecordsReply(
-                records=self._read(request.offsets, request.store_id))
+                records=self._read(request.offsets, request.store_id)
+            )
 
         async for reply in self._stream(
             "read", self._read_streams, request_iterator, answer, commitlog_pb2.ReadRecordsReply
@@ -319,9 +349,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         return out
 
 
-SUBSCRIBE_METHOD = (
-    f"/{commitlog_pb2.DESCRIPTOR.services_by_name['CommitLog'].full_name}/Subscribe"
-)
+SUBSCRIBE_METHOD = f"/{commitlog_pb2.DESCRIPTOR.services_by_name['CommitLog'].full_name}/Subscribe"
 
 
 class _SubscribeAsIs(grpc.GenericRpcHandler):

@@ -48,8 +48,9 @@ def checked_topic(value: str) -> str:
         raise ParamError(str(e)) from None
 
 
-def integer(q: Mapping[str, str], name: str, default: int, low: int = 0,
-            high: int = 2**63 - 1) -> int:
+def integer(
+    q: Mapping[str, str], name: str, default: int, low: int = 0, high: int = 2**63 - 1
+) -> int:
     raw = q.get(name, "").strip()
     if not raw:
         return default
@@ -62,8 +63,9 @@ def integer(q: Mapping[str, str], name: str, default: int, low: int = 0,
     return value
 
 
-def time_ms(q: Mapping[str, str], name: str, default: int | None = None,
-            now: int | None = None) -> int | None:
+def time_ms(
+    q: Mapping[str, str], name: str, default: int | None = None, now: int | None = None
+) -> int | None:
     raw = q.get(name, "").strip()
     if not raw:
         return default

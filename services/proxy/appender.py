@@ -132,8 +132,9 @@ class Appender:
         self._arrivals = 0  # puts ever made by a pipeliner (see below)
         self._pipeliners: dict[str, float] = {}  # sender -> when it last had puts overlap
         self._lone: set[asyncio.Future] = set()  # queued puts of other senders
-        self._tasks = [asyncio.ensure_future(self._run()) for _ in range(slots)]
-        self._streams: dict[int, Any] = {}  # slot -> its PutStream call
+        self._streams: dict[int, Any] = dict.fromkeys(range(slots))  # slot -> its put stream
+        self._busy = [asyncio.Lock() for _ in range(slots)]  # held while a slot puts
+        self._tasks = [asyncio.ensure_future(self._run(slot)) for slot in range(slots)]
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
@@ -156,9 +157,16 @@ class Appender:
             self._arrivals += 1
         else:
             self._lone.add(future)
-        self._queued += len(messages)
-        self._queue.put_nowait((list(messages), future, size))
+        group = (list(messages), future, size)
         try:
+            slot = self._direct_slot(loop)
+            if slot is None:
+                self._queued += len(messages)
+                self._queue.put_nowait(group)
+            else:  # nothing to batch with: straight out, without a hop through a slot's task
+                self._lone.discard(future)
+                async with self._busy[slot]:
+                    await self._put(slot, [group])
             return await future
         finally:
             self._pipelined -= before > 0
@@ -166,6 +174,17 @@ class Appender:
                 self._waiting[sender] -= 1
             else:
                 del self._waiting[sender]
+
+    def _direct_slot(self, loop: asyncio.AbstractEventLoop) -> int | None:
+        """A free slot for a put that would go out alone and at once anyway (nothing queued,
+        no pipelining sender waiting), or None."""
+        if not self._queue.empty() or self._pipelined:
+            return None
+        for slot, busy in enumerate(self._busy):
+            if not busy.locked():
+                self._next_at = loop.time() + self.spacing_s
+                return slot
+        return None
 
     async def read(self, offset: int) -> bytes:
         return (await self.read_many([offset]))[0]
@@ -178,9 +197,7 @@ class Appender:
             raise _error(e) from None
         return list(reply.records)
 
-    async def _run(self) -> None:
-        slot = len(self._streams)
-        self._streams[slot] = None
+    async def _run(self, slot: int) -> None:
         loop = asyncio.get_running_loop()
         while True:
             first = await self._queue.get()
@@ -205,7 +222,8 @@ class Appender:
                 groups.append(g)
                 count += len(g[0])
                 size += g[2]
-            await self._put(slot, groups)
+            async with self._busy[slot]:
+                await self._put(slot, groups)
 
     async def _linger(self, until: float) -> None:
         """Wait on in steps of ``spacing_s`` while puts of pipelining senders keep coming (at

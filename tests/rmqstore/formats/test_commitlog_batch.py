@@ -9,7 +9,13 @@ from hypothesis import strategies as st
 
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import commitlog as cl
-from rmqstore.formats.commitlog_batch import SYS_FLAG, TOTAL_SIZE, BatchEncoder
+from rmqstore.formats.commitlog_batch import (
+    SYS_FLAG,
+    TOTAL_SIZE,
+    BatchEncoder,
+    PlainFew,
+    PlainRun,
+)
 from tests.rmqstore.formats.test_commitlog import TV4, _host, _records, tv4_record
 
 
@@ -44,16 +50,25 @@ def test_a_batch_decodes_to_its_records(records, store_ts):
         back = cl.decode(data, pos)  # CRC and every size check
         assert back.total_size == p[TOTAL_SIZE] and back.sys_flag == p[SYS_FLAG]
         assert (back.topic, back.queue_id, back.body, back.properties) == (
-            r.topic, r.queue_id, r.body, r.properties
+            r.topic,
+            r.queue_id,
+            r.body,
+            r.properties,
         )
         assert (back.queue_offset, back.physical_offset, back.store_timestamp) == (
-            r.queue_offset, r.physical_offset, store_ts
+            r.queue_offset,
+            r.physical_offset,
+            store_ts,
         )
         assert (back.flag, back.born_timestamp, back.born_host, back.store_host) == (
-            r.flag, r.born_timestamp, r.born_host, store_host
+            r.flag,
+            r.born_timestamp,
+            r.born_host,
+            store_host,
         )
         assert (back.reconsume_times, back.prepared_transaction_offset) == (
-            r.reconsume_times, r.prepared_transaction_offset
+            r.reconsume_times,
+            r.prepared_transaction_offset,
         )
         v6 = cl.BORNHOST_V6_FLAG | cl.STOREHOST_V6_FLAG
         assert back.sys_flag & ~v6 == r.sys_flag & ~v6
@@ -71,7 +86,6 @@ def test_sizes_are_checked():
         _prepare(enc, r)
 
 
-
 @settings(max_examples=150, deadline=None)
 @given(
     store=_host, born=_host, topic=st.binary(min_size=1, max_size=127),
@@ -79,7 +93,8 @@ def test_sizes_are_checked():
     shape=st.lists(st.booleans(), max_size=5), data=st.data(),
 )  # fmt: skip
 def test_a_plain_run_is_its_records_prepared_one_by_one(store, born, topic, bodies, shape, data):
-    """prepare_plain + PlainRun.encode (whole and sliced) give prepare + encode's bytes."""
+    """prepare_plain + encode (whole and sliced) give prepare + encode's bytes, as a PlainRun
+    (numpy) and as a PlainFew (one by one)."""
     n = len(bodies)
     # each properties part: one bytes for all (False) or one per message (True)
     parts = [
@@ -90,9 +105,11 @@ def test_a_plain_run_is_its_records_prepared_one_by_one(store, born, topic, bodi
     props = [b"".join(p[i] if isinstance(p, list) else p for p in parts) for i in range(n)]
     queue_ids = data.draw(st.lists(st.integers(0, 1 << 20), min_size=n, max_size=n))
     enc = BatchEncoder(store)
+    few = data.draw(st.sampled_from([1, 100]))  # always numpy, never numpy
     run = enc.prepare_plain(
-        topic, queue_ids, b"".join(bodies), [len(b) for b in bodies], parts, 77, born
+        topic, queue_ids, b"".join(bodies), [len(b) for b in bodies], parts, 77, born, few
     )
+    assert isinstance(run, PlainRun if few == 1 else PlainFew)
     one_by_one = [
         enc.prepare(topic, q, b, p, 0, 0, 77, born)
         for q, b, p in zip(queue_ids, bodies, props, strict=True)
@@ -109,9 +126,10 @@ def test_a_plain_run_is_its_records_prepared_one_by_one(store, born, topic, bodi
     )
 
 
-def test_a_plain_run_checks_properties_length():
+@pytest.mark.parametrize("few", [1, 100])
+def test_a_plain_run_checks_properties_length(few):
     r = tv4_record()
     enc = BatchEncoder(r.store_host)
     with pytest.raises(CorruptRecordError, match="properties are 32768 bytes"):
         enc.prepare_plain(b"T", [0, 0], b"ab", [1, 1], [b"x" * 32000, [b"", b"y" * 768]], 1,
-                          r.born_host)  # fmt: skip
+                          r.born_host, few)  # fmt: skip

@@ -83,7 +83,7 @@ def _columns(**fields):
 
 def _assert_same_records(builder, cols, rows) -> None:
     """Columns from build_columns hold what build_many's rows hold, and their records (a
-    PlainRun there, prepared tuples here) encode to the same bytes."""
+    PlainRun or PlainFew there, prepared tuples here) encode to the same bytes."""
     want = list(zip(*rows, strict=True))
     assert [tuple(col) for col in cols[1:]] == want[1:]
     qos = list(range(5, 5 + len(rows)))

@@ -5,14 +5,16 @@ import queue
 import socket
 import stat
 import threading
+import time
 
 import grpc
 import pytest
 
 from rmqstore import put_socket
 from rmqstore.formats import commitlog
-from rmqstore.server import UNDECODABLE, channel
+from rmqstore.server import MAX_MESSAGE_BYTES, UNDECODABLE, channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from services.commitlog.servicer import MAX_PUT_STREAMS
 from tests import procs
 
 pytestmark = pytest.mark.integration
@@ -128,9 +130,7 @@ def test_columnar_results_answer_the_same_facts(writer):
     stub = _stub(writer)
     rows = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)]))
     msgs = [_msg(i, delay_level=2 if i == 8 else 0) for i in range(5, 10)]
-    col = stub.PutBatch(
-        commitlog_pb2.PutBatchRequest(messages=msgs, columnar_results=True)
-    ).columns
+    col = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=msgs, columnar_results=True)).columns
     assert not rows.columns.phy_offset and len(rows.results) == 5
     assert col.phy_offset[0] == rows.results[-1].phy_offset + rows.results[-1].size
     assert list(col.queue_offset) == [1, 1, 1, 0, 2]  # the delayed one went to its own queue
@@ -139,7 +139,9 @@ def test_columnar_results_answer_the_same_facts(writer):
     for i, raw in enumerate(recs):
         rec = commitlog.decode(raw)
         assert (rec.physical_offset, rec.queue_offset, rec.total_size) == (
-            col.phy_offset[i], col.queue_offset[i], col.size[i]
+            col.phy_offset[i],
+            col.queue_offset[i],
+            col.size[i],
         )
         assert rec.store_timestamp == col.store_timestamp and rec.uniq_key == col.unique_key[i]
         assert col.msg_id[i].endswith(f"{rec.physical_offset:016X}")
@@ -230,8 +232,10 @@ def _frame(f):
     return f.read(size)
 
 
-@pytest.mark.parametrize(("flush", "over"), [("async", "grpc"), ("sync", "grpc"),
-                                             ("async", "socket"), ("sync", "socket")])
+@pytest.mark.parametrize(
+    ("flush", "over"),
+    [("async", "grpc"), ("sync", "grpc"), ("async", "socket"), ("sync", "socket")],
+)
 def test_put_stream_answers_each_batch_and_survives_refusals(tmp_path, flush, over):
     """All batches are sent at once (under sync flush they are appended ahead of their
     acknowledgements); answers come in order and a refusal writes nothing; the same over the
@@ -265,6 +269,74 @@ def test_put_socket_refuses_bytes_that_do_not_parse(tmp_path):
         writer.stop()
 
 
+def _socket(path):
+    s = socket.socket(socket.AF_UNIX)
+    s.connect(path)
+    return s
+
+
+def test_put_socket_answers_what_came_before_a_bad_frame_then_closes(tmp_path):
+    path = str(tmp_path / "w.sock")
+    writer = _start(tmp_path / "store", "--put-socket", path)
+    try:
+        stub = _stub(writer)
+        before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+        good = commitlog_pb2.PutBatchRequest(messages=[_msg(1)], columnar_results=True)
+        with _socket(path) as s:  # a good request, then a frame over the limit, in one write
+            s.sendall(put_socket.frame(good.SerializeToString())
+                      + put_socket.HEADER.pack(MAX_MESSAGE_BYTES + 1) + b"x" * 100)  # fmt: skip
+            f = s.makefile("rb")
+            first = commitlog_pb2.PutStreamReply.FromString(_frame(f))
+            assert not first.status_code and len(first.response.columns.phy_offset) == 1
+            refusal = commitlog_pb2.PutStreamReply.FromString(_frame(f))
+            assert refusal.status_code == grpc.StatusCode.INTERNAL.value[0]
+            assert "over the" in refusal.error
+            assert f.read() == b""  # then closed
+        after = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
+        assert after > before  # the good one, and nothing of the bad frame
+        assert _read_one(stub, before).body == _msg(1).body
+    finally:
+        writer.stop()
+
+
+def test_put_socket_refuses_a_stream_over_the_limit_and_serves_again_once_one_ends(tmp_path):
+    path = str(tmp_path / "w.sock")
+    writer = _start(tmp_path / "store", "--put-socket", path)
+    request = put_socket.frame(
+        commitlog_pb2.PutBatchRequest(messages=[_msg(2)]).SerializeToString()
+    )
+    conns = [_socket(path) for _ in range(MAX_PUT_STREAMS)]
+    try:
+        for s in conns:  # each answered: every one is open and counted
+            s.sendall(request)
+            assert not commitlog_pb2.PutStreamReply.FromString(_frame(s.makefile("rb"))).status_code
+        with _socket(path) as extra:
+            f = extra.makefile("rb")
+            refusal = commitlog_pb2.PutStreamReply.FromString(_frame(f))
+            assert refusal.status_code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0]
+            assert f"{MAX_PUT_STREAMS} put streams are open already" in refusal.error
+            assert f.read() == b""
+        conns.pop().close()
+        deadline = time.monotonic() + 10
+        while True:  # the writer sees the close a moment later
+            with _socket(path) as again:
+                again.sendall(request)
+                reply = commitlog_pb2.PutStreamReply.FromString(_frame(again.makefile("rb")))
+            if not reply.status_code or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        assert not reply.status_code, reply.error
+    finally:
+        for s in conns:
+            s.close()
+        writer.stop()
+
+
+def _read_one(stub, offset):
+    record = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[offset])).records[0]
+    return commitlog.decode(record)
+
+
 def _put_stream_case(stub):
     before = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
     batches = [
@@ -273,8 +345,7 @@ def _put_stream_case(stub):
         commitlog_pb2.PutBatchRequest(messages=[_msg(5)], columnar_results=True),
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2, queue_id=[1, 100])),  # refused
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2), columnar_results=True),
-        commitlog_pb2.PutBatchRequest(
-            messages=[_msg(8)], columnar_results=True, offsets_only=True),
+        commitlog_pb2.PutBatchRequest(messages=[_msg(8)], columnar_results=True, offsets_only=True),
     ]
     replies = list(stub.PutStream(iter(batches)))
     refused = grpc.StatusCode.INVALID_ARGUMENT.value[0]
