@@ -74,7 +74,8 @@ class Frames:
             if len(data) == HEADER.size + size and size <= MAX_MESSAGE_BYTES:
                 return [data[HEADER.size :]]
         buf += data
-        out, at = [], 0
+        out: list[bytes] = []
+        at = 0
         while len(buf) - at >= HEADER.size:
             (size,) = HEADER.unpack_from(buf, at)
             if size > MAX_MESSAGE_BYTES:
