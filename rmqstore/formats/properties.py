@@ -28,6 +28,7 @@ UNIQ_KEY = "UNIQ_KEY"
 DELAY = "DELAY"
 WAIT = "WAIT"
 CLUSTER = "CLUSTER"
+BORN_HOST = "__BORNHOST"  # a producer's own name for its host (RocketMQ 5 clients)
 REAL_TOPIC = "REAL_TOPIC"
 REAL_QID = "REAL_QID"
 TRAN_MSG = "TRAN_MSG"

@@ -6,6 +6,7 @@ a delayed message keeps WAIT and gains REAL_TOPIC/REAL_QID and moves to SCHEDULE
 queue level-1. Then serialized in Java HashMap order.
 """
 
+import itertools
 import string
 import time
 from collections.abc import Iterable, Sequence
@@ -80,26 +81,31 @@ class MessageBuilder:
         )
         self._born_cache: dict[str, Host] = {}
         self._topics: dict[str, bytes] = {}
-        # the properties string of the common case (no user properties, no delay) for each
-        # combination of present fields, in HashMap order, as a str.format template over
-        # (tags, keys, unique key); WAIT was in the client's map too, so the map once held
-        # one more entry
-        self._templates: dict[tuple[bool, bool, bool], str] = {}
+        # the properties string of the common case (no user properties but __BORNHOST, no
+        # delay) for each combination of present fields, in HashMap order, as a str.format
+        # template over (tags, keys, unique key, __BORNHOST), the names inserted in the order
+        # _general_properties inserts them; WAIT was in the client's map too, so the map once
+        # held one more entry
+        self._templates: dict[tuple[bool, ...], str] = {}
         cluster = config.cluster_name.replace("{", "{{").replace("}", "}}")
-        slot = {P.TAGS: "{0}", P.KEYS: "{1}", P.UNIQ_KEY: "{2}", P.CLUSTER: cluster}
-        for has_tags in (False, True):
-            for has_keys in (False, True):
-                for has_uniq in (False, True):
-                    present = ((P.TAGS, has_tags), (P.KEYS, has_keys), (P.UNIQ_KEY, has_uniq))
-                    names = [n for n, on in present if on] + [P.CLUSTER]
-                    order = P.hashmap_order(names, len(names) + 1)
-                    self._templates[(has_tags, has_keys, has_uniq)] = P.PROPERTY_SEPARATOR.join(
-                        f"{n}{P.NAME_VALUE_SEPARATOR}{slot[n]}" for n in order
-                    )
+        slot = {P.TAGS: "{0}", P.KEYS: "{1}", P.UNIQ_KEY: "{2}", P.BORN_HOST: "{3}",
+                P.CLUSTER: cluster}  # fmt: skip
+        for present in itertools.product((False, True), repeat=4):
+            names = [
+                n for n, on in zip((P.TAGS, P.KEYS, P.BORN_HOST, P.UNIQ_KEY),
+                                   (present[0], present[1], present[3], present[2]), strict=True)
+                if on
+            ] + [P.CLUSTER]  # fmt: skip
+            order = P.hashmap_order(names, len(names) + 1)
+            self._templates[present] = P.PROPERTY_SEPARATOR.join(
+                f"{n}{P.NAME_VALUE_SEPARATOR}{slot[n]}" for n in order
+            )
+            if not present[3]:  # the key without __BORNHOST, as most callers give it
+                self._templates[present[:3]] = self._templates[present]
         self.encoder = batch_fmt.BatchEncoder(self.store_host)
         self._record_limit = min(config.max_message_size + 64 * 1024, config.segment_size - 8)
         self._tag_codes: dict[str, int] = {}
-        self._parts_cache: dict[tuple[str, bool], list] = {}
+        self._parts_cache: dict[tuple[str, bool, str], list] = {}
 
     def _born(self, text: str) -> Host:
         if not text:
@@ -331,25 +337,30 @@ class MessageBuilder:
                 f"columns.bodies holds {len(bodies)} bytes but body_size adds up to "
                 f"{sum(sizes)}" + (" and has a negative size" if min(sizes) < 0 else "")
             )
+        born_timestamp: int | list[int] = c.born_timestamp or now_ms
+        if c.born_timestamps:
+            each = _column(c.born_timestamps, n, "born_timestamps", one=False)
+            born_timestamp = [t or now_ms for t in each]
         return self._plain(
-            c.topic, queue_ids, bodies, sizes, tags, keys, uniqs, c.born_timestamp or now_ms,
-            self._born(c.born_host), now_ms,
+            c.topic, queue_ids, bodies, sizes, tags, keys, uniqs, born_timestamp,
+            self._born(c.born_host), now_ms, c.born_host_property,
         )  # fmt: skip
 
     def _plain(
         self, topic: str, queue_ids: list[int], bodies: bytes | list[bytes], sizes: list[int],
         tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int | list[int],
-        born: Host, now_ms: int,
+        born: Host, now_ms: int, born_property: str = "",
     ) -> Columns:  # fmt: skip
         """Plain messages of one topic as columns, every value checked (a unique key is
-        generated where one is empty)."""
+        generated where one is empty); ``born_property``: their __BORNHOST, if any."""
         n = len(sizes)
         topic_bytes = self._topic_bytes(topic)
         queues = self.config.queues_per_topic
         if not (min(queue_ids) >= 0 and max(queue_ids) < queues):
             bad = next(q for q in queue_ids if not 0 <= q < queues)
             raise MessageIllegalError(f"queue id {bad} is outside 0..{queues - 1}")
-        for what, values in (("tags", tags), ("keys", keys), ("unique key", uniqs)):
+        for what, values in (("tags", tags), ("keys", keys), ("unique key", uniqs),
+                             ("born host property", [born_property])):  # fmt: skip
             text = "".join(values)
             if "\x01" in text or "\x02" in text:
                 _check_text(what, text)
@@ -364,8 +375,9 @@ class MessageBuilder:
                 f"the limit is {self.config.max_message_size}"
             )
         run = self._prepare_columns(
-            topic_bytes, queue_ids, bodies, sizes, tags, keys, uniqs, born_timestamp, born
-        )
+            topic_bytes, queue_ids, bodies, sizes, tags, keys, uniqs, born_timestamp, born,
+            born_property,
+        )  # fmt: skip
         record_sizes = run.sizes
         if max(record_sizes) > self._record_limit:
             raise MessageIllegalError(
@@ -383,7 +395,7 @@ class MessageBuilder:
     def _prepare_columns(
         self, topic: bytes, queue_ids: list[int], bodies: bytes | list[bytes], sizes: list[int],
         tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int | list[int],
-        born: Host,
+        born: Host, born_property: str,
     ) -> batch_fmt.Plain:  # fmt: skip
         """The records of checked columns. A batch with one tag (or none) for all and keys
         for all (or none) shares its properties' fixed text: each message's properties are
@@ -395,15 +407,17 @@ class MessageBuilder:
                 1: "\x01".join(keys).encode().split(b"\x01"),
                 2: "\x01".join(uniqs).encode().split(b"\x01"),
             }
-            parts = [values.get(p, p) for p in self._shared_parts(tags[0], bool(keys[0]))]
+            shared = self._shared_parts(tags[0], bool(keys[0]), born_property)
+            parts = [values.get(p, p) for p in shared]
         else:
-            templates = self._templates
+            templates, has_born = self._templates, bool(born_property)
             parts = [
                 [
-                    templates[(bool(t), bool(k), True)].format(t, k, u).encode()
+                    templates[(bool(t), bool(k), True, has_born)]
+                    .format(t, k, u, born_property).encode()
                     for t, k, u in zip(tags, keys, uniqs, strict=True)
                 ]
-            ]
+            ]  # fmt: skip
         try:
             return self.encoder.prepare_plain(
                 topic, queue_ids, bodies, sizes, parts, born_timestamp, born
@@ -411,23 +425,26 @@ class MessageBuilder:
         except CorruptRecordError as e:
             raise MessageIllegalError(str(e)) from None
 
-    def _shared_parts(self, tags: str, has_keys: bool) -> list:
-        """The properties of a message with these tags, keys or not, and a unique key: its
-        fixed text in pieces, with 1 where its keys go and 2 where its unique key goes."""
-        parts = self._parts_cache.get((tags, has_keys))
+    def _shared_parts(self, tags: str, has_keys: bool, born_property: str = "") -> list:
+        """The properties of a message with these tags, keys or not, a unique key and this
+        __BORNHOST (or none): its fixed text in pieces, with 1 where its keys go and 2 where
+        its unique key goes."""
+        parts = self._parts_cache.get((tags, has_keys, born_property))
         if parts is None:
-            template = self._templates[(bool(tags), has_keys, True)]
+            template = self._templates[(bool(tags), has_keys, True, bool(born_property))]
             parts, text = [], ""
             for literal, name, _, _ in string.Formatter().parse(template):
                 text += literal
                 if name == "0":
                     text += tags
+                elif name == "3":
+                    text += born_property
                 elif name:
                     parts += [text.encode(), int(name)]
                     text = ""
             parts.append(text.encode())
             if len(self._parts_cache) < 10_000:
-                self._parts_cache[(tags, has_keys)] = parts
+                self._parts_cache[(tags, has_keys, born_property)] = parts
         return parts
 
     def _general_properties(self, m, uniq: str, now_ms: int | None) -> tuple[str, str, int, int]:

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 
 import grpc
 
+from rmqstore.formats import properties as P
 from rmqstore.put_socket import PutConnection
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
@@ -33,8 +34,9 @@ from services.proxy.status import BusinessError
 
 
 class Plain(NamedTuple):
-    """A message with none of what only a ``Message`` carries (properties, delay, flags, born
-    time): the writer stores it as the ``Message`` of ``as_message`` would be stored."""
+    """A message with none of what only a ``Message`` carries (properties but __BORNHOST,
+    delay, flags): the writer stores it as the ``Message`` of ``as_message`` would be
+    stored."""
 
     topic: str
     queue_id: int
@@ -43,11 +45,16 @@ class Plain(NamedTuple):
     keys: str
     unique_key: str
     born_host: str
+    born_timestamp: int = 0  # ms; 0: when the writer takes it
+    born_host_property: str = ""  # __BORNHOST (none when empty)
 
     def as_message(self) -> common_pb2.Message:
         return common_pb2.Message(
             topic=self.topic, queue_id=self.queue_id, body=self.body, tags=self.tags,
             keys=self.keys, unique_key=self.unique_key, born_host=self.born_host,
+            born_timestamp=self.born_timestamp,
+            properties=[common_pb2.Property(name=P.BORN_HOST, value=self.born_host_property)]
+            if self.born_host_property else (),
         )  # fmt: skip
 
 
@@ -73,21 +80,24 @@ def _error(e: grpc.aio.AioRpcError) -> BusinessError:
     return BusinessError(pb.INTERNAL_SERVER_ERROR, f"store unavailable: {e.details()}")
 
 
-def _columns_key(records: list[Record]) -> tuple[str, str] | None:
-    """(topic, born host) when every record is ``Plain`` with that topic and host."""
+ColumnsKey = tuple[str, str, str]  # what a MessageColumns holds once for all its messages
+
+
+def _columns_key(records: list[Record]) -> ColumnsKey | None:
+    """(topic, born host, __BORNHOST) when every record is ``Plain`` with those."""
     first = records[0]
     if not isinstance(first, Plain):
         return None
-    key = (first.topic, first.born_host)
+    key = (first.topic, first.born_host, first.born_host_property)
     for r in records:
-        if not isinstance(r, Plain) or (r.topic, r.born_host) != key:
+        if not isinstance(r, Plain) or (r.topic, r.born_host, r.born_host_property) != key:
             return None
     return key
 
 
 def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]]:
     """The writer requests of one batch, each with the groups it holds."""
-    by_key: dict[tuple[str, str] | None, list[Group]] = {}
+    by_key: dict[ColumnsKey | None, list[Group]] = {}
     for g in groups:
         by_key.setdefault(_columns_key(g[0]), []).append(g)
     out = []
@@ -99,12 +109,14 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
                 messages=messages, columnar_results=True, offsets_only=True), gs))  # fmt: skip
             continue
         plain: list[Any] = records
-        _topic, queue_ids, bodies, tags, keys, uniqs, _born = zip(*plain, strict=True)
+        _topic, queue_ids, bodies, tags, keys, uniqs, _born, born_ts, _prop = zip(
+            *plain, strict=True)  # fmt: skip
         columns = commitlog_pb2.MessageColumns(
             topic=key[0], body_size=[len(b) for b in bodies], bodies=b"".join(bodies),
             queue_id=queue_ids, unique_key=uniqs, born_host=key[1],
             tags=tags[:1] if tags.count(tags[0]) == len(tags) else tags,
             keys=keys[:1] if keys.count(keys[0]) == len(keys) else keys,
+            born_timestamps=born_ts if any(born_ts) else (), born_host_property=key[2],
         )  # fmt: skip
         out.append((commitlog_pb2.PutBatchRequest(
             columns=columns, columnar_results=True, offsets_only=True), gs))  # fmt: skip

@@ -27,7 +27,7 @@ from services.proxy.appender import Plain
 from services.proxy.status import BusinessError
 
 SHARDING_KEY = "__SHARDINGKEY"
-BORN_HOST = "__BORNHOST"
+BORN_HOST = P.BORN_HOST
 # names a user property may not have: RocketMQ's own (MessageConst), spec §9.4
 _RESERVED_NAMES = """
     TRACE_ON MSG_REGION KEYS TAGS WAIT DELAY RETRY_TOPIC REAL_TOPIC REAL_QID TRAN_MSG PGROUP
@@ -92,20 +92,17 @@ class Sender:
     def prepare(self, m: pb.Message, topic: TopicConfig, peer: str, now_ms: int
                 ) -> tuple[int, Plain | common_pb2.Message]:  # fmt: skip
         """A message checked (``validate``) and mapped: its type and what to store (``Plain``
-        when it can be: a NORMAL message with no user properties, born host or born time, the
-        common shape of a high-rate producer; else ``record``'s ``Message``)."""
+        when it can be: a NORMAL message with no user properties, as RocketMQ 5 clients send
+        most; else ``record``'s ``Message``)."""
         sp = m.system_properties
         kind, body, keys = self._check(m, sp, topic, now_ms)
         queue_id = self.queue_for(m, topic)
-        if (
-            kind == pb.NORMAL
-            and not sp.born_host
-            and not sp.HasField("born_timestamp")
-            and not m.user_properties
-        ):
+        if kind == pb.NORMAL and not m.user_properties:
             tag = sp.tag if sp.HasField("tag") else ""
-            return kind, Plain(topic.name, queue_id, body, tag, " ".join(keys), sp.message_id,
-                               peer)  # fmt: skip
+            return kind, Plain(
+                topic.name, queue_id, body, tag, " ".join(keys), sp.message_id, peer,
+                _born_ms(sp) or now_ms, _born_host_property(sp),
+            )  # fmt: skip
         return kind, self.record(m, kind, queue_id, peer, now_ms)
 
     def _check(self, m: pb.Message, sp: pb.SystemProperties, topic: TopicConfig, now_ms: int
@@ -206,17 +203,14 @@ class Sender:
         props = [common_pb2.Property(name=k, value=v) for k, v in m.user_properties.items()]
         if sp.HasField("message_group"):
             props.append(common_pb2.Property(name=SHARDING_KEY, value=sp.message_group))
-        if sp.born_host and not P.has_separator(sp.born_host):
-            props.append(common_pb2.Property(name=BORN_HOST, value=sp.born_host))
+        if born_host := _born_host_property(sp):
+            props.append(common_pb2.Property(name=BORN_HOST, value=born_host))
         deliver_at = 0  # the writer picks the level and delivers at this exact time
         if kind == pb.DELAY:
             at = delivery_ms(m)
             if at > now_ms:
                 deliver_at = at
-        born = sp.born_timestamp
-        born_ms = (
-            born.seconds * 1000 + born.nanos // 1_000_000 if sp.HasField("born_timestamp") else 0
-        )
+        born_ms = _born_ms(sp)
         return common_pb2.Message(
             topic=m.topic.name,
             queue_id=queue_id,
@@ -229,6 +223,21 @@ class Sender:
             born_host=peer,
             deliver_at_ms=deliver_at,
         )
+
+
+def _born_ms(sp: pb.SystemProperties) -> int:
+    """The client's born time in ms (0: none given)."""
+    if not sp.HasField("born_timestamp"):
+        return 0
+    born = sp.born_timestamp
+    return born.seconds * 1000 + born.nanos // 1_000_000
+
+
+def _born_host_property(sp: pb.SystemProperties) -> str:
+    """What __BORNHOST holds: the client's name for its host (none if it could not be a
+    property value)."""
+    born_host = sp.born_host
+    return born_host if born_host and not P.has_separator(born_host) else ""
 
 
 def now_ms() -> int:

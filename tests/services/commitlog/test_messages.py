@@ -109,8 +109,11 @@ def _as_messages(c) -> list:
                 tags=pick(c.tags),
                 keys=pick(c.keys),
                 unique_key=pick(c.unique_key),
-                born_timestamp=c.born_timestamp,
+                born_timestamp=c.born_timestamps[i] if c.born_timestamps else c.born_timestamp,
                 born_host=c.born_host,
+                properties=[common_pb2.Property(name="__BORNHOST", value=c.born_host_property)]
+                if c.born_host_property
+                else [],
             )  # fmt: skip
         )
         at += size
@@ -127,6 +130,15 @@ def _as_messages(c) -> list:
              unique_key=[UK + "1", UK + "2"], born_host="10.0.0.1:1234", born_timestamp=5),
         dict(topic="B", body_size=[1], bodies=b"v", queue_id=[1], born_host="[::1]:99",
              unique_key=[UK + "1"]),
+        # as the proxy puts RocketMQ 5 clients' messages: born times each, __BORNHOST
+        dict(topic="C", body_size=[1, 2], bodies=b"vwx", queue_id=[1, 2], tags=["T"],
+             unique_key=[UK + "1", UK + "2"], born_timestamps=[7, 9],
+             born_host_property="worker-3.example"),
+        dict(topic="C", body_size=[1, 2], bodies=b"vwx", queue_id=[1], tags=["T", ""],
+             keys=["k", ""], unique_key=[UK + "1", UK + "2"], born_host_property="h"),
+        dict(topic="C", body_size=[1] * 9, bodies=b"v" * 9, queue_id=[1], keys=["k"],
+             unique_key=[UK + str(i) for i in range(9)], born_timestamps=list(range(1, 10)),
+             born_host_property="{x}"),  # numpy's way, and braces in the value
     ],
 )  # fmt: skip
 def test_columns_make_the_records_their_messages_make(tmp_path, fields):
@@ -166,6 +178,10 @@ def test_empty_columns_are_no_messages(tmp_path):
          "keys contains a property separator"),
         (dict(topic="A", body_size=[1], bodies=b"x", queue_id=[0], tags=["a\x02"]),
          "tags contains a property separator"),
+        (dict(topic="A", body_size=[1], bodies=b"x", queue_id=[0], born_host_property="a\x01"),
+         "born host property contains a property separator"),
+        (dict(topic="A", body_size=[1, 1], bodies=b"xy", queue_id=[0], born_timestamps=[5]),
+         "born_timestamps has 1 entries for 2 messages"),
         (dict(topic="A", body_size=[1], bodies=b"x", queue_id=[0], keys=["k" * 40000]),
          "properties are"),
         (dict(topic="../A", body_size=[1], bodies=b"x", queue_id=[0]), "topic"),

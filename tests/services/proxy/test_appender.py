@@ -31,6 +31,15 @@ def test_plain_groups_of_one_topic_and_host_become_one_columns_request():
     assert list(c.body_size) == [5, 5, 5] and c.bodies == b"body0body1body2"
     assert list(c.queue_id) == [0, 1, 2] and list(c.unique_key) == ["ID0", "ID1", "ID2"]
     assert list(c.tags) == ["t"] and list(c.keys) == ["", "", "k"]
+    assert not c.born_timestamps and not c.born_host_property  # the writer's time, none
+
+
+def test_born_times_and_host_names_travel_in_the_columns():
+    named = [_plain(i)._replace(born_timestamp=100 + i, born_host_property="w1") for i in range(3)]
+    other = _plain(3)._replace(born_timestamp=7, born_host_property="w2")
+    requests = _requests([_group(named[:2]), _group([named[2]]), _group([other])])
+    assert [(list(r.columns.born_timestamps), r.columns.born_host_property)
+            for r, _held in requests] == [([100, 101, 102], "w1"), ([7], "w2")]  # fmt: skip
 
 
 def test_other_hosts_topics_and_mixed_groups_go_apart():

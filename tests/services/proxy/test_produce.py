@@ -11,6 +11,7 @@ from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.layout import TRANS_HALF_TOPIC, TRANS_OP_TOPIC
 from rmqstore.rocketmq import definition_pb2 as pb
 from services.proxy import settings, transactions
+from services.proxy.appender import Plain
 from services.proxy.auth import Authenticator, sign
 from services.proxy.produce import Sender, delivery_ms
 from services.proxy.status import BusinessError, Code
@@ -47,6 +48,23 @@ def test_delayed_record_carries_its_exact_delivery_time():
     assert r.deliver_at_ms == NOW + 3000 and r.delay_level == 0
     assert "TIMER_DELIVER_MS" not in props
     assert props["__BORNHOST"] == "10.0.0.1" and r.unique_key == "01AB"
+
+
+def test_a_normal_message_goes_as_plain_columns_with_its_born_time_and_host_name():
+    """What RocketMQ 5 clients send most (a born time and a host name, no user property)
+    takes the writer's columns path; the Message it stands for is what ``record`` makes."""
+    s, topic = Sender(1024, 7_200_000), TopicConfig("T", 8, 8)
+    m = _msg(born_timestamp=Timestamp(seconds=1_790_000_001, nanos=5_000_000),
+             born_host="worker-1", tag="t", keys=["k1", "k2"])  # fmt: skip
+    kind, plain = s.prepare(m, topic, "127.0.0.1:5000", NOW)
+    assert isinstance(plain, Plain)
+    assert plain.born_timestamp == 1_790_000_001_005 and plain.born_host_property == "worker-1"
+    assert plain.as_message() == s.record(m, kind, plain.queue_id, "127.0.0.1:5000", NOW)
+    _kind, bare = s.prepare(_msg(born_host="a\x01b"), topic, "p:1", NOW)  # no such property
+    assert isinstance(bare, Plain) and bare.born_timestamp == NOW
+    assert not bare.born_host_property and not bare.as_message().properties
+    m.user_properties["k"] = "v"
+    assert not isinstance(s.prepare(m, topic, "p:1", NOW)[1], Plain)
 
 
 @pytest.mark.parametrize(
