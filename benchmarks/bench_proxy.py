@@ -9,9 +9,11 @@ to the same clients against a MessagingService that stores nothing, in the same 
   processes' (the clients are the bottleneck of their own rows: on this 2-core machine every
   microsecond the proxy and the writer spend is taken from them).
 
-Each scenario runs the no-op and the proxy one after the other, ``rounds`` times (2 at full
+Each scenario runs the no-op and the proxy one after the other, ``rounds`` times (3 at full
 scale): this machine's speed moves by the minute, so a ratio is only meaningful within a
-round, and the rounds show the spread.
+round, and the rounds show the spread. Every sending process is set up (imports, routes, a
+warm-up send) before any of them starts sending, so no start-up overlaps the measured part;
+the senders' CPU counts that part only.
 
 The writer runs with asynchronous flush and without builders (what is measured is the path
 from a RocketMQ client into the commitlog); the proxy puts over the writer's Unix socket, as
@@ -19,7 +21,6 @@ under ``rmqstore serve``.
 """
 
 import os
-import resource
 import sys
 import tempfile
 import time
@@ -42,23 +43,17 @@ def _rate(results: list[dict]) -> tuple[int, float]:
     return sent, sent / span if span > 0 else 0.0
 
 
-def _children_cpu() -> float:
-    """CPU seconds of this process's finished children (the sending processes)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
-
-
 def _max_offset(writer: str) -> int:
     stub = commitlog_pb2_grpc.CommitLogStub(channel(writer))
     return stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
 
 
 def run(scale: Scale) -> list[dict]:
-    sync_each = scale.pick(1500, 200, 10)
+    sync_each = scale.pick(3000, 300, 10)
     sync_procs = scale.pick(4, 2, 2)
     async_count = scale.pick(20_000, 2_000, 50)
     load_each = scale.pick(200_000, 20_000, 640)
-    rounds = scale.pick(2, 1, 1)
+    rounds = scale.pick(3, 1, 1)
     env = {**os.environ, "HOME": tempfile.mkdtemp(prefix="bench-proxy-")}  # the client's logs
     rows: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
@@ -92,9 +87,8 @@ def run(scale: Scale) -> list[dict]:
                     before = _max_offset(writer.address)
                     cpu0 = procs.cpu_seconds(svc.proc.pid)
                     writer_cpu0 = procs.cpu_seconds(writer.proc.pid)
-                    clients0 = _children_cpu()
-                    results = procs.run_json_all(commands(svc.address, topic), env)
-                    clients = _children_cpu() - clients0
+                    results = procs.run_json_all(commands(svc.address, topic), env, True)
+                    clients = sum(r["cpu"] for r in results)
                     cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
                     writer_cpu = procs.cpu_seconds(writer.proc.pid) - writer_cpu0
                     sent, rate = _rate(results)

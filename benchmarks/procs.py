@@ -11,10 +11,30 @@ __all__ = ["ServiceProcess", "cpu_seconds", "run_json_all", "start"]
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run_json_all(commands: list[list[str]], env: dict | None = None) -> list[dict]:
-    """Run the commands at once; the last stdout line of each, as JSON (in order)."""
+READY = "ready"  # what a command that waits for the others prints once set up
+
+
+def run_json_all(commands: list[list[str]], env: dict | None = None, together: bool = False
+                 ) -> list[dict]:  # fmt: skip
+    """Run the commands at once; the last stdout line of each, as JSON (in order).
+    ``together``: each command prints ``READY`` when set up and then waits for a line on its
+    stdin, sent to all once all are ready, so no command's measured part overlaps another's
+    start-up (imports, connections, warm-up)."""
     ps = [subprocess.Popen(c, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, env=env) for c in commands]  # fmt: skip
+                           stdin=subprocess.PIPE if together else None, text=True, env=env)
+          for c in commands]  # fmt: skip
+    if together:
+        for p in ps:
+            assert p.stdout is not None and p.stdin is not None
+            line = p.stdout.readline().strip()
+            if line != READY:
+                p.kill()
+                _stdout, stderr = p.communicate(timeout=60)
+                raise RuntimeError(f"{p.args!r} did not get ready ({line!r}):\n{stderr[-3000:]}")
+        for p in ps:
+            assert p.stdin is not None
+            p.stdin.write("go\n")
+            p.stdin.flush()
     out = []
     for p in ps:
         stdout, stderr = p.communicate(timeout=1800)

@@ -2,8 +2,10 @@
 messages each (the protocol allows it; the official clients send one), several in flight.
 
 ``python -m benchmarks.proxy_load TARGET TOPIC COUNT BATCH CONCURRENCY BODY_BYTES`` prints
-``{"start": t0, "end": t1, "sent": n, "refused": r}``. Requests are built once and re-sent
-(message ids repeat across rounds), so the generator spends its time sending, not building.
+``ready`` once connected, waits for a line on stdin, sends, and prints ``{"start": t0, "end":
+t1, "sent": n, "refused": r, "cpu": s}`` (s: CPU seconds used while sending). Requests are
+built once and re-sent (message ids repeat across rounds), so the generator spends its time
+sending, not building.
 """
 
 import asyncio
@@ -66,9 +68,12 @@ async def run(target: str, topic: str, count: int, batch: int, concurrency: int,
                     refused += 1
                     raise RuntimeError(f"refused: {reply.status.message}")
 
-        start = time.time()
+        print("ready", flush=True)
+        sys.stdin.readline()  # nothing else runs on the loop yet
+        start, cpu = time.time(), time.process_time()
         await asyncio.gather(*(worker() for _ in range(concurrency)))
-        return {"start": start, "end": time.time(), "sent": rounds * batch, "refused": refused}
+        return {"start": start, "end": time.time(), "sent": rounds * batch, "refused": refused,
+                "cpu": time.process_time() - cpu}  # fmt: skip
 
 
 def main() -> int:

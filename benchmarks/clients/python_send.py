@@ -2,7 +2,9 @@
 own interpreter, never imported by the project).
 
 ``python python_send.py ENDPOINT TOPIC sync|async COUNT IN_FLIGHT BODY_BYTES``: after start-up
-(one warm-up send), prints ``{"start": t0, "end": t1, "sent": n}`` (wall-clock seconds).
+(one warm-up send) prints ``ready`` and waits for a line on stdin, then sends and prints
+``{"start": t0, "end": t1, "sent": n, "cpu": s}`` (wall-clock seconds; the CPU seconds this
+process used in between).
 """
 
 import json
@@ -28,7 +30,9 @@ def message() -> Message:
 
 
 producer.send(message())  # route, settings and connection in place
-start = time.time()
+print("ready", flush=True)
+sys.stdin.readline()
+start, cpu = time.time(), time.process_time()
 if mode == "sync":
     for _ in range(count):
         producer.send(message())
@@ -49,6 +53,6 @@ else:
         slots.acquire()
         producer.send_async(message()).add_done_callback(finished)
     done.wait()
-end = time.time()
-print(json.dumps({"start": start, "end": end, "sent": count}), flush=True)
+end, cpu = time.time(), time.process_time() - cpu
+print(json.dumps({"start": start, "end": end, "sent": count, "cpu": cpu}), flush=True)
 producer.shutdown()
