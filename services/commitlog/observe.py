@@ -2,6 +2,7 @@
 counters and latencies recorded by the servicer around each call."""
 
 from collections import Counter as Tally
+from typing import Any
 
 from prometheus_client import CollectorRegistry
 
@@ -24,6 +25,7 @@ class WriterObserver:
         self._flushes_seen = 0
         self._bytes_seen = 0
         self._seen: dict[str, int] = {}
+        self._puts_ok: dict[str, Any] = {}  # topic -> its counter
         if registry is None:
             self.m: WriterMetrics | None = None
             return
@@ -50,10 +52,20 @@ class WriterObserver:
         m.put_batch_messages.observe(len(stored))
         topics = stored.topics
         if topics and topics.count(topics[0]) == len(topics):  # one topic, as nearly always
-            m.puts.labels(topic=topics[0], status="ok").inc(len(topics))
+            self._stored(topics[0]).inc(len(topics))
             return
         for topic, n in Tally(topics).items():
-            m.puts.labels(topic=topic, status="ok").inc(n)
+            self._stored(topic).inc(n)
+
+    def _stored(self, topic: str) -> Any:
+        """The ok-puts counter of a topic (looked up once: ``labels`` costs more than ``inc``)."""
+        child = self._puts_ok.get(topic)
+        if child is None:
+            assert self.m is not None
+            child = self.m.puts.labels(topic=topic, status="ok")
+            if len(self._puts_ok) < 10_000:
+                self._puts_ok[topic] = child
+        return child
 
     def put_failed(self, status: str) -> None:
         if self.m is not None:

@@ -97,6 +97,8 @@ def _columns_key(records: list[Record]) -> ColumnsKey | None:
 
 def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]]:
     """The writer requests of one batch, each with the groups it holds."""
+    if len(groups) == 1 and len(groups[0][0]) == 1 and isinstance(groups[0][0][0], Plain):
+        return [(_lone(groups[0][0][0]), groups)]  # a synchronous sender's: the common case
     by_key: dict[ColumnsKey | None, list[Group]] = {}
     for g in groups:
         by_key.setdefault(_columns_key(g[0]), []).append(g)
@@ -121,6 +123,19 @@ def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, 
         out.append((commitlog_pb2.PutBatchRequest(
             columns=columns, columnar_results=True, offsets_only=True), gs))  # fmt: skip
     return out
+
+
+def _lone(r: Plain) -> commitlog_pb2.PutBatchRequest:
+    """The request of one ``Plain`` message (what ``_requests`` makes of it, made directly)."""
+    return commitlog_pb2.PutBatchRequest(
+        columns=commitlog_pb2.MessageColumns(
+            topic=r.topic, body_size=(len(r.body),), bodies=r.body, queue_id=(r.queue_id,),
+            unique_key=(r.unique_key,), born_host=r.born_host, tags=(r.tags,), keys=(r.keys,),
+            born_timestamps=(r.born_timestamp,) if r.born_timestamp else (),
+            born_host_property=r.born_host_property,
+        ),
+        columnar_results=True, offsets_only=True,
+    )  # fmt: skip
 
 
 class Appender:

@@ -34,6 +34,18 @@ def test_plain_groups_of_one_topic_and_host_become_one_columns_request():
     assert not c.born_timestamps and not c.born_host_property  # the writer's time, none
 
 
+@pytest.mark.parametrize("born", [(0, ""), (5, "w1")])
+def test_a_lone_message_makes_the_request_a_batch_of_it_would(born):
+    r = _plain(3, keys="k")._replace(born_timestamp=born[0], born_host_property=born[1])
+    [(lone, _held)] = _requests([_group([r])])
+    [(batched, _held)] = _requests([_group([r, r._replace(unique_key="ID9", keys="k9")])])
+    del batched.columns.body_size[1:], batched.columns.queue_id[1:]
+    del batched.columns.unique_key[1:], batched.columns.keys[1:]
+    del batched.columns.born_timestamps[1:]
+    batched.columns.bodies = r.body
+    assert lone == batched
+
+
 def test_born_times_and_host_names_travel_in_the_columns():
     named = [_plain(i)._replace(born_timestamp=100 + i, born_host_property="w1") for i in range(3)]
     other = _plain(3)._replace(born_timestamp=7, born_host_property="w2")
