@@ -332,6 +332,34 @@ def test_put_socket_refuses_a_stream_over_the_limit_and_serves_again_once_one_en
         writer.stop()
 
 
+def test_put_socket_under_sync_flush_answers_many_requests_sent_at_once_in_order(tmp_path):
+    """More requests than are appended ahead of their group commit (reading pauses, then
+    goes on): every one answered, in order, at growing offsets."""
+    path = str(tmp_path / "w.sock")
+    writer = _start(tmp_path / "store", "--flush", "sync", "--put-socket", path)
+    n = put_socket.AHEAD * 3
+    try:
+        frames = [
+            put_socket.frame(commitlog_pb2.PutBatchRequest(
+                messages=[_msg(i)], columnar_results=True).SerializeToString())
+            for i in range(n)
+        ]  # fmt: skip
+        with _socket(path) as s:
+            for part in range(3):  # the later parts arrive while reading may be paused
+                s.sendall(b"".join(frames[part * n // 3 : (part + 1) * n // 3]))
+                time.sleep(0.05)
+            s.settimeout(30)
+            f = s.makefile("rb")
+            replies = [commitlog_pb2.PutStreamReply.FromString(_frame(f)) for _ in range(n)]
+        assert not any(r.status_code for r in replies)
+        offsets = [r.response.columns.phy_offset[0] for r in replies]
+        assert offsets == sorted(offsets) and len(set(offsets)) == n
+        # message i went to queue i % 4: its queue offset says it was appended i-th
+        assert [r.response.columns.queue_offset[0] for r in replies] == [i // 4 for i in range(n)]
+    finally:
+        writer.stop()
+
+
 def _read_one(stub, offset):
     record = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[offset])).records[0]
     return commitlog.decode(record)
