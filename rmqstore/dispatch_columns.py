@@ -85,10 +85,8 @@ def tags_codes(cols: RecordColumns, segs: props_fmt.Segments | None = None) -> n
     return codes
 
 
-def index_keys(
-    cols: RecordColumns,
-    segs: props_fmt.Segments | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
+def index_keys(cols: RecordColumns, segs: props_fmt.Segments | None = None,
+               ) -> tuple[np.ndarray, np.ndarray]:
     """The index keys of all records in index order: (the record of each key as int64, its
     index hash as int32); ``segs``: its properties' segments."""
     blob, marks = cols.properties, cols.properties_mark
@@ -172,11 +170,8 @@ def _key_hashes(
     return record, index_hashes_of(codes)
 
 
-def property_texts(
-    cols: RecordColumns,
-    name: str,
-    segs: props_fmt.Segments | None = None,
-) -> list[str]:
+def property_texts(cols: RecordColumns, name: str, segs: props_fmt.Segments | None = None,
+                   ) -> list[str]:
     """Every record's value of property ``name`` as ``properties.parse`` reads it, '' where
     it has none (as the dispatch record's ``keys`` and ``uniq_key``); ``segs``: its
     properties' segments."""

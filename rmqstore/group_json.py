@@ -24,7 +24,6 @@ def queue_json(q: groups_pb2.QueueProgress) -> dict[str, Any]:
             "maxOffset": q.max_offset, "lag": q.lag, "inFlight": q.in_flight}  # fmt: skip
 
 
-def describe_json(
-    g: groups_pb2.GroupConfig, queues: Iterable[groups_pb2.QueueProgress]
-) -> dict[str, Any]:
+def describe_json(g: groups_pb2.GroupConfig,
+                  queues: Iterable[groups_pb2.QueueProgress]) -> dict[str, Any]:
     return {**group_json(g), "queues": [queue_json(q) for q in queues]}

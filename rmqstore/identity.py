@@ -44,11 +44,8 @@ def read(layout: StoreLayout) -> str | None:
 def derived(layout: StoreLayout) -> str:
     """The id of a store without an id file, from its first commitlog segment."""
     try:
-        names = sorted(
-            p.name
-            for p in layout.commitlog_dir.iterdir()
-            if parse_segment_name(p.name) is not None and p.is_file()
-        )
+        names = sorted(p.name for p in layout.commitlog_dir.iterdir()
+                       if parse_segment_name(p.name) is not None and p.is_file())
     except FileNotFoundError:
         names = []
     if not names:
@@ -77,7 +74,5 @@ def create_or_read(layout: StoreLayout) -> str:
 
 def mismatch(expected_id: str, announced: str, address: str, store: str) -> str:
     """The one-line refusal of a writer of another store."""
-    return (
-        f"the writer at {address} serves another store (id {announced or 'none'}), "
-        f"not {store} (id {expected_id}): refusing it"
-    )
+    return (f"the writer at {address} serves another store (id {announced or 'none'}), "
+            f"not {store} (id {expected_id}): refusing it")

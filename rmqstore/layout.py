@@ -143,11 +143,8 @@ class StoreLayout:
         """Every topic of the store: with a consume queue, or seen by the index builder."""
         found = self.indexed_topics()
         if self.consumequeue_dir.is_dir():
-            found.update(
-                p.name
-                for p in self.consumequeue_dir.iterdir()
-                if p.is_dir() and TOPIC_PATTERN.match(p.name)
-            )
+            found.update(p.name for p in self.consumequeue_dir.iterdir()
+                         if p.is_dir() and TOPIC_PATTERN.match(p.name))
         return sorted(found)
 
     @property

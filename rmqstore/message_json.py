@@ -47,13 +47,8 @@ def with_messages(fields: dict[str, Any], messages: Iterable) -> dict[str, Any]:
 
 def key_fields(resp: query_pb2.QueryByKeyResponse) -> dict[str, Any]:
     """``query-key``: how many, whether the page was cut, the cursor of the next page."""
-    return {
-        "count": len(resp.messages),
-        "truncated": resp.truncated,
-        "cursor": resp.cursor,
-        "budgetExhausted": resp.budget_exhausted,
-        "chainHops": resp.chain_hops,
-    }
+    return {"count": len(resp.messages), "truncated": resp.truncated, "cursor": resp.cursor,
+            "budgetExhausted": resp.budget_exhausted, "chainHops": resp.chain_hops}
 
 
 def id_fields(resp: query_pb2.QueryByIdResponse) -> dict[str, Any]:
@@ -63,9 +58,5 @@ def id_fields(resp: query_pb2.QueryByIdResponse) -> dict[str, Any]:
 
 def pull_fields(resp: query_pb2.PullResponse) -> dict[str, Any]:
     """``pull``: RocketMQ's pull status and the queue's offsets."""
-    return {
-        "status": query_pb2.PullStatus.Name(resp.status),
-        "nextOffset": resp.next_offset,
-        "minOffset": resp.min_offset,
-        "maxOffset": resp.max_offset,
-    }
+    return {"status": query_pb2.PullStatus.Name(resp.status), "nextOffset": resp.next_offset,
+            "minOffset": resp.min_offset, "maxOffset": resp.max_offset}

@@ -11,9 +11,8 @@ from rmqstore.metrics_http import metrics_host
 from rmqstore.startup import StartupError, check_port_free
 
 
-def preflight(
-    args: argparse.Namespace, calls_writer: bool
-) -> tuple[grpc.ServerCredentials | None, str]:
+def preflight(args: argparse.Namespace, calls_writer: bool
+              ) -> tuple[grpc.ServerCredentials | None, str]:
     """(server credentials, metrics host) from ``--listen``, ``--metrics-port``,
     ``--metrics-host``, ``--store`` and the TLS flags; ``calls_writer``: the service is also a
     client of the writer (builders, query), whose TLS settings must let it check the writer."""

@@ -118,3 +118,4 @@ class ScheduleQueue:
         for fd in self._fds.values():
             os.close(fd)
         self._fds.clear()
+

@@ -217,9 +217,8 @@ def _bind(server: Any, address: str, credentials: grpc.ServerCredentials | None)
 class Service:
     """A running gRPC server with health checking and reflection."""
 
-    def __init__(
-        self, address: str, max_workers: int = 16, credentials: grpc.ServerCredentials | None = None
-    ) -> None:
+    def __init__(self, address: str, max_workers: int = 16,
+                 credentials: grpc.ServerCredentials | None = None) -> None:
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers), options=SERVER_OPTIONS
         )
@@ -323,9 +322,8 @@ class AsyncService:
         announce(name, self.address)
         termination.wait(on_stop)
 
-    def stop(
-        self, grace: float = 5.0, then: Callable[[], Coroutine[Any, Any, Any]] | None = None
-    ) -> None:
+    def stop(self, grace: float = 5.0,
+             then: Callable[[], Coroutine[Any, Any, Any]] | None = None) -> None:
         """Stop serving (calls in flight get ``grace`` seconds), run ``then()`` on the loop
         (to close what lives on it, such as client channels), cancel what is left on it, as
         ``asyncio.run`` does, then end the loop."""

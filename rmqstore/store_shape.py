@@ -23,9 +23,8 @@ from rmqstore.segments import parse_segment_name
 
 def _segment_files(d: Path) -> list[Path]:
     try:
-        return sorted(
-            p for p in d.iterdir() if parse_segment_name(p.name) is not None and p.is_file()
-        )
+        return sorted(p for p in d.iterdir() if parse_segment_name(p.name) is not None
+                      and p.is_file())
     except FileNotFoundError:
         return []
 
@@ -35,8 +34,7 @@ def _agree(flag: str, given: int | None, found: int | None, what: str, default: 
     if given is not None and found is not None and given != found:
         raise InvalidArgumentError(
             f"{flag} {given} does not match the store: {what.format(found)}; leave {flag} "
-            "out to use the files' size"
-        )
+            "out to use the files' size")
     if given is not None:
         return given
     return found if found is not None else default
@@ -48,12 +46,10 @@ def segment_size(layout: StoreLayout, given: int | None, default: int) -> int:
     if len(sizes) > 1 and given is None:
         raise InvalidArgumentError(
             f"the commitlog segments in {layout.commitlog_dir} have different sizes "
-            f"{sorted(sizes)}: give --commitlog-segment-size"
-        )
+            f"{sorted(sizes)}: give --commitlog-segment-size")
     found = max(sizes) if sizes else None
-    return _agree(
-        "--commitlog-segment-size", given, found, "its commitlog segments are {} bytes", default
-    )
+    return _agree("--commitlog-segment-size", given, found, "its commitlog segments are {} bytes",
+                  default)
 
 
 def _queue_files(layout: StoreLayout) -> Iterator[Path]:
@@ -69,16 +65,12 @@ def cq_entries_per_file(layout: StoreLayout, given: int | None, default: int) ->
         if size and size % cq.UNIT_SIZE == 0:
             found = size // cq.UNIT_SIZE
             break
-    return _agree(
-        "--cq-entries-per-file",
-        given,
-        found,
-        "its consume-queue files hold {} entries each",
-        default,
-    )
+    return _agree("--cq-entries-per-file", given, found,
+                  "its consume-queue files hold {} entries each", default)
 
 
-def index_shape(layout: StoreLayout, slots: int | None, entries: int | None) -> tuple[int, int]:
+def index_shape(layout: StoreLayout, slots: int | None, entries: int | None
+                ) -> tuple[int, int]:
     """(slots, entries) of the index files: from an index file's size (a flag pins one of
     them, and a flag that cannot match the size is an error), else the flags or defaults."""
     try:
@@ -91,9 +83,6 @@ def index_shape(layout: StoreLayout, slots: int | None, entries: int | None) -> 
     try:
         return ixf.infer_shape(size, slots, entries, str(names[0]))
     except InvalidArgumentError as e:
-        flags = " ".join(
-            f"{f} {v}"
-            for f, v in (("--index-slots", slots), ("--index-entries", entries))
-            if v is not None
-        )
+        flags = " ".join(f"{f} {v}" for f, v in (("--index-slots", slots),
+                                                  ("--index-entries", entries)) if v is not None)
         raise InvalidArgumentError(f"{flags or '--index-slots/--index-entries'}: {e}") from None

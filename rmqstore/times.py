@@ -57,7 +57,9 @@ def _parse_iso(s: str) -> int:
         ) from None
     if dt.tzinfo is None:
         if "T" in s or " " in s:
-            raise TimeFormatError(f"time {s!r} has no time zone; add Z or an offset such as +01:00")
+            raise TimeFormatError(
+                f"time {s!r} has no time zone; add Z or an offset such as +01:00"
+            )
         dt = dt.replace(tzinfo=UTC)  # a bare date is midnight UTC
     return (dt - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
 

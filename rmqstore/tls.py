@@ -23,40 +23,24 @@ from pathlib import Path
 
 import grpc
 
-ENV = {
-    "tls_cert": "RMQSTORE_TLS_CERT",
-    "tls_key": "RMQSTORE_TLS_KEY",
-    "tls_ca": "RMQSTORE_TLS_CA",
-    "tls_server_name": "RMQSTORE_TLS_SERVER_NAME",
-}
+ENV = {"tls_cert": "RMQSTORE_TLS_CERT", "tls_key": "RMQSTORE_TLS_KEY",
+       "tls_ca": "RMQSTORE_TLS_CA", "tls_server_name": "RMQSTORE_TLS_SERVER_NAME"}
 
 
 def add_tls_flags(parser: argparse.ArgumentParser) -> None:
     """Add ``--tls-cert``, ``--tls-key``, ``--tls-ca`` and ``--tls-server-name``."""
     g = parser.add_argument_group("TLS (all optional; plaintext when none is given)")
-    g.add_argument(
-        "--tls-cert",
-        default=os.environ.get(ENV["tls_cert"], ""),
-        help=f"PEM certificate chain of this service (env {ENV['tls_cert']})",
-    )
-    g.add_argument(
-        "--tls-key",
-        default=os.environ.get(ENV["tls_key"], ""),
-        help=f"PEM private key of --tls-cert (env {ENV['tls_key']})",
-    )
-    g.add_argument(
-        "--tls-ca",
-        default=os.environ.get(ENV["tls_ca"], ""),
-        help="PEM CA bundle: clients must present a certificate it signed "
-        f"(mutual TLS), and peers' servers are checked against it "
-        f"(env {ENV['tls_ca']})",
-    )
-    g.add_argument(
-        "--tls-server-name",
-        default=os.environ.get(ENV["tls_server_name"], ""),
-        help="name expected in peers' server certificates, when it is not the "
-        f"host of the address (env {ENV['tls_server_name']})",
-    )
+    g.add_argument("--tls-cert", default=os.environ.get(ENV["tls_cert"], ""),
+                   help=f"PEM certificate chain of this service (env {ENV['tls_cert']})")
+    g.add_argument("--tls-key", default=os.environ.get(ENV["tls_key"], ""),
+                   help=f"PEM private key of --tls-cert (env {ENV['tls_key']})")
+    g.add_argument("--tls-ca", default=os.environ.get(ENV["tls_ca"], ""),
+                   help="PEM CA bundle: clients must present a certificate it signed "
+                        f"(mutual TLS), and peers' servers are checked against it "
+                        f"(env {ENV['tls_ca']})")
+    g.add_argument("--tls-server-name", default=os.environ.get(ENV["tls_server_name"], ""),
+                   help="name expected in peers' server certificates, when it is not the "
+                        f"host of the address (env {ENV['tls_server_name']})")
 
 
 @dataclass(frozen=True)
@@ -123,11 +107,9 @@ def check_internal(args: argparse.Namespace) -> None:
     writer's certificate, so every internal call would fail its handshake."""
     files = load(args)
     if files.cert and not files.ca:
-        raise ValueError(
-            "--tls-cert without --tls-ca: the services' connections to the writer "
-            "could not check its certificate; give --tls-ca (the CA that signed "
-            "the services' certificates)"
-        )
+        raise ValueError("--tls-cert without --tls-ca: the services' connections to the writer "
+                         "could not check its certificate; give --tls-ca (the CA that signed "
+                         "the services' certificates)")
 
 
 def startup_client_check(args: argparse.Namespace) -> None:
@@ -171,9 +153,8 @@ def channel_credentials(args: argparse.Namespace) -> grpc.ChannelCredentials | N
     )
 
 
-def client_channel(
-    address: str, args: argparse.Namespace, options: list[tuple[str, object]] | None = None
-) -> grpc.Channel:
+def client_channel(address: str, args: argparse.Namespace,
+                   options: list[tuple[str, object]] | None = None) -> grpc.Channel:
     """A channel to ``address``: TLS when the flags configure it, plaintext otherwise."""
     creds, opts = _client_settings(args, options)
     if creds is None:
@@ -181,9 +162,8 @@ def client_channel(
     return grpc.secure_channel(address, creds, options=opts)
 
 
-def aio_client_channel(
-    address: str, args: argparse.Namespace, options: list[tuple[str, object]] | None = None
-) -> grpc.aio.Channel:
+def aio_client_channel(address: str, args: argparse.Namespace,
+                       options: list[tuple[str, object]] | None = None) -> grpc.aio.Channel:
     """``client_channel`` for ``grpc.aio``: create it on the event loop that will use it."""
     creds, opts = _client_settings(args, options)
     if creds is None:

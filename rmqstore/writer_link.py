@@ -25,9 +25,8 @@ def check_identity(layout: StoreLayout, offsets: commitlog_pb2.Offsets, address:
     """The expected store id, or ``WrongStoreError`` when the writer announced another."""
     expected = identity.expected(layout)
     if offsets.store_id != expected:
-        raise WrongStoreError(
-            identity.mismatch(expected, offsets.store_id, address, str(layout.root))
-        )
+        raise WrongStoreError(identity.mismatch(expected, offsets.store_id, address,
+                                                str(layout.root)))
     return expected
 
 
@@ -35,16 +34,11 @@ def check_writer(name: str, address: str, layout: StoreLayout, args: argparse.Na
     with tls.client_channel(address, args) as ch:
         try:
             offsets = commitlog_pb2_grpc.CommitLogStub(ch).GetOffsets(
-                commitlog_pb2.GetOffsetsRequest(), timeout=PROBE_TIMEOUT_S
-            )
+                commitlog_pb2.GetOffsetsRequest(), timeout=PROBE_TIMEOUT_S)
         except grpc.RpcError as e:
             reason = f"{e.code().name}: {e.details()}" if isinstance(e, grpc.Call) else str(e)
-            log.warning(
-                "%s: the writer at %s cannot be reached yet (%s); will keep trying",
-                name,
-                address,
-                reason,
-            )
+            log.warning("%s: the writer at %s cannot be reached yet (%s); will keep trying",
+                        name, address, reason)
             return
     try:
         check_identity(layout, offsets, address)

@@ -91,9 +91,7 @@ V6_BITS = BORNHOST_V6_FLAG | STOREHOST_V6_FLAG
 # where _TAIL (reconsume times, prepared tx offset, body length) starts, by the sys flag's
 # host bits (``TAIL_AT[sys_flag & V6_BITS]``): per-record loops look it up
 TAIL_AT = {
-    bits: BODY_LENGTH_BASE
-    - 12
-    + host_len(bits, BORNHOST_V6_FLAG)
+    bits: BODY_LENGTH_BASE - 12 + host_len(bits, BORNHOST_V6_FLAG)
     + host_len(bits, STOREHOST_V6_FLAG)
     for bits in (0, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, V6_BITS)
 }
@@ -332,10 +330,8 @@ def decode_meta(
         raise CorruptRecordError(
             f"record size {total} does not match its fields ({p - at})", where, total
         )
-    body_ok = (
-        not check_crc
-        or body_len == 0
-        or (crc32(buf[body_at : body_at + body_len]) & 0x7FFFFFFF == crc)
+    body_ok = not check_crc or body_len == 0 or (
+        crc32(buf[body_at : body_at + body_len]) & 0x7FFFFFFF == crc
     )
     if not body_ok:
         raise CorruptRecordError(f"body CRC {crc} does not match the body", where, total)

@@ -151,25 +151,10 @@ class BatchEncoder:
         header = np.frombuffer(
             bytearray(
                 fixed.pack(
-                    0,
-                    cl.MAGIC_V1,
-                    0,
-                    0,
-                    0,
-                    0,
-                    0,
-                    sys_flag,
-                    0 if each_born else born_timestamp,
-                    born_host.ip,
-                    born_host.port,
-                    0,
-                    self._store_ip,
-                    self._store_port,
-                    0,
-                    0,
-                    0,
-                )
-                * n  # fmt: skip
+                    0, cl.MAGIC_V1, 0, 0, 0, 0, 0, sys_flag,
+                    0 if each_born else born_timestamp, born_host.ip, born_host.port, 0,
+                    self._store_ip, self._store_port, 0, 0, 0,
+                ) * n  # fmt: skip
             ),
             _DTYPES[fixed],
         )

@@ -171,12 +171,8 @@ def _topics(data: np.ndarray, at: np.ndarray, lengths: np.ndarray) -> tuple[np.n
     return rank[inverse.reshape(-1)], distinct
 
 
-def _properties(
-    data: np.ndarray,
-    view: memoryview,
-    at: np.ndarray,
-    lengths: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray]:
+def _properties(data: np.ndarray, view: memoryview, at: np.ndarray, lengths: np.ndarray,
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Every record's properties back to back, each after a 0x02 (``properties.joined``):
     read as the rows of one matrix as wide as the longest, unless that is mostly padding."""
     n = len(at)

@@ -52,9 +52,8 @@ class QueueTally:
         topic, queue, offset = topic[order], queue[order], offset[order]
         last = np.ones(len(order), dtype=bool)
         last[:-1] = (topic[1:] != topic[:-1]) | (queue[1:] != queue[:-1])
-        for t, q, o in zip(
-            topic[last].tolist(), queue[last].tolist(), offset[last].tolist(), strict=True
-        ):
+        for t, q, o in zip(topic[last].tolist(), queue[last].tolist(), offset[last].tolist(),
+                           strict=True):
             key = (cols.topics[t], q)
             if self.next_offsets.get(key, 0) <= o:
                 self.next_offsets[key] = o + 1
@@ -149,10 +148,7 @@ def find_record(buf: bytes | mmap.mmap, start: int, stop: int, base_offset: int)
             return None
         pos = hit - MAGIC_AT
         total, magic = BLANK.unpack_from(buf, pos)
-        if (
-            magic in _MAGICS
-            and 0 < total <= size - pos
-            and _LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_AT)[0] == base_offset + pos
-        ):
+        if magic in _MAGICS and 0 < total <= size - pos and \
+                _LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_AT)[0] == base_offset + pos:
             return pos
         at = hit + 1

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from rmqstore.errors import CorruptRecordError
 
 FILE_NAME = "delayOffset.json"
-_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+_BARE_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
 
 
 def encode(offsets: Mapping[int, int]) -> str:

@@ -53,3 +53,4 @@ def parse_host(text: str) -> Host:
     if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
         addr = addr.ipv4_mapped
     return Host(addr.packed, port)
+

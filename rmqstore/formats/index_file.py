@@ -42,9 +42,8 @@ def file_size(slots: int = DEFAULT_SLOTS, entries: int = DEFAULT_ENTRIES) -> int
     return HEADER_SIZE + SLOT_SIZE * slots + ENTRY_SIZE * entries
 
 
-def infer_shape(
-    size: int, slots: int | None, entries: int | None, name: str = "index file"
-) -> tuple[int, int]:
+def infer_shape(size: int, slots: int | None, entries: int | None,
+                name: str = "index file") -> tuple[int, int]:
     """Slot and entry counts of an index file of ``size`` bytes."""
     rest = size - HEADER_SIZE
     formula = "size = 40 + 4*slots + 20*entries"

@@ -87,9 +87,8 @@ def has_separator(s: str) -> bool:
 _SEPARATOR_BYTE = ord(PROPERTY_SEPARATOR)
 
 
-def joined(
-    parts: Iterable[bytes | memoryview], lengths: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+def joined(parts: Iterable[bytes | memoryview],
+           lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Many records' UTF-8 properties (``lengths`` bytes each) back to back, each after a 0x02
     so that it begins a segment: (the bytes, where each record's 0x02 is)."""
     lengths = np.asarray(lengths, dtype=np.int64)
@@ -116,9 +115,8 @@ def segments(blob: np.ndarray) -> Segments:
     return Segments(seps, seps + 1, np.append(seps[1:], len(blob)))
 
 
-def values_in(
-    blob: np.ndarray, marks: np.ndarray, name: str, segs: Segments | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+def values_in(blob: np.ndarray, marks: np.ndarray, name: str,
+              segs: Segments | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Where ``parse`` finds ``name``'s value in every record of a ``joined`` blob: (start,
     end) in the blob per record, both -1 where it has none. ``segs``: ``segments(blob)``.
 

@@ -107,31 +107,17 @@ def _segment_base(path: Path) -> int:
 def record_row(r: cl.Record, base: int, pos: int) -> Row:
     p = r.property_map
     return {
-        "type": "record",
-        "phyOffset": base + pos,
-        "filePos": pos,
-        "size": r.total_size,
-        "magic": f"{r.magic & 0xFFFFFFFF:#010x}",
-        "topic": r.topic,
-        "queueId": r.queue_id,
-        "queueOffset": r.queue_offset,
-        "physicalOffsetField": r.physical_offset,
-        "sysFlag": r.sys_flag,
-        "flag": r.flag,
-        "bornTimestamp": r.born_timestamp,
-        "bornHost": str(r.born_host),
-        "storeTimestamp": r.store_timestamp,
-        "storeHost": str(r.store_host),
-        "reconsumeTimes": r.reconsume_times,
-        "preparedTransactionOffset": r.prepared_transaction_offset,
-        "bodyCRC": r.body_crc,
+        "type": "record", "phyOffset": base + pos, "filePos": pos, "size": r.total_size,
+        "magic": f"{r.magic & 0xFFFFFFFF:#010x}", "topic": r.topic, "queueId": r.queue_id,
+        "queueOffset": r.queue_offset, "physicalOffsetField": r.physical_offset,
+        "sysFlag": r.sys_flag, "flag": r.flag, "bornTimestamp": r.born_timestamp,
+        "bornHost": str(r.born_host), "storeTimestamp": r.store_timestamp,
+        "storeHost": str(r.store_host), "reconsumeTimes": r.reconsume_times,
+        "preparedTransactionOffset": r.prepared_transaction_offset, "bodyCRC": r.body_crc,
         "bodyLength": len(r.body),
         "msgId": offset_msg_id(r.store_host.ip, r.store_host.port, r.physical_offset),
-        "tags": r.tags,
-        "keys": r.keys,
-        "uniqKey": r.uniq_key,
-        "tagsCode": tags_code(r.topic, p, r.store_timestamp),
-        "properties": p,
+        "tags": r.tags, "keys": r.keys, "uniqKey": r.uniq_key,
+        "tagsCode": tags_code(r.topic, p, r.store_timestamp), "properties": p,
     }
 
 
@@ -158,29 +144,17 @@ def inspect_commitlog(buf, path: Path, limit: int | None) -> Iterator[Row]:
         if magic == cl.BLANK_MAGIC:
             reason = "blank"
             blank = size
-            yield {
-                "type": "blank",
-                "phyOffset": base + end,
-                "filePos": end,
-                "declaredSize": size,
-                "fillsFile": end + size == len(buf),
-            }
+            yield {"type": "blank", "phyOffset": base + end, "filePos": end,
+                   "declaredSize": size, "fillsFile": end + size == len(buf)}
         else:
             reason = "zeros"
     elif end < len(buf):
         reason = "fewer than 8 bytes left"
     yield {
-        "type": "summary",
-        "kind": "commitlog",
-        "file": str(path),
-        "fileSize": len(buf),
-        "baseOffset": base,
-        "records": count,
-        "dataEnd": base + end,
-        "dataEndFilePos": end,
-        "endReason": reason,
-        "blankDeclaredSize": blank,
-        "shown": min(count, limit) if limit is not None else count,
+        "type": "summary", "kind": "commitlog", "file": str(path), "fileSize": len(buf),
+        "baseOffset": base, "records": count, "dataEnd": base + end, "dataEndFilePos": end,
+        "endReason": reason, "blankDeclaredSize": blank, "shown": min(count, limit)
+        if limit is not None else count,
     }
 
 
@@ -196,29 +170,19 @@ def inspect_consume_queue(buf, path: Path, limit: int | None) -> Iterator[Row]:
     valid = cq.valid_count(buf)
     for i in range(valid if limit is None else min(valid, limit)):
         u = arr[i]
-        row = {
-            "type": "unit",
-            "queueOffset": first + i,
-            "phyOffset": int(u["offset"]),
-            "size": int(u["size"]),
-            "tagsCode": int(u["tags_code"]),
-        }
+        row = {"type": "unit", "queueOffset": first + i, "phyOffset": int(u["offset"]),
+               "size": int(u["size"]), "tagsCode": int(u["tags_code"])}
         if row["phyOffset"] == 0 and row["size"] == 0x7FFFFFFF and row["tagsCode"] == 0:
             row["preBlank"] = True
         yield row
     tail = bytes(buf[valid * cq.UNIT_SIZE :])
     yield {
-        "type": "summary",
-        "kind": "consumequeue",
-        "file": str(path),
-        "topic": path.parent.parent.name,
-        "queueId": path.parent.name,
-        "fileSize": len(buf),
-        "capacity": len(arr),
-        "firstQueueOffset": first,
-        "units": valid,
+        "type": "summary", "kind": "consumequeue", "file": str(path),
+        "topic": path.parent.parent.name, "queueId": path.parent.name, "fileSize": len(buf),
+        "capacity": len(arr), "firstQueueOffset": first, "units": valid,
         "nextQueueOffset": first + valid,
-        "endReason": "end of file" if not tail else ("zeros" if not any(tail) else "invalid unit"),
+        "endReason": "end of file" if not tail else ("zeros" if not any(tail)
+                                                     else "invalid unit"),
         "trailingBytes": len(buf) % cq.UNIT_SIZE,
     }
 
@@ -227,27 +191,17 @@ def inspect_consume_queue(buf, path: Path, limit: int | None) -> Iterator[Row]:
 def index_header_row(f: ix.IndexFile, path: Path) -> Row:
     h = f.header
     return {
-        "type": "header",
-        "kind": "index",
-        "file": str(path),
-        "slots": f.slots,
-        "entriesCapacity": f.entries,
-        "beginTimestamp": h.begin_timestamp,
-        "endTimestamp": h.end_timestamp,
-        "begin": _time(h.begin_timestamp),
-        "end": _time(h.end_timestamp),
-        "beginPhyOffset": h.begin_phy_offset,
-        "endPhyOffset": h.end_phy_offset,
-        "hashSlotCount": h.hash_slot_count,
-        "indexCount": h.index_count,
-        "entries": h.entries,
-        "full": f.is_full,
+        "type": "header", "kind": "index", "file": str(path), "slots": f.slots,
+        "entriesCapacity": f.entries, "beginTimestamp": h.begin_timestamp,
+        "endTimestamp": h.end_timestamp, "begin": _time(h.begin_timestamp),
+        "end": _time(h.end_timestamp), "beginPhyOffset": h.begin_phy_offset,
+        "endPhyOffset": h.end_phy_offset, "hashSlotCount": h.hash_slot_count,
+        "indexCount": h.index_count, "entries": h.entries, "full": f.is_full,
     }
 
 
-def inspect_index(
-    buf, path: Path, limit: int | None, slots: int | None, entries: int | None
-) -> Iterator[Row]:
+def inspect_index(buf, path: Path, limit: int | None, slots: int | None,
+                  entries: int | None) -> Iterator[Row]:
     s, e = infer_index_shape(len(buf), slots, entries, str(path))
     f = ix.IndexFile(buf, s, e)
     count = f.header.index_count
@@ -260,32 +214,21 @@ def inspect_index(
     slot_values = np.frombuffer(buf, dtype=">i4", count=s, offset=ix.HEADER_SIZE)
     used = slot_values[(slot_values > 0) & (slot_values <= max(count, 0))]
     n = max(count - 1, 0)
-    table = np.frombuffer(
-        buf, dtype=ix.ENTRY_DTYPE, count=n + 1, offset=ix.HEADER_SIZE + ix.SLOT_SIZE * s
-    )[1:]
+    table = np.frombuffer(buf, dtype=ix.ENTRY_DTYPE, count=n + 1,
+                          offset=ix.HEADER_SIZE + ix.SLOT_SIZE * s)[1:]
     yield {
-        "type": "slots",
-        "slots": s,
-        "usedSlots": int(len(used)),
+        "type": "slots", "slots": s, "usedSlots": int(len(used)),
         "occupancy": round(len(used) / s, 6) if s else 0.0,
-        "badSlotPointers": int(
-            np.count_nonzero(slot_values > max(count, 0)) + np.count_nonzero(slot_values < 0)
-        ),
+        "badSlotPointers": int(np.count_nonzero(slot_values > max(count, 0))
+                               + np.count_nonzero(slot_values < 0)),
         "entries": n,
     }
     shown = n if limit is None else min(n, limit)
     begin = f.header.begin_timestamp
     for i, (kh, phy, diff, prev) in enumerate(table[:shown].tolist()):
-        yield {
-            "type": "entry",
-            "number": i + 1,
-            "keyHash": kh,
-            "slot": kh % s if s else 0,
-            "phyOffset": phy,
-            "timeDiff": diff,
-            "time": begin + diff * 1000,
-            "prev": prev,
-        }
+        yield {"type": "entry", "number": i + 1, "keyHash": kh, "slot": kh % s if s else 0,
+               "phyOffset": phy, "timeDiff": diff, "time": begin + diff * 1000,
+               "prev": prev}
 
 
 # -- checkpoint ----------------------------------------------------------------------------
@@ -296,16 +239,12 @@ def checkpoint_row(buf, path: Path) -> Row:
         )
     cp = ck.decode(buf)
     return {
-        "type": "checkpoint",
-        "file": str(path),
-        "fileSize": len(buf),
+        "type": "checkpoint", "file": str(path), "fileSize": len(buf),
         "physicMsgTimestamp": cp.physic_msg_timestamp,
         "logicsMsgTimestamp": cp.logics_msg_timestamp,
         "indexMsgTimestamp": cp.index_msg_timestamp,
-        "minTimestamp": cp.min_timestamp,
-        "minTimestampIndex": cp.min_timestamp_index,
-        "physic": _time(cp.physic_msg_timestamp),
-        "logics": _time(cp.logics_msg_timestamp),
+        "minTimestamp": cp.min_timestamp, "minTimestampIndex": cp.min_timestamp_index,
+        "physic": _time(cp.physic_msg_timestamp), "logics": _time(cp.logics_msg_timestamp),
         "index": _time(cp.index_msg_timestamp),
     }
 
@@ -320,14 +259,9 @@ def _segments(d: Path) -> list[tuple[int, Path]]:
 
 def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterator[Row]:
     segs = _segments(root / "commitlog")
-    clog: Row = {
-        "type": "commitlog",
-        "segments": [p.name for _, p in segs],
-        "segmentSizes": sorted({p.stat().st_size for _, p in segs}),
-        "minOffset": None,
-        "maxOffset": None,
-        "corrupt": None,
-    }
+    clog: Row = {"type": "commitlog", "segments": [p.name for _, p in segs],
+                "segmentSizes": sorted({p.stat().st_size for _, p in segs}),
+                "minOffset": None, "maxOffset": None, "corrupt": None}
     if segs:
         clog["minOffset"] = segs[0][0]
         # the data ends in the last segment holding any: walk back over empty ones
@@ -344,10 +278,8 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
     cq_root = root / "consumequeue"
     topics = sorted(p for p in cq_root.iterdir() if p.is_dir()) if cq_root.is_dir() else []
     for topic in topics:
-        for qdir in sorted(
-            (q for q in topic.iterdir() if q.is_dir() and q.name.isdigit()),
-            key=lambda q: int(q.name),
-        ):
+        for qdir in sorted((q for q in topic.iterdir() if q.is_dir() and q.name.isdigit()),
+                           key=lambda q: int(q.name)):
             files = _segments(qdir)
             if not files:
                 continue
@@ -359,14 +291,9 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
                 first_offsets = cq.units(buf)["offset"][: cq.valid_count(buf)].copy()
             # units pointing below the commitlog's first segment are gone (correctMinOffset)
             skip = int(np.count_nonzero(first_offsets < (clog["minOffset"] or 0)))
-            yield {
-                "type": "queue",
-                "topic": topic.name,
-                "queueId": int(qdir.name),
-                "files": len(files),
-                "minOffset": first_start // cq.UNIT_SIZE + skip,
-                "maxOffset": (last_start // cq.UNIT_SIZE) + last_valid,
-            }
+            yield {"type": "queue", "topic": topic.name, "queueId": int(qdir.name),
+                   "files": len(files), "minOffset": first_start // cq.UNIT_SIZE + skip,
+                   "maxOffset": (last_start // cq.UNIT_SIZE) + last_valid}
     idx = root / "index"
     names = sorted(p for p in idx.iterdir() if is_index_file_name(p.name)) if idx.is_dir() else []
     for p in names:
@@ -386,18 +313,12 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
             yield checkpoint_row(buf, root / "checkpoint")
     yield from delivery_rows(root)
     yield retention_row(root)
-    yield {"type": "markers", "abort": (root / "abort").exists(), "lock": (root / "lock").exists()}
+    yield {"type": "markers", "abort": (root / "abort").exists(),
+           "lock": (root / "lock").exists()}
     for r in quarantine.ranges(StoreLayout.of(root)):  # bytes recovery cut and kept aside
-        yield {
-            "type": "quarantined",
-            "phyOffset": r.offset,
-            "end": r.end,
-            "size": r.size,
-            "segment": r.segment,
-            "file": str(quarantine.path_of(StoreLayout.of(root), r)),
-            "reason": r.reason,
-            "cutAt": _time(r.at),
-        }
+        yield {"type": "quarantined", "phyOffset": r.offset, "end": r.end, "size": r.size,
+               "segment": r.segment, "file": str(quarantine.path_of(StoreLayout.of(root), r)),
+               "reason": r.reason, "cutAt": _time(r.at)}
 
 
 # -- output --------------------------------------------------------------------------------
@@ -413,33 +334,23 @@ def human(row: Row) -> str:
         )
     if t == "unit":
         extra = " (pre-blank)" if row.get("preBlank") else ""
-        return (
-            f"unit qo={row['queueOffset']} phy={row['phyOffset']} size={row['size']}"
-            f" tagsCode={row['tagsCode']}{extra}"
-        )
+        return (f"unit qo={row['queueOffset']} phy={row['phyOffset']} size={row['size']}"
+                f" tagsCode={row['tagsCode']}{extra}")
     if t == "entry":
-        return (
-            f"entry #{row['number']} hash={row['keyHash']} slot={row['slot']}"
-            f" phy={row['phyOffset']} time={_time(row['time'])} (+{row['timeDiff']}s)"
-            f" prev={row['prev']}"
-        )
+        return (f"entry #{row['number']} hash={row['keyHash']} slot={row['slot']}"
+                f" phy={row['phyOffset']} time={_time(row['time'])} (+{row['timeDiff']}s)"
+                f" prev={row['prev']}")
     if t == "corrupt":
         return f"CORRUPT at {row['phyOffset']} (file position {row['filePos']}): {row['reason']}"
     if t == "blank":
-        return (
-            f"blank end-of-file record at {row['phyOffset']} (file position "
-            f"{row['filePos']}), declares {row['declaredSize']} bytes"
-        )
+        return (f"blank end-of-file record at {row['phyOffset']} (file position "
+                f"{row['filePos']}), declares {row['declaredSize']} bytes")
     if t == "quarantined":
-        return (
-            f"QUARANTINED [{row['phyOffset']}, {row['end']}) {row['size']} bytes of segment "
-            f"{row['segment']}, cut {row['cutAt']}: {row['reason']} -> {row['file']}"
-        )
+        return (f"QUARANTINED [{row['phyOffset']}, {row['end']}) {row['size']} bytes of segment "
+                f"{row['segment']}, cut {row['cutAt']}: {row['reason']} -> {row['file']}")
     if t == "queue":
-        return (
-            f"queue {row['topic']}/{row['queueId']}: files={row['files']}"
-            f" min={row['minOffset']} max={row['maxOffset']}"
-        )
+        return (f"queue {row['topic']}/{row['queueId']}: files={row['files']}"
+                f" min={row['minOffset']} max={row['maxOffset']}")
     head = t if "name" not in row else f"{t} {row['name']}"
     body = ", ".join(f"{k}={v}" for k, v in row.items() if k not in ("type", "name"))
     return f"{head}: {body}"
@@ -463,7 +374,8 @@ def rows_for(args: argparse.Namespace) -> Iterator[Row]:
         elif kind == "consumequeue":
             yield from inspect_consume_queue(buf, path, args.limit)
         elif kind == "index":
-            yield from inspect_index(buf, path, args.limit, args.index_slots, args.index_entries)
+            yield from inspect_index(buf, path, args.limit, args.index_slots,
+                                     args.index_entries)
         else:
             yield checkpoint_row(buf, path)
 
@@ -494,23 +406,16 @@ def _positive(text: str) -> int:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "inspect",
-        help="decode a store file or summarize a store directory",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        "inspect", help="decode a store file or summarize a store directory",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "path",
-        help="commitlog segment, consume-queue file, index file, checkpoint, or a store directory",
-    )
+    p.add_argument("path", help="commitlog segment, consume-queue file, index file, "
+                                "checkpoint, or a store directory")
     p.add_argument("--kind", choices=KINDS, help="override the kind detected from the path")
     p.add_argument("--json", action="store_true", help="print JSON lines")
-    p.add_argument(
-        "--limit",
-        type=_positive,
-        default=None,
-        help="show at most N records / units / entries (summaries cover all)",
-    )
+    p.add_argument("--limit", type=_positive, default=None,
+                   help="show at most N records / units / entries (summaries cover all)")
     p.add_argument("--index-slots", type=_positive, default=None, help="hash slots per index file")
-    p.add_argument("--index-entries", type=_positive, default=None, help="entries per index file")
+    p.add_argument("--index-entries", type=_positive, default=None,
+                   help="entries per index file")
     p.set_defaults(run=run)

@@ -23,53 +23,33 @@ FIND_PRINT_LIMIT = 20
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--store", required=True, help="store root (holding commitlog/) or a commitlog directory"
-    )
-    p.add_argument(
-        "--master",
-        default="local[*]",
-        help="Spark master (default local[*]); on a cluster, --store and --out must "
-        "be on a filesystem every executor mounts at the same path",
-    )
-    p.add_argument(
-        "--conf",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a Spark setting, e.g. spark.pyspark.python=/opt/venv/bin/python "
-        "(the executors' Python); repeatable",
-    )
-    p.add_argument(
-        "--split-mib",
-        type=int,
-        default=64,
-        help="cut segments larger than this into ranges of about this size",
-    )
+    p.add_argument("--store", required=True,
+                   help="store root (holding commitlog/) or a commitlog directory")
+    p.add_argument("--master", default="local[*]",
+                   help="Spark master (default local[*]); on a cluster, --store and --out must "
+                        "be on a filesystem every executor mounts at the same path")
+    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
+                   help="a Spark setting, e.g. spark.pyspark.python=/opt/venv/bin/python "
+                        "(the executors' Python); repeatable")
+    p.add_argument("--split-mib", type=int, default=64,
+                   help="cut segments larger than this into ranges of about this size")
     p.add_argument("--no-crc", action="store_true", help="skip body CRC checks")
 
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("rebuild", help="rebuild consume queues and index files on Spark")
     _common(p)
-    p.add_argument(
-        "--out",
-        required=True,
-        help="output root: a new directory, or an existing one without "
-        "consumequeue/ and index/ (the store root itself, say)",
-    )
-    p.add_argument(
-        "--replace", action="store_true", help="replace consumequeue/ and index/ already in --out"
-    )
+    p.add_argument("--out", required=True,
+                   help="output root: a new directory, or an existing one without "
+                        "consumequeue/ and index/ (the store root itself, say)")
+    p.add_argument("--replace", action="store_true",
+                   help="replace consumequeue/ and index/ already in --out")
     p.add_argument("--index-slots", type=int, default=None)
     p.add_argument("--index-entries", type=int, default=None)
     p.add_argument("--cq-entries-per-file", type=int, default=None)
-    p.add_argument(
-        "--delay-levels",
-        default=None,
-        help="the writer's --delay-levels, if the store was written with others "
-        "than RocketMQ's 18 (delayed messages' consume-queue tags code)",
-    )
+    p.add_argument("--delay-levels", default=None,
+                   help="the writer's --delay-levels, if the store was written with others "
+                        "than RocketMQ's 18 (delayed messages' consume-queue tags code)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     p.set_defaults(run=run_rebuild)
@@ -87,18 +67,11 @@ def register(subparsers) -> None:
     p.add_argument("--key", help="a KEYS token or a UNIQ_KEY")
     p.add_argument("--begin", type=int, help="store time from (ms, inclusive)")
     p.add_argument("--end", type=int, help="store time to (ms, inclusive)")
-    p.add_argument(
-        "--out",
-        help="new directory for every match, as JSON lines "
-        "(required on a cluster; else a temporary one)",
-    )
-    p.add_argument(
-        "--limit",
-        type=int,
-        default=FIND_PRINT_LIMIT,
-        help=f"print at most this many matches (default {FIND_PRINT_LIMIT}; "
-        "0: none); --out holds them all",
-    )
+    p.add_argument("--out", help="new directory for every match, as JSON lines "
+                                 "(required on a cluster; else a temporary one)")
+    p.add_argument("--limit", type=int, default=FIND_PRINT_LIMIT,
+                   help=f"print at most this many matches (default {FIND_PRINT_LIMIT}; "
+                        "0: none); --out holds them all")
     p.add_argument("--json", action="store_true", help="one JSON document per message")
     p.set_defaults(run=run_find)
 
@@ -139,9 +112,8 @@ def _job(args, what: str, outputs: dict[str, Path]):
     except _spark_error_types() as e:
         from pipelines.task_errors import task_error_message
 
-        raise CliError(
-            f"{what} failed, nothing was written: {task_error_message(e)}", UNAVAILABLE
-        ) from None
+        raise CliError(f"{what} failed, nothing was written: {task_error_message(e)}",
+                       UNAVAILABLE) from None
 
 
 def _output(path: str) -> Path:
@@ -166,27 +138,23 @@ def run_rebuild(args) -> int:
             index_slots=args.index_slots or defaults.index_slots,
             index_entries=args.index_entries or defaults.index_entries,
             cq_entries_per_file=args.cq_entries_per_file or defaults.cq_entries_per_file,
-            split_bytes=args.split_mib * MIB,
-            check_crc=not args.no_crc,
+            split_bytes=args.split_mib * MIB, check_crc=not args.no_crc,
             delay_levels=args.delay_levels or defaults.delay_levels,
         )
     except StoreError as e:
         raise CliError(f"rebuild: {e}", USAGE) from None
     with _job(args, "rebuild", {"the parent of --out": out.parent}) as spark:
-        report = rebuild(
-            spark, args.store, out, settings, replace=args.replace, progress=not args.quiet
-        )
+        report = rebuild(spark, args.store, out, settings, replace=args.replace,
+                         progress=not args.quiet)
     _warn(report.corruptions, report.notes)
     if args.json:
         print(json.dumps(report.to_dict()))
     else:
-        print(
-            f"rebuilt {out}: {report.records} records, {report.bytes} bytes of "
-            f"commitlog in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s); "
-            f"{report.cq_files} consume-queue files ({report.queues} queues, "
-            f"{report.cq_units} units), {len(report.index_files)} index files "
-            f"({report.index_keys} keys)"
-        )
+        print(f"rebuilt {out}: {report.records} records, {report.bytes} bytes of "
+              f"commitlog in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s); "
+              f"{report.cq_files} consume-queue files ({report.queues} queues, "
+              f"{report.cq_units} units), {len(report.index_files)} index files "
+              f"({report.index_keys} keys)")
     return 0
 
 
@@ -195,23 +163,15 @@ def run_export(args) -> int:
 
     out = _output(args.out)
     with _job(args, "export", {"the parent of --out": out.parent}) as spark:
-        report = export(
-            spark,
-            args.store,
-            out,
-            split_bytes=args.split_mib * MIB,
-            check_crc=not args.no_crc,
-            progress=not args.quiet,
-        )
+        report = export(spark, args.store, out, split_bytes=args.split_mib * MIB,
+                        check_crc=not args.no_crc, progress=not args.quiet)
     _warn(report.corruptions, report.notes)
     if args.json:
         print(json.dumps(report.to_dict()))
         return 0
-    print(
-        f"exported {report.records} records ({report.bytes} bytes of commitlog) to "
-        f"{out} in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned "
-        "by topic and date"
-    )
+    print(f"exported {report.records} records ({report.bytes} bytes of commitlog) to "
+          f"{out} in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned "
+          "by topic and date")
     return 0
 
 
@@ -235,14 +195,8 @@ def run_find(args) -> int:
         raise CliError("find on a cluster needs --out: a directory every executor sees")
     try:
         with _job(args, "find", {"the parent of --out": out.parent}) as spark:
-            result = find(
-                spark,
-                args.store,
-                criteria,
-                out,
-                split_bytes=args.split_mib * MIB,
-                check_crc=not args.no_crc,
-            )
+            result = find(spark, args.store, criteria, out, split_bytes=args.split_mib * MIB,
+                          check_crc=not args.no_crc)
         _warn(result.corruptions, result.notes)
         printed = 0
         for m in result.read(args.limit):
@@ -250,21 +204,14 @@ def run_find(args) -> int:
             if args.json:
                 print(json.dumps(m, ensure_ascii=False))
             else:
-                print(
-                    f"{m['phyOffset']}\t{m['topic']}/{m['queueId']}@{m['queueOffset']}\t"
-                    f"{m['storeTimestamp']}\t{m['msgId']}\tuniqKey={m['uniqKey']}\t"
-                    f"keys={m['keys']}\ttags={m['tags']}"
-                )
+                print(f"{m['phyOffset']}\t{m['topic']}/{m['queueId']}@{m['queueOffset']}\t"
+                      f"{m['storeTimestamp']}\t{m['msgId']}\tuniqKey={m['uniqKey']}\t"
+                      f"keys={m['keys']}\ttags={m['tags']}")
     finally:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    kept = (
-        f"; all of them in {out}"
-        if scratch is None
-        else ("; --out DIR keeps them all" if printed < result.matches else "")
-    )
-    print(
-        f"{result.matches} of {result.records_scanned} records match, {printed} printed{kept}",
-        file=sys.stderr,
-    )
+    kept = f"; all of them in {out}" if scratch is None else (
+        "; --out DIR keeps them all" if printed < result.matches else "")
+    print(f"{result.matches} of {result.records_scanned} records match, {printed} printed{kept}",
+          file=sys.stderr)
     return 0 if result.matches else NOT_FOUND

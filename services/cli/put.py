@@ -190,7 +190,8 @@ def _check(args: argparse.Namespace) -> None:
         except IsADirectoryError:
             raise CliError(f"--body-file {args.body_file} is a directory") from None
         except OSError as e:
-            raise CliError(f"--body-file {args.body_file}: cannot read it ({e.strerror})") from None
+            raise CliError(f"--body-file {args.body_file}: cannot read it ({e.strerror})") \
+                from None
     body_size = args.body_size
     if args.body_file:
         body_size = size

@@ -90,18 +90,10 @@ def run_pull(args: argparse.Namespace) -> int:
 def run_offset_by_time(args: argparse.Namespace) -> int:
     boundary = query_pb2.UPPER if args.boundary == "upper" else query_pb2.LOWER
     stub = _stub(args)
-    resp = _call(
-        args,
-        stub.OffsetByTime,
-        query_pb2.OffsetByTimeRequest(
-            topic=args.topic, queue_id=args.queue, timestamp=args.time, boundary=boundary
-        ),
-    )
-    offsets = _call(
-        args,
-        stub.QueueOffsets,
-        query_pb2.QueueOffsetsRequest(topic=args.topic, queue_id=args.queue),
-    )
+    resp = _call(args, stub.OffsetByTime, query_pb2.OffsetByTimeRequest(
+        topic=args.topic, queue_id=args.queue, timestamp=args.time, boundary=boundary))
+    offsets = _call(args, stub.QueueOffsets,
+                    query_pb2.QueueOffsetsRequest(topic=args.topic, queue_id=args.queue))
     doc = {"offset": resp.offset, "boundary": args.boundary, "time": args.time,
            "minOffset": offsets.min_offset, "maxOffset": offsets.max_offset}  # fmt: skip
     if args.json:
@@ -114,12 +106,8 @@ def run_offset_by_time(args: argparse.Namespace) -> int:
 
 
 def _common(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--query",
-        type=client.address,
-        default=DEFAULT_QUERY,
-        help="query service address (port base + 1 of 'rmqstore serve')",
-    )
+    p.add_argument("--query", type=client.address, default=DEFAULT_QUERY,
+                   help="query service address (port base + 1 of 'rmqstore serve')")
     tls.add_tls_flags(p)
     p.add_argument("--json", action="store_true", help="print one JSON document")
     p.add_argument("--timeout", type=client.positive_seconds, default=30.0, help="seconds")
@@ -130,12 +118,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     _common(p)
     p.add_argument("--topic", required=True)
     p.add_argument("--key", required=True)
-    p.add_argument(
-        "--begin", type=client.time_ms, default=0, help=f"store time, inclusive: {TIME_FORMS}"
-    )
-    p.add_argument(
-        "--end", type=client.time_ms, default=0, help="store time, inclusive (0 = no bound)"
-    )
+    p.add_argument("--begin", type=client.time_ms, default=0,
+                   help=f"store time, inclusive: {TIME_FORMS}")
+    p.add_argument("--end", type=client.time_ms, default=0,
+                   help="store time, inclusive (0 = no bound)")
     p.add_argument("--max", type=int_in(0, INT32_MAX), default=0, help="results per page (0 = 64)")
     p.add_argument("--cursor", help="continue a truncated answer")
     p.set_defaults(run=run_query_key)

@@ -49,16 +49,10 @@ def _given(args: argparse.Namespace, *names: str) -> list[str]:
 
 def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     return [
-        "--flush",
-        args.flush,
-        "--max-message-size",
-        str(args.max_message_size),
-        "--queues-per-topic",
-        str(args.queues_per_topic),
-        "--dispatch-linger-ms",
-        str(args.dispatch_linger_ms),
-        *_given(args, "commitlog-segment-size"),
-        *background_args(args),
+        "--flush", args.flush, "--max-message-size", str(args.max_message_size),
+        "--queues-per-topic", str(args.queues_per_topic),
+        "--dispatch-linger-ms", str(args.dispatch_linger_ms),
+        *_given(args, "commitlog-segment-size"), *background_args(args),
         *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),
     ]
 
@@ -82,18 +76,10 @@ def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
 
 
 def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
-    proxy = (
-        []
-        if args.read_only or not _exists("services.proxy")
-        else ["--proxy", f"{args.host}:{ports['proxy']}"]
-    )  # its consumer groups
-    return [
-        "--query",
-        f"{args.host}:{ports['query']}",
-        *_writer_address(args, ports),
-        *_given(args, "index-entries"),
-        *proxy,
-    ]
+    proxy = [] if args.read_only or not _exists("services.proxy") else \
+        ["--proxy", f"{args.host}:{ports['proxy']}"]  # its consumer groups
+    return ["--query", f"{args.host}:{ports['query']}", *_writer_address(args, ports),
+            *_given(args, "index-entries"), *proxy]
 
 
 def _loopback(host: str) -> bool:
@@ -106,10 +92,8 @@ def _loopback(host: str) -> bool:
 def _console_skip(args: argparse.Namespace) -> str:
     if _loopback(args.host):
         return ""
-    return (
-        "without authentication it serves loopback only (run python -m services.console "
-        "with --auth basic or proxy-header)"
-    )
+    return ("without authentication it serves loopback only (run python -m services.console "
+            "with --auth basic or proxy-header)")
 
 
 @dataclass(frozen=True)
@@ -133,31 +117,15 @@ class ServiceSpec:
 # so a service can be added here before it exists (proxy).
 SERVICES: list[ServiceSpec] = [
     ServiceSpec("commitlog", "services.commitlog", 0, "commitlog-port", flags=_writer_flags),
-    ServiceSpec(
-        "consume-queue",
-        "services.indexer",
-        2,
-        "cq-port",
-        ("consume-queue",),
-        _cq_flags,
-        read_only=False,
-    ),
-    ServiceSpec(
-        "index", "services.indexer", 3, "index-port", ("index",), _index_flags, read_only=False
-    ),
+    ServiceSpec("consume-queue", "services.indexer", 2, "cq-port", ("consume-queue",),
+                _cq_flags, read_only=False),
+    ServiceSpec("index", "services.indexer", 3, "index-port", ("index",), _index_flags,
+                read_only=False),
     ServiceSpec("query", "services.query", 1, "query-port", flags=_index_flags),
-    ServiceSpec("proxy", "services.proxy", 4, "proxy-port", flags=_proxy_flags, read_only=False),
-    ServiceSpec(
-        "console",
-        "services.console",
-        5,
-        "console-port",
-        flags=_console_flags,
-        takes_read_only=False,
-        metrics=False,
-        scheme="http",
-        skip=_console_skip,
-    ),
+    ServiceSpec("proxy", "services.proxy", 4, "proxy-port", flags=_proxy_flags,
+                read_only=False),
+    ServiceSpec("console", "services.console", 5, "console-port", flags=_console_flags,
+                takes_read_only=False, metrics=False, scheme="http", skip=_console_skip),
 ]
 
 
@@ -169,16 +137,8 @@ def _exists(module: str) -> bool:
 
 
 def _command(spec: ServiceSpec, args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        spec.module,
-        *spec.extra,
-        "--store",
-        args.store,
-        "--listen",
-        f"{args.host}:{ports[spec.name]}",
-    ]
+    cmd = [sys.executable, "-m", spec.module, *spec.extra, "--store", args.store,
+           "--listen", f"{args.host}:{ports[spec.name]}"]
     if args.metrics and spec.metrics:
         cmd += ["--metrics-port", str(ports[spec.name] + METRICS_OFFSET)]
         if args.metrics_host:
@@ -197,13 +157,9 @@ class Child:
         self.spec = spec
         env = {**os.environ, PARENT_PID_ENV: str(os.getpid()), "PYTHONUNBUFFERED": "1"}
         assert cmd[1:2] == ["-m"], cmd  # python -m MODULE …, run through the launcher
-        self.proc = subprocess.Popen(
-            [cmd[0], "-m", "rmqstore.launch", *cmd[2:]],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        self.proc = subprocess.Popen([cmd[0], "-m", "rmqstore.launch", *cmd[2:]],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=env)
         self.address = ""
         self.announced = threading.Event()
         self.errors: list[str] = []
@@ -223,7 +179,7 @@ class Child:
         assert self.proc.stderr is not None
         for line in self.proc.stderr:
             if line.startswith("error: "):
-                self.errors.append(line[len("error: ") :].strip())
+                self.errors.append(line[len("error: "):].strip())
             else:
                 sys.stderr.write(line)
                 sys.stderr.flush()
@@ -234,7 +190,7 @@ class Child:
         prefix = f"{self.spec.name}: "
         if self.errors:
             reason = self.errors[-1]
-            return reason[len(prefix) :] if reason.startswith(prefix) else reason
+            return reason[len(prefix):] if reason.startswith(prefix) else reason
         code = self.proc.poll()
         how = "is still running" if code is None else _exit_text(code)
         return f"{how} without serving (its log is above)"
@@ -264,11 +220,8 @@ def _ports(args: argparse.Namespace) -> dict[str, int]:
     for spec in SERVICES:
         port = getattr(args, spec.port_flag.replace("-", "_")) or args.port_base + spec.slot
         if not 0 < port < 65536 or (args.metrics and port + METRICS_OFFSET > 65535):
-            raise CliError(
-                f"--{spec.port_flag} / --port-base: port {port} is outside 1..65535"
-                + (" (with its metrics port)" if args.metrics else ""),
-                USAGE,
-            )
+            raise CliError(f"--{spec.port_flag} / --port-base: port {port} is outside 1..65535"
+                           + (" (with its metrics port)" if args.metrics else ""), USAGE)
         ports[spec.name] = port
     return ports
 
@@ -292,11 +245,8 @@ def run(args: argparse.Namespace) -> int:
     failure = ""
     # the proxy puts over a Unix socket of the writer's (see rmqstore.put_socket), in a
     # directory of serve's own: a store path can be longer than a socket path may be
-    sockets = (
-        ""
-        if args.read_only or not args.put_socket_on
-        else tempfile.mkdtemp(prefix="rmqstore-serve-")
-    )
+    sockets = "" if args.read_only or not args.put_socket_on else tempfile.mkdtemp(
+        prefix="rmqstore-serve-")
     args.put_socket = os.path.join(sockets, "writer.sock") if sockets else ""
     try:
         for spec in SERVICES:
@@ -316,19 +266,15 @@ def run(args: argparse.Namespace) -> int:
             if not child.address:
                 failure = f"{spec.name} failed to start: {child.failure()}"
                 break
-            metrics = (
-                f"  metrics http://{args.metrics_host or args.host}:"
-                f"{ports[spec.name] + METRICS_OFFSET}/metrics"
-                if args.metrics and spec.metrics
-                else ""
-            )
-            where = f"http://{child.address}/" if spec.scheme == "http" else f"grpc {child.address}"
+            metrics = (f"  metrics http://{args.metrics_host or args.host}:"
+                       f"{ports[spec.name] + METRICS_OFFSET}/metrics"
+                       if args.metrics and spec.metrics else "")
+            where = (f"http://{child.address}/" if spec.scheme == "http"
+                     else f"grpc {child.address}")
             print(f"{spec.name:14s} {where}{metrics}", flush=True)
         if not failure and not stopping.is_set():
-            print(
-                "serving" + (" read-only" if args.read_only else "") + "; Ctrl-C to stop",
-                flush=True,
-            )
+            print("serving" + (" read-only" if args.read_only else "") + "; Ctrl-C to stop",
+                  flush=True)
         while not failure and not stopping.wait(0.2):
             for child in children:
                 code = child.proc.poll()
@@ -353,32 +299,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--host", default="127.0.0.1", help="address every service listens on")
     p.add_argument("--port-base", type=int, default=8100)
     for spec in SERVICES:
-        p.add_argument(
-            f"--{spec.port_flag}",
-            type=int,
-            default=0,
-            help=f"{spec.name} port (default: base + {spec.slot})",
-        )
+        p.add_argument(f"--{spec.port_flag}", type=int, default=0,
+                       help=f"{spec.name} port (default: base + {spec.slot})")
     p.add_argument("--no-metrics", dest="metrics", action="store_false")
     p.add_argument("--metrics-host", default="", help="where metrics listen (default: --host)")
-    p.add_argument(
-        "--read-only",
-        action="store_true",
-        help="serve queries from the store without writing a byte into it (no builders, no puts)",
-    )
-    p.add_argument(
-        "--commitlog-segment-size",
-        type=int,
-        default=None,
-        help="default: read from the store's segments, else 1 GiB",
-    )
-    p.add_argument(
-        "--no-put-socket",
-        dest="put_socket_on",
-        action="store_false",
-        help="the proxy puts over gRPC, not the writer's Unix socket (as when they "
-        "run on different machines)",
-    )
+    p.add_argument("--read-only", action="store_true",
+                   help="serve queries from the store without writing a byte into it (no "
+                        "builders, no puts)")
+    p.add_argument("--commitlog-segment-size", type=int, default=None,
+                   help="default: read from the store's segments, else 1 GiB")
+    p.add_argument("--no-put-socket", dest="put_socket_on", action="store_false",
+                   help="the proxy puts over gRPC, not the writer's Unix socket (as when they "
+                        "run on different machines)")
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--max-message-size", type=int, default=WriterConfig.max_message_size)
     p.add_argument("--queues-per-topic", type=int, default=WriterConfig.queues_per_topic)
@@ -390,23 +322,11 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default: %(default)s)",
     )
     add_background_flags(p)
-    p.add_argument(
-        "--index-slots",
-        type=int,
-        default=None,
-        help="default: read from the store's index files, else 5,000,000",
-    )
-    p.add_argument(
-        "--index-entries",
-        type=int,
-        default=None,
-        help="default: read from the store's index files, else 20,000,000",
-    )
-    p.add_argument(
-        "--cq-entries-per-file",
-        type=int,
-        default=None,
-        help="default: read from the store's consume queues, else 300,000",
-    )
+    p.add_argument("--index-slots", type=int, default=None,
+                   help="default: read from the store's index files, else 5,000,000")
+    p.add_argument("--index-entries", type=int, default=None,
+                   help="default: read from the store's index files, else 20,000,000")
+    p.add_argument("--cq-entries-per-file", type=int, default=None,
+                   help="default: read from the store's consume queues, else 300,000")
     proxy_config.add_flags(p.add_argument_group("proxy (RocketMQ 5 protocol)"))
     p.set_defaults(run=run)

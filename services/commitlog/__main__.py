@@ -25,20 +25,13 @@ log = logging.getLogger("rmqstore.commitlog")
 
 
 def add_store_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--commitlog-segment-size",
-        type=int,
-        default=None,
-        help="default: the size of the store's segment files, else "
-        f"{DEFAULT_SEGMENT_SIZE} (a value that disagrees with the files is "
-        "refused)",
-    )
-    p.add_argument(
-        "--read-only",
-        action="store_true",
-        help="serve reads from an existing store without writing a byte into it "
-        "(no lock, abort, checkpoint or rmqstore/ made; puts refused)",
-    )
+    p.add_argument("--commitlog-segment-size", type=int, default=None,
+                   help="default: the size of the store's segment files, else "
+                        f"{DEFAULT_SEGMENT_SIZE} (a value that disagrees with the files is "
+                        "refused)")
+    p.add_argument("--read-only", action="store_true",
+                   help="serve reads from an existing store without writing a byte into it "
+                        "(no lock, abort, checkpoint or rmqstore/ made; puts refused)")
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--flush-interval-ms", type=int, default=500)
     p.add_argument("--max-message-size", type=int, default=4 * 1024 * 1024)
@@ -65,9 +58,8 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
     layout = StoreLayout.of(args.store)
     return WriterConfig(
         store=Path(args.store),
-        segment_size=store_shape.segment_size(
-            layout, args.commitlog_segment_size, DEFAULT_SEGMENT_SIZE
-        ),
+        segment_size=store_shape.segment_size(layout, args.commitlog_segment_size,
+                                              DEFAULT_SEGMENT_SIZE),
         flush=args.flush,
         flush_interval_ms=args.flush_interval_ms,
         max_message_size=args.max_message_size,
@@ -110,8 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
         config = config_from(args)
         delay.use_levels(config.delay_levels)  # before any message is built or dispatched
         engine: CommitLogEngine | ReadOnlyStore = (
-            ReadOnlyStore(config) if args.read_only else CommitLogEngine(config)
-        )
+            ReadOnlyStore(config) if args.read_only else CommitLogEngine(config))
         topic_store = topics.TopicStore(
             Path(args.store), args.queues_per_topic, args.read_only,
             in_use=(lambda: engine.queue_table) if isinstance(engine, CommitLogEngine) else dict,
@@ -132,7 +123,8 @@ def _serve(args: argparse.Namespace) -> int:
             retention = Retention(engine)
         registry = metrics.new_registry("commitlog")
         observer = WriterObserver(engine, registry, delivery, retention)
-        metrics_server = metrics.start_metrics_server(args.metrics_port, registry, m_host)
+        metrics_server = metrics.start_metrics_server(
+            args.metrics_port, registry, m_host)
         # calls run on one event loop; each builder's dispatch stream waits for records in a
         # worker thread (64 subscribers at most, see the engine), nothing else does
         service = AsyncService(args.listen, credentials=credentials, blocking_workers=96)

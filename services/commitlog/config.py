@@ -98,6 +98,7 @@ def add_background_flags(p: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+
 def background_args(args: argparse.Namespace) -> list[str]:
     """The flags of ``add_background_flags`` as parsed, as the writer's command line."""
     out = [

@@ -87,7 +87,8 @@ class CommitLogEngine:
             self.layout.commitlog_dir, cfg.segment_size, cfg.warmup, cfg.preallocate
         )
         t0 = time.perf_counter()
-        self.recovered: Recovered = recover(self.segments, self._snapshot_path, keep=self._keep_cut)
+        self.recovered: Recovered = recover(self.segments, self._snapshot_path,
+                                            keep=self._keep_cut)
         self.recovery_seconds = time.perf_counter() - t0
         r = self.recovered
         log.info(
@@ -342,9 +343,8 @@ class CommitLogEngine:
 
     def read(self, offsets: Sequence[int], max_bytes: int = 1 << 62) -> list[bytes]:
         """Records starting at ``offsets``; RESOURCE_EXHAUSTED past ``max_bytes`` in all."""
-        return read_records(
-            self.segments.find, self.min_offset, self.max_offset, offsets, max_bytes
-        )
+        return read_records(self.segments.find, self.min_offset, self.max_offset, offsets,
+                            max_bytes)
 
     def read_sized(self, offset: int, size: int) -> bytes:
         """The ``size`` bytes at ``offset`` (a record whose size a consume-queue unit gives;
@@ -444,7 +444,9 @@ class CommitLogEngine:
             pos = batch.next_offset
             yield batch
 
-    def _linger(self, pos: int, max_records: int, until: float, active: Callable[[], bool]) -> None:
+    def _linger(
+        self, pos: int, max_records: int, until: float, active: Callable[[], bool]
+    ) -> None:
         """Wait (holding ``_appended``) until ``until``, or until the batch from ``pos`` is no
         longer small in bytes, or the engine closes."""
         self._lingering.append(pos)

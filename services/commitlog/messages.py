@@ -261,17 +261,8 @@ class MessageBuilder:
                 continue
             append(
                 (
-                    record,
-                    size,
-                    topic,
-                    queue_id,
-                    record[batch_fmt.SYS_FLAG],
-                    code,
-                    keys,
-                    uniq,
-                    0,
-                    m.prepared_transaction_offset,
-                    not sys_flag & no_queue_offset,
+                    record, size, topic, queue_id, record[batch_fmt.SYS_FLAG], code, keys, uniq,
+                    0, m.prepared_transaction_offset, not sys_flag & no_queue_offset,
                 )  # fmt: skip
             )
         return out
@@ -447,7 +438,9 @@ class MessageBuilder:
                 self._parts_cache[(tags, has_keys, born_property)] = parts
         return parts
 
-    def _general_properties(self, m, uniq: str, now_ms: int | None) -> tuple[str, str, int, int]:
+    def _general_properties(
+        self, m, uniq: str, now_ms: int | None
+    ) -> tuple[str, str, int, int]:
         """User properties and/or delay: (properties, stored topic, stored queue, delay ms).
         A delivery time is parked on the largest level not beyond it (see rmqstore.delay)."""
         cfg = self.config

@@ -85,10 +85,8 @@ class ReadOnlyStore:
         self.config = config
         self.layout = StoreLayout.of(config.store)
         if not self.layout.root.is_dir():
-            raise InvalidArgumentError(
-                f"store {self.layout.root} is not a directory "
-                "(--read-only serves an existing store)"
-            )
+            raise InvalidArgumentError(f"store {self.layout.root} is not a directory "
+                                       "(--read-only serves an existing store)")
         self._lock = ReadLock(self.layout.lock)
         try:
             self._open()
@@ -105,10 +103,8 @@ class ReadOnlyStore:
         for start, path in self._files():
             actual = path.stat().st_size
             if actual != size:
-                raise InvalidArgumentError(
-                    f"{path} is {actual} bytes, not the segment size "
-                    f"{size} (--commitlog-segment-size)"
-                )
+                raise InvalidArgumentError(f"{path} is {actual} bytes, not the segment size "
+                                           f"{size} (--commitlog-segment-size)")
             if segs and start != segs[-1].end:
                 raise InvalidArgumentError(f"{path} does not follow {segs[-1].path.name}")
             segs.append(_Segment(path, start, size))
@@ -121,13 +117,8 @@ class ReadOnlyStore:
         self.flusher = _NoFlushes()
         self.acks: dict[str, int] = {}
         self.bytes_written = 0
-        log.info(
-            "serving %s read-only: commitlog [%d, %d), store id %s",
-            self.layout.root,
-            self.min_offset,
-            self.max_offset,
-            self.store_id,
-        )
+        log.info("serving %s read-only: commitlog [%d, %d), store id %s", self.layout.root,
+                 self.min_offset, self.max_offset, self.store_id)
 
     def _files(self) -> Iterator[tuple[int, Path]]:
         d = self.layout.commitlog_dir
@@ -149,10 +140,8 @@ class ReadOnlyStore:
             self.recovered.scanned_bytes += end
             if err is not None:
                 self.recovered.corruption = f"{seg.path.name} at offset {seg.start + end}: {err}"
-                log.warning(
-                    "read-only: the data ends at a bad record, %s; nothing is cut",
-                    self.recovered.corruption,
-                )
+                log.warning("read-only: the data ends at a bad record, %s; nothing is cut",
+                            self.recovered.corruption)
                 return seg.start + end
             if end > 0 or blank is not None or seg is segs[0]:
                 return seg.end if blank is not None else seg.start + end
@@ -168,9 +157,8 @@ class ReadOnlyStore:
         return self.max_offset
 
     def read(self, offsets: Sequence[int], max_bytes: int = 1 << 62) -> list[bytes]:
-        return read_records(
-            self.segments.find, self.min_offset, self.max_offset, offsets, max_bytes
-        )
+        return read_records(self.segments.find, self.min_offset, self.max_offset, offsets,
+                            max_bytes)
 
     def lag(self) -> dict[str, int]:
         return {}

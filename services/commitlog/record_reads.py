@@ -37,9 +37,8 @@ def record_at(find: Find, lo: int, hi: int, offset: int) -> tuple[Any, int, int]
     return seg, pos, size
 
 
-def read_records(
-    find: Find, lo: int, hi: int, offsets: Sequence[int], max_bytes: int = 1 << 62
-) -> list[bytes]:
+def read_records(find: Find, lo: int, hi: int, offsets: Sequence[int],
+                 max_bytes: int = 1 << 62) -> list[bytes]:
     """Records starting at ``offsets``; RESOURCE_EXHAUSTED past ``max_bytes`` in all."""
     out = []
     total = 0

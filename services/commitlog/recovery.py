@@ -118,9 +118,8 @@ def _data_end(seg: Segment, begin: int) -> int:
     return last
 
 
-def _quarantine(
-    segs: list[Segment], end: int, reason: str, keep: Keep | None, out: Recovered
-) -> None:
+def _quarantine(segs: list[Segment], end: int, reason: str, keep: Keep | None,
+                out: Recovered) -> None:
     """Copy every byte recovery is about to cut (past ``end``) that is not zero aside."""
     for seg in segs:
         if seg.end <= end:
@@ -134,25 +133,13 @@ def _quarantine(
         with memoryview(seg.map) as view:
             keep(seg.start + begin, view[begin:stop], seg.path.name, reason)
         out.quarantined_bytes += stop - begin
-        log.error(
-            "commitlog recovery: cut [%d, %d) (%d bytes, segment %s, file offsets "
-            "%d..%d) and kept them in the quarantine: %s",
-            seg.start + begin,
-            seg.start + stop,
-            stop - begin,
-            seg.path.name,
-            begin,
-            stop,
-            reason,
-        )
+        log.error("commitlog recovery: cut [%d, %d) (%d bytes, segment %s, file offsets "
+                  "%d..%d) and kept them in the quarantine: %s", seg.start + begin,
+                  seg.start + stop, stop - begin, seg.path.name, begin, stop, reason)
 
 
-def recover(
-    segments: SegmentQueue,
-    snapshot: Path,
-    parallel_bytes: int | None = None,
-    keep: Keep | None = None,
-) -> Recovered:
+def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None = None,
+            keep: Keep | None = None) -> Recovered:
     """Find the end of valid data, keep aside (``keep``) and cut the rest, rebuild the queue
     table. Segments are read on every core once there are ``parallel_bytes`` to read
     (default ``segment_scan.PARALLEL_BYTES``)."""
@@ -168,9 +155,8 @@ def recover(
     count_from = segments.min_offset if snap is None else snap[0]  # if the snapshot holds
     maps = {str(seg.path): seg.map for seg in checked}
     parts = [
-        segment_scan.Part(
-            str(seg.path), seg.start, 0, seg.size, min(max(count_from - seg.start, 0), seg.size)
-        )
+        segment_scan.Part(str(seg.path), seg.start, 0, seg.size,
+                          min(max(count_from - seg.start, 0), seg.size))
         for seg in checked
     ]
     ends = segment_scan.check_all(
@@ -189,9 +175,8 @@ def recover(
             break
         end = seg.end  # a blank record fills the segment: data goes on in the next one
     out.end = end
-    _quarantine(
-        segs, end, out.corruption or f"bytes past the end of valid data at {end}", keep, out
-    )
+    _quarantine(segs, end, out.corruption or f"bytes past the end of valid data at {end}",
+                keep, out)
     head = None
     for seg in segs:
         if seg.start <= end < seg.end:
@@ -213,13 +198,10 @@ def recover(
     return out
 
 
-def _rebuild_queue_table(
-    segments: SegmentQueue,
-    snap: tuple[int, dict[tuple[str, int], int]] | None,
-    counted: dict[int, tuple[int, segment_scan.ScanEnd]],
-    out: Recovered,
-    parallel_bytes: int,
-) -> None:
+def _rebuild_queue_table(segments: SegmentQueue,
+                         snap: tuple[int, dict[tuple[str, int], int]] | None,
+                         counted: dict[int, tuple[int, segment_scan.ScanEnd]],
+                         out: Recovered, parallel_bytes: int) -> None:
     """Queue table from the snapshot (if it lies within the data) and the records after it:
     ``counted`` holds what the check counted per segment start (and from where); segments
     not counted from the right place are read again (without CRCs)."""
@@ -240,11 +222,8 @@ def _rebuild_queue_table(
         if seg.start in counted and counted[seg.start][0] == begin:
             found[seg.start] = counted[seg.start][1]
         else:
-            parts.append(
-                segment_scan.Part(
-                    str(seg.path), seg.start, begin, min(out.end - seg.start, seg.size)
-                )
-            )
+            parts.append(segment_scan.Part(str(seg.path), seg.start, begin,
+                                           min(out.end - seg.start, seg.size)))
     maps = {str(seg.path): seg.map for seg in segments.segments}
     walked = segment_scan.heads_all(
         parts, lambda part: segment_scan.heads(maps[part.path], part), parallel_bytes

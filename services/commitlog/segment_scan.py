@@ -73,9 +73,8 @@ def check(buf: Any, part: Part) -> ScanEnd:
     tally = QueueTally(part.count_from)
     pos, blank, err = scan_end(buf, part.begin, True, part.start, tally)
     if err is None:
-        return ScanEnd(
-            pos, blank, next_offsets=tally.next_offsets, last_position=tally.last_position
-        )
+        return ScanEnd(pos, blank, next_offsets=tally.next_offsets,
+                       last_position=tally.last_position)
     return ScanEnd(pos, blank, str(err), err.offset, tally.next_offsets, tally.last_position)
 
 
@@ -117,13 +116,11 @@ def run_parts(
     return [local(p) for p in parts]
 
 
-def check_all(
-    parts: Sequence[Part], local: Callable[[Part], ScanEnd], parallel_bytes: int = PARALLEL_BYTES
-) -> list[ScanEnd]:
+def check_all(parts: Sequence[Part], local: Callable[[Part], ScanEnd],
+              parallel_bytes: int = PARALLEL_BYTES) -> list[ScanEnd]:
     return run_parts(parts, local, _check_file, parallel_bytes)
 
 
-def heads_all(
-    parts: Sequence[Part], local: Callable[[Part], Heads], parallel_bytes: int = PARALLEL_BYTES
-) -> list[Heads]:
+def heads_all(parts: Sequence[Part], local: Callable[[Part], Heads],
+              parallel_bytes: int = PARALLEL_BYTES) -> list[Heads]:
     return run_parts(parts, local, _heads_file, parallel_bytes)

@@ -255,8 +255,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         """``_response`` inside a stream's reply, built there rather than copied into it."""
         if request.columnar_results:
             return commitlog_pb2.PutStreamReply(
-                response={"columns": _columns(s, request.offsets_only)}
-            )
+                response={"columns": _columns(s, request.offsets_only)})
         reply = commitlog_pb2.PutStreamReply()
         _add_results(reply.response, s)
         return reply
@@ -266,8 +265,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         if store_id and store_id != self.engine.store_id:
             raise WrongStoreError(
                 f"this writer serves store {self.engine.store_id}, not {store_id}: check the "
-                "--commitlog address and the --store of the caller"
-            )
+                "--commitlog address and the --store of the caller")
 
     @grpc_errors
     async def ReadRecords(self, request, context):
@@ -288,8 +286,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     async def ReadRecordsStream(self, request_iterator, context):
         async def answer(request) -> commitlog_pb2.ReadRecordsReply:
             return commitlog_pb2.ReadRecordsReply(
-                records=self._read(request.offsets, request.store_id)
-            )
+                records=self._read(request.offsets, request.store_id))
 
         async for reply in self._stream(
             "read", self._read_streams, request_iterator, answer, commitlog_pb2.ReadRecordsReply
@@ -349,7 +346,9 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         return out
 
 
-SUBSCRIBE_METHOD = f"/{commitlog_pb2.DESCRIPTOR.services_by_name['CommitLog'].full_name}/Subscribe"
+SUBSCRIBE_METHOD = (
+    f"/{commitlog_pb2.DESCRIPTOR.services_by_name['CommitLog'].full_name}/Subscribe"
+)
 
 
 class _SubscribeAsIs(grpc.GenericRpcHandler):

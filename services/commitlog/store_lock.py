@@ -62,9 +62,8 @@ class ReadLock:
             fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except OSError:
             os.close(fd)
-            raise _refused(
-                path, "a writer holds it; --read-only cannot serve it meanwhile"
-            ) from None
+            raise _refused(path, "a writer holds it; --read-only cannot serve it meanwhile") \
+                from None
         self.fd = fd
 
     def release(self) -> None:

@@ -105,10 +105,8 @@ class TopicStore:
             if existing is not None:
                 return existing, False
             if self.read_only:
-                raise ReadOnlyError(
-                    f"topic {name} does not exist, and this store is served "
-                    "read-only (--read-only): no topic can be created"
-                )
+                raise ReadOnlyError(f"topic {name} does not exist, and this store is served "
+                                    "read-only (--read-only): no topic can be created")
             attributes = {} if kind == "MIXED" else {topics_json.MESSAGE_TYPE_ATTRIBUTE: kind}
             topic = TopicConfig(name, queues, queues, perm, attributes=attributes)
             topics = {**self.table.topics, name: topic}

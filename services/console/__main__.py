@@ -29,62 +29,30 @@ DEFAULT_MAX_WINDOW_S = 3600
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(
-        prog="python -m services.console",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    p.add_argument(
-        "--hash-password",
-        metavar="NAME",
-        help="print a users-file line for NAME (password read on stdin) and exit",
-    )
+    p = argparse.ArgumentParser(prog="python -m services.console", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--hash-password", metavar="NAME",
+                   help="print a users-file line for NAME (password read on stdin) and exit")
     p.add_argument("--store", help="store directory (topics, segments, index files; read only)")
     p.add_argument("--query", default="127.0.0.1:8101", help="query service HOST:PORT")
-    p.add_argument(
-        "--commitlog", default="", help="commitlog writer HOST:PORT, for the store page's offsets"
-    )
-    p.add_argument(
-        "--proxy",
-        default="",
-        help="RocketMQ 5 protocol service HOST:PORT, for the consumer group pages",
-    )
+    p.add_argument("--commitlog", default="",
+                   help="commitlog writer HOST:PORT, for the store page's offsets")
+    p.add_argument("--proxy", default="",
+                   help="RocketMQ 5 protocol service HOST:PORT, for the consumer group pages")
     p.add_argument("--listen", default="127.0.0.1:8105", help="HOST:PORT (port 0 = any free)")
-    p.add_argument(
-        "--auth",
-        choices=MODES,
-        default="none",
-        help="none (loopback only), basic (--users-file) or proxy-header",
-    )
+    p.add_argument("--auth", choices=MODES, default="none",
+                   help="none (loopback only), basic (--users-file) or proxy-header")
     p.add_argument("--users-file", help="users and scrypt hashes for --auth basic")
-    p.add_argument(
-        "--trusted-proxy",
-        action="append",
-        default=[],
-        help="address or network whose identity header is trusted (repeatable)",
-    )
-    p.add_argument(
-        "--identity-header",
-        default="X-Forwarded-User",
-        help="header naming the user for --auth proxy-header",
-    )
-    p.add_argument(
-        "--secure-cookie",
-        action="store_true",
-        help="mark the session cookie Secure (TLS ends at a proxy in front)",
-    )
-    p.add_argument(
-        "--max-window",
-        type=int,
-        default=DEFAULT_MAX_WINDOW_S,
-        help="widest time window (s) a page may browse without a key or id",
-    )
-    p.add_argument(
-        "--index-entries",
-        type=int,
-        default=DEFAULT_ENTRIES,
-        help="entries per index file, for the store page's fill",
-    )
+    p.add_argument("--trusted-proxy", action="append", default=[],
+                   help="address or network whose identity header is trusted (repeatable)")
+    p.add_argument("--identity-header", default="X-Forwarded-User",
+                   help="header naming the user for --auth proxy-header")
+    p.add_argument("--secure-cookie", action="store_true",
+                   help="mark the session cookie Secure (TLS ends at a proxy in front)")
+    p.add_argument("--max-window", type=int, default=DEFAULT_MAX_WINDOW_S,
+                   help="widest time window (s) a page may browse without a key or id")
+    p.add_argument("--index-entries", type=int, default=DEFAULT_ENTRIES,
+                   help="entries per index file, for the store page's fill")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per gRPC call")
     p.add_argument("--log-level", default="INFO")
     tls.add_tls_flags(p)
@@ -108,8 +76,7 @@ async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: 
         tls.aio_client_channel(args.query, args),
         tls.aio_client_channel(args.commitlog, args) if args.commitlog else None,
         args.timeout,
-        tls.aio_client_channel(args.proxy, args) if args.proxy else None,
-    )
+        tls.aio_client_channel(args.proxy, args) if args.proxy else None)
     settings = Settings(StoreLayout.of(args.store), args.max_window * 1000, args.index_entries)
     application = console_app.build(backend, settings, auth)
     runner = web.AppRunner(application, access_log=None, handle_signals=False)
@@ -133,11 +100,8 @@ async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.hash_password is not None:
-        password = (
-            getpass.getpass("password: ")
-            if sys.stdin.isatty()
-            else sys.stdin.readline().rstrip("\n")
-        )
+        password = getpass.getpass("password: ") if sys.stdin.isatty() else \
+            sys.stdin.readline().rstrip("\n")
         try:
             print(hash_line(args.hash_password, password))
         except AuthConfigError as e:
@@ -147,9 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(args.log_level)
     try:
         host, port = _split(args.listen)
-        auth = Authenticator.configure(
-            args.auth, host, args.users_file, args.trusted_proxy, args.identity_header
-        )
+        auth = Authenticator.configure(args.auth, host, args.users_file, args.trusted_proxy,
+                                       args.identity_header)
         auth.secure_cookie = args.secure_cookie
     except (ValueError, AuthConfigError) as e:
         print(f"rmqstore console: {e}", file=sys.stderr)
@@ -157,7 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         asyncio.run(serve(args, auth, host, port))
     except OSError as e:
-        print(f"rmqstore console: cannot listen on {args.listen}: {e.strerror}", file=sys.stderr)
+        print(f"rmqstore console: cannot listen on {args.listen}: {e.strerror}",
+              file=sys.stderr)
         return 2
     return 0
 

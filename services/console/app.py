@@ -74,9 +74,8 @@ def _failure(e: Exception) -> tuple[int, str, str]:
 
 
 def _json(doc: dict[str, Any], status: int = 200) -> web.Response:
-    return web.Response(
-        text=json.dumps(doc, ensure_ascii=False), status=status, content_type="application/json"
-    )
+    return web.Response(text=json.dumps(doc, ensure_ascii=False), status=status,
+                        content_type="application/json")
 
 
 def api_handler(view: views.View) -> Any:
@@ -91,13 +90,12 @@ def api_handler(view: views.View) -> Any:
     return handle
 
 
-def render(
-    request: web.Request, template: str, section: str, status: int = 200, **context: Any
-) -> web.Response:
+def render(request: web.Request, template: str, section: str, status: int = 200,
+           **context: Any) -> web.Response:
     env = request.app[TEMPLATES]
     html = env.get_template(template).render(
-        section=section, user=request.get(USER_KEY, ""), request_path=request.path_qs, **context
-    )
+        section=section, user=request.get(USER_KEY, ""), request_path=request.path_qs,
+        **context)
     return web.Response(text=html, status=status, content_type="text/html", charset="utf-8")
 
 
@@ -107,20 +105,10 @@ def page_handler(view: views.View, section: str) -> Any:
             answer = await view(request)
         except (ParamError, BackendError) as e:
             status, message, code = _failure(e)
-            form = {
-                k: request.query.get(k, "")
-                for k in ("topic", "key", "begin", "end", "max", "cursor")
-            }
-            return render(
-                request,
-                "error.html",
-                section,
-                status,
-                status_code=status,
-                message=message,
-                code=code,
-                form=form,
-            )
+            form = {k: request.query.get(k, "") for k in
+                    ("topic", "key", "begin", "end", "max", "cursor")}
+            return render(request, "error.html", section, status, status_code=status,
+                          message=message, code=code, form=form)
         return render(request, answer.template, section, doc=answer.doc, **answer.context)
 
     return handle
@@ -143,9 +131,8 @@ async def healthz(_request: web.Request) -> web.Response:
 
 
 def build(backend: Backend, settings: views.Settings, auth: Authenticator) -> web.Application:
-    app = web.Application(
-        middlewares=[headers, read_only, authenticate(auth)], client_max_size=64 * 1024
-    )
+    app = web.Application(middlewares=[headers, read_only, authenticate(auth)],
+                          client_max_size=64 * 1024)
     app[views.BACKEND] = backend
     app[views.SETTINGS] = settings
     app[TEMPLATES] = environment()

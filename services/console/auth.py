@@ -43,15 +43,8 @@ class UserHash:
     digest: bytes
 
     def matches(self, password: str) -> bool:
-        got = hashlib.scrypt(
-            password.encode(),
-            salt=self.salt,
-            n=self.n,
-            r=self.r,
-            p=self.p,
-            dklen=len(self.digest),
-            maxmem=256 * 1024 * 1024,
-        )
+        got = hashlib.scrypt(password.encode(), salt=self.salt, n=self.n, r=self.r, p=self.p,
+                             dklen=len(self.digest), maxmem=256 * 1024 * 1024)
         return hmac.compare_digest(got, self.digest)
 
 
@@ -60,14 +53,11 @@ def hash_line(user: str, password: str) -> str:
     if not user or ":" in user:
         raise AuthConfigError("a user name must be non-empty and hold no ':'")
     salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(
-        password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P, dklen=32
-    )
+    digest = hashlib.scrypt(password.encode(), salt=salt, n=SCRYPT_N, r=SCRYPT_R, p=SCRYPT_P,
+                            dklen=32)
     b64 = base64.b64encode
-    return (
-        f"{user}:scrypt:{SCRYPT_N}:{SCRYPT_R}:{SCRYPT_P}:{b64(salt).decode()}:"
-        f"{b64(digest).decode()}"
-    )
+    return (f"{user}:scrypt:{SCRYPT_N}:{SCRYPT_R}:{SCRYPT_P}:{b64(salt).decode()}:"
+            f"{b64(digest).decode()}")
 
 
 def load_users(path: str | Path) -> dict[str, UserHash]:
@@ -85,17 +75,14 @@ def load_users(path: str | Path) -> dict[str, UserHash]:
             if len(parts) != 7 or parts[1] != "scrypt":
                 raise ValueError
             n, r, p = int(parts[2]), int(parts[3]), int(parts[4])
-            salt, digest = (
-                base64.b64decode(parts[5], validate=True),
-                base64.b64decode(parts[6], validate=True),
-            )
+            salt, digest = base64.b64decode(parts[5], validate=True), \
+                base64.b64decode(parts[6], validate=True)
             if n < 2 or n & (n - 1) or r < 1 or p < 1 or len(digest) < 16:
                 raise ValueError
         except (ValueError, binascii.Error):
             raise AuthConfigError(
                 f"users file {path} line {no}: expected name:scrypt:N:r:p:salt:hash "
-                "(make one with --hash-password)"
-            ) from None
+                "(make one with --hash-password)") from None
         users[parts[0]] = UserHash(n, r, p, salt, digest)
     if not users:
         raise AuthConfigError(f"users file {path} names no user")
@@ -119,9 +106,8 @@ def parse_networks(items: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddre
                 try:
                     nets.append(ipaddress.ip_network(part.strip(), strict=False))
                 except ValueError:
-                    raise AuthConfigError(
-                        f"trusted proxy {part!r} is not an address or network"
-                    ) from None
+                    raise AuthConfigError(f"trusted proxy {part!r} is not an address or "
+                                          "network") from None
     return nets
 
 
@@ -135,21 +121,14 @@ class Authenticator:
     key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
 
     @classmethod
-    def configure(
-        cls,
-        mode: str,
-        listen_host: str,
-        users_file: str | None,
-        proxies: Iterable[str],
-        header: str,
-    ) -> "Authenticator":
+    def configure(cls, mode: str, listen_host: str, users_file: str | None,
+                  proxies: Iterable[str], header: str) -> "Authenticator":
         if mode not in MODES:
             raise AuthConfigError(f"--auth must be one of {', '.join(MODES)}")
         if mode == "none" and not is_loopback(listen_host):
             raise AuthConfigError(
                 f"--auth none is allowed only on a loopback address, not {listen_host!r}: "
-                "use --auth basic or --auth proxy-header"
-            )
+                "use --auth basic or --auth proxy-header")
         if mode == "basic":
             if not users_file:
                 raise AuthConfigError("--auth basic needs --users-file")
@@ -193,9 +172,8 @@ class Authenticator:
         if len(header) > MAX_CREDENTIALS or header[:6].lower() != "basic ":
             return None
         try:
-            user, _, password = (
-                base64.b64decode(header[6:].strip(), validate=True).decode("utf-8").partition(":")
-            )
+            user, _, password = base64.b64decode(header[6:].strip(), validate=True) \
+                .decode("utf-8").partition(":")
         except (ValueError, binascii.Error):
             return None
         return user, password

@@ -47,21 +47,13 @@ class Backend:
     groups: groups_pb2_grpc.ConsumerGroupsStub | None = None
 
     @classmethod
-    def connect(
-        cls,
-        query: grpc.aio.Channel,
-        writer: grpc.aio.Channel | None,
-        timeout: float = 30.0,
-        proxy: grpc.aio.Channel | None = None,
-    ) -> "Backend":
+    def connect(cls, query: grpc.aio.Channel, writer: grpc.aio.Channel | None,
+                timeout: float = 30.0, proxy: grpc.aio.Channel | None = None) -> "Backend":
         """Stubs over channels made on the event loop that serves the console."""
-        return cls(
-            query_pb2_grpc.QueryStub(query),
-            commitlog_pb2_grpc.CommitLogStub(writer) if writer is not None else None,
-            [c for c in (query, writer, proxy) if c is not None],
-            timeout,
-            groups_pb2_grpc.ConsumerGroupsStub(proxy) if proxy is not None else None,
-        )
+        return cls(query_pb2_grpc.QueryStub(query),
+                   commitlog_pb2_grpc.CommitLogStub(writer) if writer is not None else None,
+                   [c for c in (query, writer, proxy) if c is not None], timeout,
+                   groups_pb2_grpc.ConsumerGroupsStub(proxy) if proxy is not None else None)
 
     async def close(self) -> None:
         for c in self.channels:
@@ -72,56 +64,33 @@ class Backend:
             return await method(request, timeout=self.timeout)
         except grpc.aio.AioRpcError as e:
             code = e.code()
-            raise BackendError(
-                e.details() or code.name, HTTP_OF_GRPC.get(code, 502), code.name
-            ) from None
+            raise BackendError(e.details() or code.name, HTTP_OF_GRPC.get(code, 502),
+                               code.name) from None
 
-    async def by_key(
-        self, topic: str, key: str, begin: int, end: int, max_results: int, cursor: str
-    ) -> query_pb2.QueryByKeyResponse:
-        return await self._call(
-            self.query.QueryByKey,
-            query_pb2.QueryByKeyRequest(
-                topic=topic,
-                key=key,
-                begin_timestamp=begin,
-                end_timestamp=end,
-                max_results=max_results,
-                cursor=cursor,
-            ),
-        )
+    async def by_key(self, topic: str, key: str, begin: int, end: int, max_results: int,
+                     cursor: str) -> query_pb2.QueryByKeyResponse:
+        return await self._call(self.query.QueryByKey, query_pb2.QueryByKeyRequest(
+            topic=topic, key=key, begin_timestamp=begin, end_timestamp=end,
+            max_results=max_results, cursor=cursor))
 
     async def by_id(self, msg_id: str, topic: str) -> query_pb2.QueryByIdResponse:
-        return await self._call(
-            self.query.QueryById, query_pb2.QueryByIdRequest(id=msg_id, topic=topic)
-        )
+        return await self._call(self.query.QueryById,
+                                query_pb2.QueryByIdRequest(id=msg_id, topic=topic))
 
-    async def pull(
-        self, topic: str, queue: int, offset: int, max_messages: int
-    ) -> query_pb2.PullResponse:
-        return await self._call(
-            self.query.Pull,
-            query_pb2.PullRequest(
-                topic=topic, queue_id=queue, offset=offset, max_messages=max_messages
-            ),
-        )
+    async def pull(self, topic: str, queue: int, offset: int, max_messages: int
+                   ) -> query_pb2.PullResponse:
+        return await self._call(self.query.Pull, query_pb2.PullRequest(
+            topic=topic, queue_id=queue, offset=offset, max_messages=max_messages))
 
     async def offsets(self, topic: str, queue: int) -> tuple[int, int]:
-        r = await self._call(
-            self.query.QueueOffsets, query_pb2.QueueOffsetsRequest(topic=topic, queue_id=queue)
-        )
+        r = await self._call(self.query.QueueOffsets,
+                             query_pb2.QueueOffsetsRequest(topic=topic, queue_id=queue))
         return r.min_offset, r.max_offset
 
     async def offset_by_time(self, topic: str, queue: int, ms: int, upper: bool) -> int:
-        r = await self._call(
-            self.query.OffsetByTime,
-            query_pb2.OffsetByTimeRequest(
-                topic=topic,
-                queue_id=queue,
-                timestamp=ms,
-                boundary=query_pb2.UPPER if upper else query_pb2.LOWER,
-            ),
-        )
+        r = await self._call(self.query.OffsetByTime, query_pb2.OffsetByTimeRequest(
+            topic=topic, queue_id=queue, timestamp=ms,
+            boundary=query_pb2.UPPER if upper else query_pb2.LOWER))
         return int(r.offset)
 
     async def commitlog(self) -> commitlog_pb2.Offsets | None:
@@ -138,18 +107,14 @@ class Backend:
 
     def _groups(self) -> groups_pb2_grpc.ConsumerGroupsStub:
         if self.groups is None:
-            raise BackendError(
-                "consumer groups are not shown: the proxy is not configured "
-                "(start the console with --proxy HOST:PORT)",
-                503,
-                "PROXY_NOT_CONFIGURED",
-            )
+            raise BackendError("consumer groups are not shown: the proxy is not configured "
+                               "(start the console with --proxy HOST:PORT)", 503,
+                               "PROXY_NOT_CONFIGURED")
         return self.groups
 
     async def list_groups(self) -> groups_pb2.ListGroupsResponse:
         return await self._call(self._groups().ListGroups, groups_pb2.ListGroupsRequest())
 
     async def describe_group(self, group: str) -> groups_pb2.DescribeGroupResponse:
-        return await self._call(
-            self._groups().DescribeGroup, groups_pb2.DescribeGroupRequest(group=group)
-        )
+        return await self._call(self._groups().DescribeGroup,
+                                groups_pb2.DescribeGroupRequest(group=group))

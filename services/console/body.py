@@ -28,7 +28,7 @@ def hex_dump(data: bytes) -> str:
     """``00000000  3c 73 63 72 ...  |<scr...|``: offset, 16 bytes in hex, printable ASCII."""
     rows = []
     for at in range(0, len(data), HEX_ROW):
-        chunk = data[at : at + HEX_ROW]
+        chunk = data[at:at + HEX_ROW]
         hexes = " ".join(f"{b:02x}" for b in chunk)
         ascii_ = "".join(chr(b) if 0x20 <= b < 0x7F else "." for b in chunk)
         rows.append(f"{at:08x}  {hexes:<{HEX_ROW * 3 - 1}}  |{ascii_}|")
@@ -44,7 +44,7 @@ def view(body: bytes, limit: int = SHOW_LIMIT) -> BodyView:
     except UnicodeDecodeError as e:
         # a multi-byte character cut by the limit is still text
         if len(body) > limit and e.start >= limit - 3 and e.reason == "unexpected end of data":
-            text = head[: e.start].decode("utf-8")
+            text = head[:e.start].decode("utf-8")
         else:
             text = ""
             head = b""

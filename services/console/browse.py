@@ -68,9 +68,8 @@ def decode_cursor(cursor: str, queues: list[int]) -> dict[int, int]:
     return positions
 
 
-async def _start(
-    backend: Backend, req: BrowseRequest, queue: int, positions: dict[int, int] | None
-) -> QueueState:
+async def _start(backend: Backend, req: BrowseRequest, queue: int,
+                 positions: dict[int, int] | None) -> QueueState:
     lo, hi = await backend.offsets(req.topic, queue)
     if positions is not None:
         pos = positions.get(queue, lo if req.newest_first else hi)
@@ -87,9 +86,8 @@ async def _start(
     return QueueState(queue, lo, hi, pos, done)
 
 
-async def _read(
-    backend: Backend, req: BrowseRequest, st: QueueState
-) -> list[common_pb2.StoredMessage]:
+async def _read(backend: Backend, req: BrowseRequest, st: QueueState
+                ) -> list[common_pb2.StoredMessage]:
     """Up to ``max_messages`` of the queue next in browse order from its position."""
     want = req.max_messages
     if req.newest_first:
@@ -111,9 +109,8 @@ async def _read(
 
 
 def _in_window(req: BrowseRequest, m: common_pb2.StoredMessage) -> bool:
-    return (req.begin is None or m.store_timestamp >= req.begin) and (
-        req.end is None or m.store_timestamp <= req.end
-    )
+    return ((req.begin is None or m.store_timestamp >= req.begin)
+            and (req.end is None or m.store_timestamp <= req.end))
 
 
 async def browse(backend: Backend, req: BrowseRequest) -> BrowsePage:
@@ -134,15 +131,14 @@ async def browse(backend: Backend, req: BrowseRequest) -> BrowsePage:
             if not batch:
                 st.done = True
     candidates.sort(key=lambda c: c[0], reverse=req.newest_first)
-    taken = candidates[: req.max_messages]
+    taken = candidates[:req.max_messages]
     for _key, st, m in taken:
         st.position = m.queue_offset if req.newest_first else m.queue_offset + 1
     page.messages = [m for _k, _s, m in taken]
     more = len(candidates) > len(taken) or any(
         not s.done
         and (s.position > s.min_offset if req.newest_first else s.position < s.max_offset)
-        for s in live
-    )
+        for s in live)
     if more:
         page.cursor = encode_cursor({s.queue: s.position for s in states})
     return page

@@ -37,20 +37,15 @@ async def groups(request: web.Request) -> Answer:
             if e.status == 404:  # deleted between the list and its description
                 return None
             raise
-        return {
-            **group_json(g),
-            "lag": sum(q.lag for q in queues),
-            "inFlight": sum(q.in_flight for q in queues),
-            "queues": len(queues),
-        }
+        return {**group_json(g), "lag": sum(q.lag for q in queues),
+                "inFlight": sum(q.in_flight for q in queues), "queues": len(queues)}
 
     rows = await asyncio.gather(*(row(g) for g in listed))
     return Answer({"groups": [r for r in rows if r is not None]}, "groups.html", {})
 
 
-async def _oldest(
-    backend: Backend, q: groups_pb2.QueueProgress, gate: asyncio.Semaphore
-) -> int | None:
+async def _oldest(backend: Backend, q: groups_pb2.QueueProgress,
+                  gate: asyncio.Semaphore) -> int | None:
     if q.lag <= 0:
         return None
     async with gate:

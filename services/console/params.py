@@ -48,9 +48,8 @@ def checked_topic(value: str) -> str:
         raise ParamError(str(e)) from None
 
 
-def integer(
-    q: Mapping[str, str], name: str, default: int, low: int = 0, high: int = 2**63 - 1
-) -> int:
+def integer(q: Mapping[str, str], name: str, default: int, low: int = 0,
+            high: int = 2**63 - 1) -> int:
     raw = q.get(name, "").strip()
     if not raw:
         return default
@@ -63,9 +62,8 @@ def integer(
     return value
 
 
-def time_ms(
-    q: Mapping[str, str], name: str, default: int | None = None, now: int | None = None
-) -> int | None:
+def time_ms(q: Mapping[str, str], name: str, default: int | None = None,
+            now: int | None = None) -> int | None:
     raw = q.get(name, "").strip()
     if not raw:
         return default

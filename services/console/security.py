@@ -10,10 +10,8 @@ from services.console.auth import COOKIE, SESSION_SECONDS, Authenticator
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 # scripts and styles only from the console's own static files: no inline script, no eval
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+       "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
 HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
@@ -42,9 +40,8 @@ async def headers(request: web.Request, handler: Handler) -> web.StreamResponse:
 @web.middleware
 async def read_only(request: web.Request, handler: Handler) -> web.StreamResponse:
     if request.method not in ("GET", "HEAD"):
-        raise web.HTTPMethodNotAllowed(
-            request.method, ["GET", "HEAD"], text="the console is read-only"
-        )
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"],
+                                       text="the console is read-only")
     return await handler(request)
 
 
@@ -57,8 +54,7 @@ def _peer(request: web.Request) -> str | None:
 def _refuse_basic() -> web.HTTPUnauthorized:
     return web.HTTPUnauthorized(
         headers={"WWW-Authenticate": 'Basic realm="rmqstore console", charset="UTF-8"'},
-        text="credentials required",
-    )
+        text="credentials required")
 
 
 def authenticate(auth: Authenticator) -> Callable:
@@ -86,15 +82,9 @@ def authenticate(auth: Authenticator) -> Callable:
             raise _refuse_basic()
         request[USER_KEY] = creds[0]
         response = await handler(request)
-        response.set_cookie(
-            COOKIE,
-            auth.session_cookie(creds[0]),
-            max_age=SESSION_SECONDS,
-            path="/",
-            httponly=True,
-            samesite="Strict",
-            secure=request.secure or auth.secure_cookie,
-        )
+        response.set_cookie(COOKIE, auth.session_cookie(creds[0]), max_age=SESSION_SECONDS,
+                            path="/", httponly=True, samesite="Strict",
+                            secure=request.secure or auth.secure_cookie)
         return response
 
     return middleware

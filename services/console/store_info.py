@@ -40,13 +40,8 @@ async def queue_rows(backend: Backend, topic: str, queues: list[int]) -> list[di
                 resp = await backend.pull(topic, q, hi - 1, 1)
                 if resp.messages:
                     latest = resp.messages[0].store_timestamp
-        return {
-            "queueId": q,
-            "minOffset": lo,
-            "maxOffset": hi,
-            "messages": hi - lo,
-            "latestStoreTimestamp": latest,
-        }
+        return {"queueId": q, "minOffset": lo, "maxOffset": hi, "messages": hi - lo,
+                "latestStoreTimestamp": latest}
 
     return list(await asyncio.gather(*(row(q) for q in sorted(queues))))
 
@@ -56,14 +51,9 @@ async def topics_doc(backend: Backend, layout: StoreLayout) -> dict[str, Any]:
     for topic, queues in sorted(topic_queues(layout).items()):
         rows = await queue_rows(backend, topic, queues)
         latest = [r["latestStoreTimestamp"] for r in rows if r["latestStoreTimestamp"]]
-        topics.append(
-            {
-                "topic": topic,
-                "queues": rows,
-                "messages": sum(r["messages"] for r in rows),
-                "latestStoreTimestamp": max(latest) if latest else None,
-            }
-        )
+        topics.append({"topic": topic, "queues": rows,
+                       "messages": sum(r["messages"] for r in rows),
+                       "latestStoreTimestamp": max(latest) if latest else None})
     return {"count": len(topics), "topics": topics}
 
 
@@ -97,16 +87,9 @@ def _index_files(layout: StoreLayout, entries: int) -> list[dict[str, Any]]:
             continue
         h = IndexHeader(*HEADER.unpack_from(raw))
         capacity = max(entries - 1, 1)  # entry 0 is never used
-        rows.append(
-            {
-                "name": path.name,
-                "beginTimestamp": h.begin_timestamp,
-                "endTimestamp": h.end_timestamp,
-                "entries": h.entries,
-                "capacity": capacity,
-                "fill": round(h.entries / capacity, 4),
-            }
-        )
+        rows.append({"name": path.name, "beginTimestamp": h.begin_timestamp,
+                     "endTimestamp": h.end_timestamp, "entries": h.entries,
+                     "capacity": capacity, "fill": round(h.entries / capacity, 4)})
     return rows
 
 
@@ -123,18 +106,16 @@ def _segments(layout: StoreLayout) -> list[dict[str, Any]]:
         for path in sorted(layout.commitlog_dir.iterdir()):
             start = parse_segment_name(path.name)
             if start is not None:
-                rows.append({"name": path.name, "startOffset": start, "size": path.stat().st_size})
+                rows.append({"name": path.name, "startOffset": start,
+                             "size": path.stat().st_size})
     return rows
 
 
 def _local(layout: StoreLayout, index_entries: int) -> dict[str, Any]:
     disk = shutil.disk_usage(layout.root)
     dirs = {}
-    for name, path in (
-        ("commitlog", layout.commitlog_dir),
-        ("consumequeue", layout.consumequeue_dir),
-        ("index", layout.index_dir),
-    ):
+    for name, path in (("commitlog", layout.commitlog_dir),
+                       ("consumequeue", layout.consumequeue_dir), ("index", layout.index_dir)):
         files, used = _disk_bytes(path)
         dirs[name] = {"files": files, "bytes": used}
     return {
@@ -145,7 +126,8 @@ def _local(layout: StoreLayout, index_entries: int) -> dict[str, Any]:
     }
 
 
-async def store_doc(backend: Backend, layout: StoreLayout, index_entries: int) -> dict[str, Any]:
+async def store_doc(backend: Backend, layout: StoreLayout, index_entries: int
+                    ) -> dict[str, Any]:
     local = await asyncio.to_thread(_local, layout, index_entries)
     commitlog: dict[str, Any] | None = None
     error = ""
@@ -158,14 +140,9 @@ async def store_doc(backend: Backend, layout: StoreLayout, index_entries: int) -
         with contextlib.suppress(BackendError):  # the offsets are worth showing without it
             status = await backend.writer_status()
     if offs is not None:
-        commitlog = {
-            "minOffset": offs.min_offset,
-            "maxOffset": offs.max_offset,
-            "flushedOffset": offs.flushed_offset,
-            "segmentSize": offs.segment_size,
-            "storeHost": offs.store_host,
-            "epoch": offs.epoch,
-        }
+        commitlog = {"minOffset": offs.min_offset, "maxOffset": offs.max_offset,
+                     "flushedOffset": offs.flushed_offset, "segmentSize": offs.segment_size,
+                     "storeHost": offs.store_host, "epoch": offs.epoch}
     builders = []
     for name, done in local.pop("progress").items():
         lag = None
@@ -173,14 +150,9 @@ async def store_doc(backend: Backend, layout: StoreLayout, index_entries: int) -
             lag = max(commitlog["maxOffset"] - done, 0)
         builders.append({"builder": name, "durableOffset": done, "lagBytes": lag})
     delivery = _delivery(status)
-    return {
-        "commitlog": commitlog,
-        "writerError": error,
-        **local,
-        "builders": builders,
-        "delivery": delivery,
-        "delayedPending": None if delivery is None else delivery["pending"],
-    }
+    return {"commitlog": commitlog, "writerError": error, **local, "builders": builders,
+            "delivery": delivery,
+            "delayedPending": None if delivery is None else delivery["pending"]}
 
 
 def _delivery(status: commitlog_pb2.WriterStatus | None) -> dict[str, Any] | None:
@@ -192,10 +164,5 @@ def _delivery(status: commitlog_pb2.WriterStatus | None) -> dict[str, Any] | Non
     levels = [{"level": lv.level, "delayMs": lv.delay_ms, "pending": lv.pending,
                "nextDeliveryMs": lv.next_delivery_ms or None, "delivered": lv.delivered}
               for lv in d.levels]  # fmt: skip
-    return {
-        "pending": sum(lv["pending"] for lv in levels),
-        "lagMs": d.lag_ms,
-        "delivered": d.delivered,
-        "skipped": d.skipped,
-        "levels": levels,
-    }
+    return {"pending": sum(lv["pending"] for lv in levels), "lagMs": d.lag_ms,
+            "delivered": d.delivered, "skipped": d.skipped, "levels": levels}

@@ -62,28 +62,18 @@ async def messages(request: web.Request) -> Answer:
     trail = params.trail(q)
     resp = await request.app[BACKEND].by_key(topic, key, begin, end, size, cursor)
     doc = with_messages(key_fields(resp), resp.messages)
-    same = {
-        "topic": topic,
-        "key": key,
-        "begin": q.get("begin", ""),
-        "end": q.get("end", ""),
-        "max": q.get("max", ""),
-    }
+    same = {"topic": topic, "key": key, "begin": q.get("begin", ""), "end": q.get("end", ""),
+            "max": q.get("max", "")}
     nav = {}
     if resp.cursor:
-        nav["next"] = _link(
-            "/messages", **same, cursor=resp.cursor, trail=".".join([*trail, cursor or "0"])
-        )
+        nav["next"] = _link("/messages", **same, cursor=resp.cursor,
+                            trail=".".join([*trail, cursor or "0"]))
     if cursor:
         back = trail[-1] if trail else "0"
-        nav["prev"] = _link(
-            "/messages", **same, cursor="" if back == "0" else back, trail=".".join(trail[:-1])
-        )
-    return Answer(
-        doc,
-        "messages.html",
-        {"form": form, "searched": True, "nav": nav, "page": len(trail) + (1 if cursor else 0) + 1},
-    )
+        nav["prev"] = _link("/messages", **same, cursor="" if back == "0" else back,
+                            trail=".".join(trail[:-1]))
+    return Answer(doc, "messages.html", {"form": form, "searched": True, "nav": nav,
+                                         "page": len(trail) + (1 if cursor else 0) + 1})
 
 
 # -- /messages/<id> ----------------------------------------------------------------------
@@ -98,11 +88,8 @@ def decoded_id(text: str, now_ms: int) -> dict[str, Any]:
         pass
     try:
         parts = uniq_key_parts(text)
-        out["uniqKey"] = {
-            "ip": _host(parts.ip, None),
-            "pid": parts.pid,
-            "approxTime": uniq_key_time(text, now_ms),
-        }
+        out["uniqKey"] = {"ip": _host(parts.ip, None), "pid": parts.pid,
+                          "approxTime": uniq_key_time(text, now_ms)}
     except (StoreError, ValueError, OverflowError):
         pass
     return out
@@ -128,18 +115,13 @@ async def message(request: web.Request) -> Answer:
         raise BackendError(f"no message has the id {msg_id!r}", 404, "NOT_FOUND")
     from rmqstore.times import now_ms
 
-    shown = [
-        {
-            "m": m,
-            "doc": d,
-            "body": body.view(m.body),
-            "msgIdDecoded": decoded_id(m.msg_id, now_ms()),
-            "uniqDecoded": decoded_id(m.unique_key, now_ms()) if m.unique_key else {},
-            "raw": _link(f"/messages/{msg_id}/raw", topic=topic, index=i),
-        }
-        for i, (m, d) in enumerate(zip(resp.messages, doc["messages"], strict=True))
-    ]
-    return Answer(doc, "message.html", {"id": msg_id, "shown": shown, "limit": body.SHOW_LIMIT})
+    shown = [{"m": m, "doc": d, "body": body.view(m.body),
+              "msgIdDecoded": decoded_id(m.msg_id, now_ms()),
+              "uniqDecoded": decoded_id(m.unique_key, now_ms()) if m.unique_key else {},
+              "raw": _link(f"/messages/{msg_id}/raw", topic=topic, index=i)}
+             for i, (m, d) in enumerate(zip(resp.messages, doc["messages"], strict=True))]
+    return Answer(doc, "message.html", {"id": msg_id, "shown": shown,
+                                        "limit": body.SHOW_LIMIT})
 
 
 async def raw_body(request: web.Request) -> web.StreamResponse:
@@ -151,11 +133,8 @@ async def raw_body(request: web.Request) -> web.StreamResponse:
         raise BackendError(f"no message has the id {msg_id!r}", 404, "NOT_FOUND")
     m = resp.messages[index]
     safe = "".join(c for c in m.msg_id if c.isalnum())[:64] or "message"
-    return web.Response(
-        body=m.body,
-        content_type="application/octet-stream",
-        headers={"Content-Disposition": f'attachment; filename="{safe}.bin"'},
-    )
+    return web.Response(body=m.body, content_type="application/octet-stream", headers={
+        "Content-Disposition": f'attachment; filename="{safe}.bin"'})
 
 
 # -- /topics ---------------------------------------------------------------------------
@@ -193,53 +172,30 @@ async def topic(request: web.Request) -> Answer:
         if end - begin > cap:
             raise params.ParamError(
                 f"a time window without a key or id is at most {cap // 1000} s wide; "
-                "narrow begin..end or search by key"
-            )
+                "narrow begin..end or search by key")
     req = browse.BrowseRequest(
-        name,
-        [queue] if queue is not None else sorted(all_queues),
-        order == "newest",
-        params.page_size(q, 20) or 20,
-        begin,
-        end,
-        offset,
-        params.text(q, "cursor"),
-    )
+        name, [queue] if queue is not None else sorted(all_queues), order == "newest",
+        params.page_size(q, 20) or 20, begin, end, offset, params.text(q, "cursor"))
     backend = request.app[BACKEND]
     rows = await store_info.queue_rows(backend, name, sorted(all_queues))
     page = await browse.browse(backend, req)
-    doc = {**browse.page_doc(req, page), "queue": queue, "begin": begin, "end": end, "queues": rows}
+    doc = {**browse.page_doc(req, page), "queue": queue, "begin": begin, "end": end,
+           "queues": rows}
     trail = params.trail(q)
     same = {k: q.get(k, "") for k in ("queue", "offset", "begin", "end", "order", "max")}
     nav = {}
     if page.cursor:
-        nav["next"] = _link(
-            f"/topics/{name}",
-            **same,
-            cursor=page.cursor,
-            trail=".".join([*trail, req.cursor or "0"]),
-        )
+        nav["next"] = _link(f"/topics/{name}", **same, cursor=page.cursor,
+                            trail=".".join([*trail, req.cursor or "0"]))
     if req.cursor:
         back = trail[-1] if trail else "0"
-        nav["prev"] = _link(
-            f"/topics/{name}",
-            **same,
-            cursor="" if back == "0" else back,
-            trail=".".join(trail[:-1]),
-        )
+        nav["prev"] = _link(f"/topics/{name}", **same, cursor="" if back == "0" else back,
+                            trail=".".join(trail[:-1]))
     form = {k: q.get(k, "") for k in ("queue", "offset", "begin", "end", "max")}
     form["order"] = order
-    return Answer(
-        doc,
-        "topic.html",
-        {
-            "topic": name,
-            "nav": nav,
-            "form": form,
-            "queue_ids": sorted(all_queues),
-            "cap_s": cap // 1000,
-        },
-    )
+    return Answer(doc, "topic.html", {"topic": name, "nav": nav, "form": form,
+                                      "queue_ids": sorted(all_queues),
+                                      "cap_s": cap // 1000})
 
 
 # -- /store ----------------------------------------------------------------------------

@@ -54,26 +54,16 @@ def parser() -> argparse.ArgumentParser:
         s.add_argument("--log-level", default="INFO")
         tls.add_tls_flags(s)
         if name == "consume-queue":
-            s.add_argument(
-                "--cq-entries-per-file",
-                type=int,
-                default=None,
-                help="default: read from the store's consume-queue files, else "
-                f"{cq.DEFAULT_ENTRIES_PER_FILE}",
-            )
+            s.add_argument("--cq-entries-per-file", type=int, default=None,
+                           help="default: read from the store's consume-queue files, else "
+                                f"{cq.DEFAULT_ENTRIES_PER_FILE}")
         else:
-            s.add_argument(
-                "--index-slots",
-                type=int,
-                default=None,
-                help=f"default: read from the store's index files, else {ixf.DEFAULT_SLOTS}",
-            )
-            s.add_argument(
-                "--index-entries",
-                type=int,
-                default=None,
-                help=f"default: read from the store's index files, else {ixf.DEFAULT_ENTRIES}",
-            )
+            s.add_argument("--index-slots", type=int, default=None,
+                           help=f"default: read from the store's index files, else "
+                                f"{ixf.DEFAULT_SLOTS}")
+            s.add_argument("--index-entries", type=int, default=None,
+                           help=f"default: read from the store's index files, else "
+                                f"{ixf.DEFAULT_ENTRIES}")
     return p
 
 
@@ -90,15 +80,11 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         if args.builder == "consume-queue":
             builder: ConsumeQueueBuilder | IndexBuilder = ConsumeQueueBuilder(
-                layout,
-                store_shape.cq_entries_per_file(
-                    layout, args.cq_entries_per_file, cq.DEFAULT_ENTRIES_PER_FILE
-                ),
-            )
+                layout, store_shape.cq_entries_per_file(layout, args.cq_entries_per_file,
+                                                        cq.DEFAULT_ENTRIES_PER_FILE))
         else:
-            builder = IndexBuilder(
-                layout, *store_shape.index_shape(layout, args.index_slots, args.index_entries)
-            )
+            builder = IndexBuilder(layout, *store_shape.index_shape(
+                layout, args.index_slots, args.index_entries))
     except (StoreError, OSError, ValueError) as e:
         raise StartupError(f"cannot open the {args.builder} files: {e}") from None
     subscriber = Subscriber(

@@ -198,10 +198,7 @@ class IndexBuilder(progress.FlushedOutput):
         start = int(np.searchsorted(phy, self.skip_below, side="left")) if n else 0
         topics: list[str] = []
         record, hashes = index_keys_of_texts(
-            batch.topic[start:],
-            batch.uniq_key[start:],
-            batch.keys[start:],
-            batch.sys_flag[start:],
+            batch.topic[start:], batch.uniq_key[start:], batch.keys[start:], batch.sys_flag[start:],
             distinct_topics=topics,
         )
         self._note_topics(topics)

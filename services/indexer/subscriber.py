@@ -105,13 +105,8 @@ class Subscriber:
                     # down…), not at every retry
                     level = logging.WARNING if error != self.last_error else logging.DEBUG
                     self.last_error = error
-                    log.log(
-                        level,
-                        "%s: writer at %s not usable (%s); retrying",
-                        self.builder.name,
-                        self.address,
-                        error,
-                    )
+                    log.log(level, "%s: writer at %s not usable (%s); retrying",
+                            self.builder.name, self.address, error)
             except (StoreError, ValueError) as e:
                 level = logging.ERROR if str(e) != self.last_error else logging.DEBUG
                 self.last_error = str(e)

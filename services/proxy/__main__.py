@@ -48,12 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         help="while a pipelining sender's sends keep arriving, its writer batch waits up to "
         "this long to fill up (default: %(default)s)",
     )  # fmt: skip
-    p.add_argument(
-        "--batches-in-flight",
-        type=int,
-        default=ProxyConfig.batches_in_flight,
-        help="writer batches put at once (default: %(default)s)",
-    )
+    p.add_argument("--batches-in-flight", type=int, default=ProxyConfig.batches_in_flight,
+                   help="writer batches put at once (default: %(default)s)")
     p.add_argument("--log-level", default="INFO")
     add_flags(p)
     tls.add_tls_flags(p)

@@ -74,8 +74,7 @@ def duration_ms(text: str) -> int:
         (ms,) = parse_levels(text.strip())
     except (InvalidArgumentError, ValueError):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not one duration such as 90m, 12h or 3d"
-        ) from None
+            f"{text!r} is not one duration such as 90m, 12h or 3d") from None
     return ms
 
 

@@ -28,26 +28,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--store", required=True, help="store directory (index/, consumequeue/)")
     p.add_argument("--commitlog", required=True, help="commitlog writer address HOST:PORT")
     p.add_argument("--listen", default="127.0.0.1:0", help="HOST:PORT (port 0 = any free)")
-    p.add_argument(
-        "--index-slots",
-        type=int,
-        default=None,
-        help=f"default: read from the store's index files, else {DEFAULT_SLOTS}",
-    )
-    p.add_argument(
-        "--index-entries",
-        type=int,
-        default=None,
-        help=f"default: read from the store's index files, else {DEFAULT_ENTRIES}",
-    )
+    p.add_argument("--index-slots", type=int, default=None,
+                   help=f"default: read from the store's index files, else {DEFAULT_SLOTS}")
+    p.add_argument("--index-entries", type=int, default=None,
+                   help=f"default: read from the store's index files, else {DEFAULT_ENTRIES}")
     p.add_argument("--metrics-port", type=int, default=0, help="Prometheus port (0 = off)")
     p.add_argument("--metrics-host", default="", help="default: the host of --listen")
-    p.add_argument(
-        "--read-only",
-        action="store_true",
-        help="the store is served read-only (the query service never writes; "
-        "accepted so every service takes the same flag)",
-    )
+    p.add_argument("--read-only", action="store_true",
+                   help="the store is served read-only (the query service never writes; "
+                        "accepted so every service takes the same flag)")
     p.add_argument(
         "--budget-hops",
         type=int,
@@ -91,9 +80,8 @@ def _serve(args: argparse.Namespace) -> int:
         )
 
     async def open_probe() -> grpc.aio.Channel:  # its own connection: see WriterWatch
-        return tls.aio_client_channel(
-            args.commitlog, args, [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)]
-        )
+        return tls.aio_client_channel(args.commitlog, args,
+                                      [*CHANNEL_OPTIONS, ("grpc.use_local_subchannel_pool", 1)])
 
     source = service.call(open_source())
     watch = WriterWatch(source, layout, service.set_serving_here, service.call(open_probe()))

@@ -25,14 +25,9 @@ class QueryApp:
     queues: QueueCatalog
 
     @classmethod
-    def build(
-        cls,
-        store: str | Path,
-        source: RecordSource,
-        index_slots: int = DEFAULT_SLOTS,
-        index_entries: int = DEFAULT_ENTRIES,
-        limits: BudgetLimits | None = None,
-    ) -> "QueryApp":
+    def build(cls, store: str | Path, source: RecordSource, index_slots: int = DEFAULT_SLOTS,
+              index_entries: int = DEFAULT_ENTRIES, limits: BudgetLimits | None = None
+              ) -> "QueryApp":
         layout = StoreLayout.of(store)
         catalog = IndexCatalog(layout.index_dir, index_slots, index_entries)
         catalog.check_all()

@@ -58,16 +58,8 @@ class KeyWalk:
     queries run.
     """
 
-    def __init__(
-        self,
-        catalog: "IndexCatalog",
-        names: list[str],
-        key_hash: int,
-        begin: int,
-        end: int,
-        budget: Budget,
-        start: tuple[str, int] | None = None,
-    ) -> None:
+    def __init__(self, catalog: "IndexCatalog", names: list[str], key_hash: int, begin: int,
+                 end: int, budget: Budget, start: tuple[str, int] | None = None) -> None:
         self.catalog, self.names, self.key_hash = catalog, names, key_hash
         self.begin, self.end, self.budget, self.start = begin, end, budget, start
         self.cut_at: tuple[str, int] | None = None  # where the budget stopped the walk
@@ -156,11 +148,8 @@ class IndexCatalog:
         no longer there are dropped.
         """
         now, tail = time.monotonic_ns(), self._tail
-        if (
-            tail is not None
-            and now < self._checked_ns + CHECK_NS
-            and 1 < tail.read_span()[2] < tail.entries
-        ):
+        if tail is not None and now < self._checked_ns + CHECK_NS \
+                and 1 < tail.read_span()[2] < tail.entries:
             return self._names  # the newest file with entries still has room
         self._checked_ns = now
         if self._listing.refresh():

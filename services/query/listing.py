@@ -32,10 +32,8 @@ class Listing:
             changed = self._stamp is not None or self.names is not None
             self._stamp, self.names = None, None
             return changed
-        if (
-            st.st_ino,
-            st.st_mtime_ns,
-        ) == self._stamp and self._listed_ns - st.st_mtime_ns > SETTLE_NS:
+        if (st.st_ino, st.st_mtime_ns) == self._stamp \
+                and self._listed_ns - st.st_mtime_ns > SETTLE_NS:
             return False
         stamp: tuple[int, int] | None = (st.st_ino, st.st_mtime_ns)
         listed_ns = time.time_ns()

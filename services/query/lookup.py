@@ -63,14 +63,8 @@ def record_matches(rec: commitlog.Record, topic: str, key: str, begin: int, end:
 class KeyLookup:
     """Query by key and time range, and by message id, over one store."""
 
-    def __init__(
-        self,
-        layout: StoreLayout,
-        catalog: IndexCatalog,
-        source: RecordSource,
-        limits: BudgetLimits | None = None,
-        fetch_batch: int = FETCH_BATCH,
-    ) -> None:
+    def __init__(self, layout: StoreLayout, catalog: IndexCatalog, source: RecordSource,
+                 limits: BudgetLimits | None = None, fetch_batch: int = FETCH_BATCH) -> None:
         self.layout = layout
         self.catalog = catalog
         self.source = source
@@ -83,23 +77,13 @@ class KeyLookup:
         (the index is the truth for keys and ids: a topic of prepared messages only, or one
         the consume-queue builder has not reached yet, has no consume queue)."""
         validate_topic(topic)
-        if (
-            not (self.layout.consumequeue_dir / topic).is_dir()
-            and topic not in self.layout.indexed_topics()
-        ):
-            raise NotFoundError(
-                f"topic {topic!r} is not in this store (no message of it is indexed)"
-            )
+        if not (self.layout.consumequeue_dir / topic).is_dir() and \
+                topic not in self.layout.indexed_topics():
+            raise NotFoundError(f"topic {topic!r} is not in this store (no message of it is "
+                                "indexed)")
 
-    async def by_key(
-        self,
-        topic: str,
-        key: str,
-        begin: int = 0,
-        end: int | None = None,
-        limit: int = 0,
-        cursor: str = "",
-    ) -> KeyResult:
+    async def by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
+                     limit: int = 0, cursor: str = "") -> KeyResult:
         if begin < 0:
             raise InvalidArgumentError(f"begin timestamp {begin} is negative")
         if end is None or end == 0:
@@ -119,32 +103,17 @@ class KeyLookup:
         start = cursor_fmt.decode(cursor, qhash) if cursor else None
         return await self._search(topic, key, begin, end, limit, start, qhash)
 
-    async def _search(
-        self,
-        topic: str,
-        key: str,
-        begin: int,
-        end: int,
-        limit: int,
-        start: cursor_fmt.Position | None,
-        qhash: bytes,
-        budget: Budget | None = None,
-    ) -> KeyResult:
+    async def _search(self, topic: str, key: str, begin: int, end: int, limit: int,
+                      start: cursor_fmt.Position | None, qhash: bytes,
+                      budget: Budget | None = None) -> KeyResult:
         result = KeyResult()
         budget = budget or Budget(self.limits)
         names = self.catalog.names()
         if start is not None:
             names = [n for n in names if n <= start.file]
         last_phy = start.last_phy if start is not None else POS_INF
-        walk = KeyWalk(
-            self.catalog,
-            names,
-            index_hash(build_key(topic, key)),
-            begin,
-            end,
-            budget,
-            (start.file, start.entry) if start is not None else None,
-        )
+        walk = KeyWalk(self.catalog, names, index_hash(build_key(topic, key)), begin, end,
+                       budget, (start.file, start.entry) if start is not None else None)
         entries = iter(walk)
         seen = last_phy
         done = False
@@ -203,9 +172,8 @@ class KeyLookup:
         return result
 
     # -- by id -------------------------------------------------------------------------------
-    async def by_id(
-        self, msg_id: str, topic: str = "", now_ms: int | None = None
-    ) -> list[commitlog.Record]:
+    async def by_id(self, msg_id: str, topic: str = "", now_ms: int | None = None
+                    ) -> list[commitlog.Record]:
         """An offset message id read directly, else a UNIQ_KEY looked up in the index (a
         RocketMQ 5 client's 34-character id is a UNIQ_KEY)."""
         if is_v5_id(msg_id):
@@ -239,9 +207,8 @@ class KeyLookup:
     def topics(self) -> list[str]:
         return self.layout.topics()
 
-    async def _by_uniq_key(
-        self, uniq_key: str, topic: str, now_ms: int | None
-    ) -> list[commitlog.Record]:
+    async def _by_uniq_key(self, uniq_key: str, topic: str, now_ms: int | None
+                           ) -> list[commitlog.Record]:
         now = int(time.time() * 1000) if now_ms is None else now_ms
         topics = [topic] if topic else self.topics()
         oldest = self._oldest_index_time()
@@ -251,16 +218,8 @@ class KeyLookup:
         for begin, end in uniq_key_windows(uniq_key, now, oldest):
             found: list[commitlog.Record] = []
             for t in topics:
-                res = await self._search(
-                    t,
-                    uniq_key,
-                    begin,
-                    end,
-                    ID_LOOKUP_LIMIT,
-                    None,
-                    cursor_fmt.query_hash(t, uniq_key, begin, end),
-                    budget,
-                )
+                res = await self._search(t, uniq_key, begin, end, ID_LOOKUP_LIMIT, None,
+                                         cursor_fmt.query_hash(t, uniq_key, begin, end), budget)
                 found.extend(r for r in res.records if r.uniq_key == uniq_key)
                 if res.budget_exhausted and not found:
                     raise BudgetExhaustedError(
@@ -280,7 +239,8 @@ class KeyLookup:
         return None
 
 
-def uniq_key_windows(uniq_key: str, now_ms: int, oldest_ms: int) -> Iterator[tuple[int, int]]:
+def uniq_key_windows(uniq_key: str, now_ms: int, oldest_ms: int
+                     ) -> Iterator[tuple[int, int]]:
     """Store-time windows to search for a UNIQ_KEY, newest first.
 
     The key holds milliseconds since the start of the (local) month it was made in, not the
@@ -304,3 +264,4 @@ def uniq_key_windows(uniq_key: str, now_ms: int, oldest_ms: int) -> Iterator[tup
         month = month_start_ms(month - 1)
     if upper >= 0:
         yield 0, upper
+

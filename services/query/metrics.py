@@ -16,9 +16,8 @@ class QueryObserver:
             self.m.queries.labels(kind=kind, outcome=outcome).inc()
             self.m.latency.labels(kind=kind).observe(seconds)
 
-    def key_walk(
-        self, kind: str, hops: int, results: int, truncated: bool, budget_exhausted: bool
-    ) -> None:
+    def key_walk(self, kind: str, hops: int, results: int, truncated: bool,
+                 budget_exhausted: bool) -> None:
         if self.m is not None:
             self.m.chain_hops.labels(kind=kind).observe(hops)
             self.m.results.labels(kind=kind).observe(results)

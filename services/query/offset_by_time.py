@@ -54,9 +54,8 @@ class TimeSearch:
         v = await self.view(topic, queue_id)
         return v.min_offset, v.max_offset
 
-    async def offset_by_time(
-        self, topic: str, queue_id: int, timestamp: int, boundary: Boundary = Boundary.LOWER
-    ) -> int:
+    async def offset_by_time(self, topic: str, queue_id: int, timestamp: int,
+                             boundary: Boundary = Boundary.LOWER) -> int:
         view = await self.view(topic, queue_id)
         lo, hi = view.min_offset, view.max_offset
         if boundary is Boundary.LOWER:

@@ -85,22 +85,15 @@ def physical_memory() -> int:
 
 
 class Puller:
-    def __init__(
-        self, queues: QueueCatalog, source: RecordSource, memory_bytes: int | None = None
-    ) -> None:
+    def __init__(self, queues: QueueCatalog, source: RecordSource,
+                 memory_bytes: int | None = None) -> None:
         self.queues = queues
         self.source = source
         mem = physical_memory() if memory_bytes is None else memory_bytes
         self.in_memory_span = int(mem * MEMORY_RATIO)
 
-    async def pull(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_messages: int = 0,
-        tag_expression: str = "",
-    ) -> PullResult:
+    async def pull(self, topic: str, queue_id: int, offset: int, max_messages: int = 0,
+                   tag_expression: str = "") -> PullResult:
         validate_topic(topic)
         if queue_id < 0:
             raise InvalidArgumentError(f"queue id {queue_id} is negative")
@@ -148,8 +141,7 @@ class Puller:
             if total_bytes and count:  # RocketMQ's isTheBatchFull
                 in_disk = cl_max - phy > self.in_memory_span
                 max_b, max_c = (
-                    (ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT)
-                    if in_disk
+                    (ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT) if in_disk
                     else (IN_MEMORY_MAX_BYTES, IN_MEMORY_MAX_COUNT)
                 )
                 if count >= max_messages or total_bytes + size > max_b or count >= max_c:
@@ -163,9 +155,8 @@ class Puller:
                 i += 1
                 continue
             if phy not in fetched:
-                want = self._prefetch(
-                    phys, sizes, codes, i, cl_min, tag_filter, max(1, max_messages - count)
-                )
+                want = self._prefetch(phys, sizes, codes, i, cl_min, tag_filter,
+                                      max(1, max_messages - count))
                 for p, raw in zip(want, await read_some(self.source, want), strict=True):
                     fetched[p] = record_at(raw, p)
             rec = fetched[phy]
@@ -180,16 +171,10 @@ class Puller:
         result.next_offset = offset + i
         return result
 
+
     @staticmethod
-    def _prefetch(
-        phys: list[int],
-        sizes: list[int],
-        codes: list[int],
-        i: int,
-        cl_min: int,
-        tag_filter: TagFilter,
-        count: int,
-    ) -> list[int]:
+    def _prefetch(phys: list[int], sizes: list[int], codes: list[int], i: int, cl_min: int,
+                  tag_filter: TagFilter, count: int) -> list[int]:
         """Offsets of the next records the scan may return: at most ``count`` (and
         ``PREFETCH``) of them and, past the first, at most 256 KiB."""
         out: list[int] = []
@@ -202,3 +187,4 @@ class Puller:
             out.append(phys[j])
             total += sizes[j]
         return out
+

@@ -110,9 +110,8 @@ class _ReadStream:
     async def read(self, offsets: list[int], store_id: str) -> list[bytes]:
         """Records, or _Refused; grpc.RpcError or _Ended when the stream itself ended."""
         try:
-            await self._call.write(
-                commitlog_pb2.ReadRecordsRequest(offsets=offsets, store_id=store_id)
-            )
+            await self._call.write(commitlog_pb2.ReadRecordsRequest(offsets=offsets,
+                                                                    store_id=store_id))
         except asyncio.InvalidStateError:  # the call has ended (the writer stopped or refused)
             await self._call.read()  # raises its error if it ended with one
             raise _Ended() from None
@@ -140,15 +139,9 @@ class GrpcRecordSource:
     ``timeout`` cancels its stream and fails with UNAVAILABLE.
     """
 
-    def __init__(
-        self,
-        address: str,
-        timeout: float = 10.0,
-        bounds_ttl: float = 0.2,
-        grpc_channel: grpc.aio.Channel | None = None,
-        streams: int = 4,
-        store_id: str = "",
-    ) -> None:
+    def __init__(self, address: str, timeout: float = 10.0, bounds_ttl: float = 0.2,
+                 grpc_channel: grpc.aio.Channel | None = None, streams: int = 4,
+                 store_id: str = "") -> None:
         self.address = address
         self.store_id = store_id  # sent with every read: another store's writer refuses it
         self._channel = grpc_channel or grpc.aio.insecure_channel(address, options=CHANNEL_OPTIONS)

@@ -87,13 +87,8 @@ def _outcome(response: Any) -> str:
 
 
 class QueryServicer(query_pb2_grpc.QueryServicer):
-    def __init__(
-        self,
-        keys: KeyLookup,
-        puller: Puller,
-        times: TimeSearch,
-        observer: QueryObserver | None = None,
-    ) -> None:
+    def __init__(self, keys: KeyLookup, puller: Puller, times: TimeSearch,
+                 observer: QueryObserver | None = None) -> None:
         self.keys = keys
         self.puller = puller
         self.times = times
@@ -103,16 +98,11 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @_observed("key")
     async def QueryByKey(self, request, context):  # noqa: N802
         res = await self.keys.by_key(
-            request.topic,
-            request.key,
-            request.begin_timestamp,
-            request.end_timestamp,
-            request.max_results,
-            request.cursor,
+            request.topic, request.key, request.begin_timestamp, request.end_timestamp,
+            request.max_results, request.cursor,
         )
-        self.observer.key_walk(
-            "key", res.hops, len(res.records), res.truncated, res.budget_exhausted
-        )
+        self.observer.key_walk("key", res.hops, len(res.records), res.truncated,
+                               res.budget_exhausted)
         response = query_pb2.QueryByKeyResponse(
             truncated=res.truncated,
             cursor=res.cursor,
@@ -134,10 +124,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @_observed("queue")
     async def Pull(self, request, context):  # noqa: N802
         res = await self.puller.pull(
-            request.topic,
-            request.queue_id,
-            request.offset,
-            request.max_messages,
+            request.topic, request.queue_id, request.offset, request.max_messages,
             request.tag_expression,
         )
         response = query_pb2.PullResponse(

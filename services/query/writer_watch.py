@@ -27,14 +27,9 @@ class WriterWatch:
     """Probes over a channel of its own (``probe_channel``): failed probes while the writer is
     away must not put the channel that reads records into gRPC's reconnect back-off."""
 
-    def __init__(
-        self,
-        source: GrpcRecordSource,
-        layout: StoreLayout,
-        set_serving: Callable[[bool], Awaitable[None]],
-        probe_channel: grpc.aio.Channel,
-        interval: float = INTERVAL_S,
-    ) -> None:
+    def __init__(self, source: GrpcRecordSource, layout: StoreLayout,
+                 set_serving: Callable[[bool], Awaitable[None]],
+                 probe_channel: grpc.aio.Channel, interval: float = INTERVAL_S) -> None:
         self.source, self.layout = source, layout
         self._channel = probe_channel
         self._stub = commitlog_pb2_grpc.CommitLogStub(probe_channel)
@@ -46,9 +41,8 @@ class WriterWatch:
     async def check(self) -> str:
         """Ask once; returns the problem ("" when the writer is usable) and updates health."""
         try:
-            offsets = await self._stub.GetOffsets(
-                commitlog_pb2.GetOffsetsRequest(), timeout=max(self.interval * 3, 2.0)
-            )
+            offsets = await self._stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(),
+                                                  timeout=max(self.interval * 3, 2.0))
             self.source.store_id = check_identity(self.layout, offsets, self.source.address)
             problem = ""
         except grpc.RpcError as e:
@@ -61,7 +55,8 @@ class WriterWatch:
                 level = logging.ERROR if "another store" in problem else logging.WARNING
                 log.log(level, "query: %s; NOT_SERVING until it can", problem)
             elif self.problem is not None:
-                log.warning("query: the writer at %s is usable again; SERVING", self.source.address)
+                log.warning("query: the writer at %s is usable again; SERVING",
+                            self.source.address)
             await self.set_serving(not problem)
         self.problem = problem
         return problem

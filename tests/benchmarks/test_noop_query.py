@@ -22,38 +22,21 @@ def _records_read(port: int) -> float:
 
 def test_answers_with_its_answer_after_reading_its_records(tmp_path):
     port = procs.free_port()
-    writer = procs.start(
-        "services.commitlog",
-        "--store",
-        str(tmp_path / "store"),
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-port",
-        str(port),
-    )
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"),
+                         "--listen", "127.0.0.1:0", "--metrics-port", str(port))
     try:
         with channel(writer.address) as ch:
-            put = commitlog_pb2_grpc.CommitLogStub(ch).PutBatch(
-                commitlog_pb2.PutBatchRequest(
-                    messages=[
-                        common_pb2.Message(topic="Orders", queue_id=0, body=b"x" * i)
-                        for i in range(1, 4)
-                    ]
-                )
-            )
-        answer = query_pb2.PullResponse(
-            next_offset=3,
-            messages=[
-                common_pb2.StoredMessage(topic="Orders", phy_offset=r.phy_offset, body=b"x")
-                for r in put.results
-            ],
-        )
+            put = commitlog_pb2_grpc.CommitLogStub(ch).PutBatch(commitlog_pb2.PutBatchRequest(
+                messages=[common_pb2.Message(topic="Orders", queue_id=0, body=b"x" * i)
+                          for i in range(1, 4)]))
+        answer = query_pb2.PullResponse(next_offset=3, messages=[
+            common_pb2.StoredMessage(topic="Orders", phy_offset=r.phy_offset, body=b"x")
+            for r in put.results])
         path = tmp_path / "answer.bin"
         path.write_bytes(answer.SerializeToString())
         for extra, reads in ((["--commitlog", writer.address], 3), ([], 0)):
-            noop = procs.start(
-                "benchmarks.noop_query", "--method", "Pull", "--response", str(path), *extra
-            )
+            noop = procs.start("benchmarks.noop_query", "--method", "Pull",
+                               "--response", str(path), *extra)
             try:
                 with channel(noop.address) as ch:
                     stub = query_pb2_grpc.QueryStub(ch)

@@ -73,15 +73,8 @@ def simple(a):
     while len(acked) < a.expect and time.monotonic() < deadline:
         for m in consumer.receive(32, a.invisible):
             body = m.body.decode()
-            out(
-                event="received",
-                id=m.message_id,
-                body=body,
-                attempt=m.delivery_attempt,
-                tag=m.tag,
-                group=m.message_group,
-                topic=m.topic,
-            )
+            out(event="received", id=m.message_id, body=body, attempt=m.delivery_attempt,
+                tag=m.tag, group=m.message_group, topic=m.topic)
             if a.leave_first and left is None:
                 left = m.message_id
                 out(event="left", id=m.message_id)

@@ -17,22 +17,12 @@ def test_make_test_prints_each_skip_with_its_reason(tmp_path: Path):
     probe.write_text(
         "import pytest\n\n"
         "def test_runs():\n    pass\n\n"
-        "def test_needs_a_gpu():\n    pytest.skip('no GPU on this machine')\n"
-    )
+        "def test_needs_a_gpu():\n    pytest.skip('no GPU on this machine')\n")
     done = subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            "test",
-            f"PYTEST_ARGS=-c {ROOT / 'pyproject.toml'} --rootdir {tmp_path} -p no:cacheprovider "
-            f"{probe}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+        ["make", "--no-print-directory", "test",
+         f"PYTEST_ARGS=-c {ROOT / 'pyproject.toml'} --rootdir {tmp_path} -p no:cacheprovider "
+         f"{probe}"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "short test summary info" in done.stdout
     assert "test_probe.py:7: no GPU on this machine" in done.stdout, done.stdout

@@ -59,13 +59,8 @@ def test_dashboard_matches_grafana_schema(
         lambda d: d["panels"][1]["fieldConfig"].pop("overrides"),
         lambda d: d.update(refresh=30),
     ],
-    ids=[
-        "no-schemaVersion",
-        "panel-without-type",
-        "unknown-gridPos-key",
-        "no-overrides",
-        "refresh-not-string",
-    ],
+    ids=["no-schemaVersion", "panel-without-type", "unknown-gridPos-key", "no-overrides",
+         "refresh-not-string"],
 )
 def test_schema_catches_malformed_dashboards(
     dashboard: dict, validator: jsonschema.Draft7Validator, mutate

@@ -24,15 +24,8 @@ PORTS = 16  # serve: gRPC N..N+5, metrics N+10..N+15
 
 def _run(args: list, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
-    done = subprocess.run(
-        [str(a) for a in args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    done = subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=timeout, check=False)
     assert done.returncode == 0, f"{args}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done
 
@@ -48,22 +41,8 @@ def wheel(tmp_path_factory) -> Path:
     for package in ("rmqstore", "services", "pipelines"):
         shutil.copytree(ROOT / package, source / package, ignore=skip)
     shutil.copy(ROOT / "pyproject.toml", source)
-    _run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "--disable-pip-version-check",
-            "-q",
-            "-w",
-            tmp / "dist",
-            source,
-        ],
-        cwd=tmp,
-    )
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+          "--disable-pip-version-check", "-q", "-w", tmp / "dist", source], cwd=tmp)
     (built,) = (tmp / "dist").glob("rmqstore-*.whl")
     return built
 
@@ -74,18 +53,8 @@ def installed(wheel: Path, tmp_path_factory) -> Path:
     cache); its bin directory."""
     venv = tmp_path_factory.mktemp("venv")
     _run([sys.executable, "-m", "venv", venv], cwd=venv)
-    _run(
-        [
-            venv / "bin" / "python",
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "-q",
-            wheel,
-        ],
-        cwd=venv,
-    )
+    _run([venv / "bin" / "python", "-m", "pip", "install", "--disable-pip-version-check",
+          "-q", wheel], cwd=venv)
     return venv / "bin"
 
 
@@ -135,27 +104,10 @@ def test_serve_put_and_query_from_outside_the_tree(installed: Path, tmp_path: Pa
     log = work / "serve.log"
     with log.open("wb") as out:
         serve = subprocess.Popen(
-            [
-                str(installed / "rmqstore"),
-                "serve",
-                "--store",
-                "store",
-                "--port-base",
-                str(base),
-                "--commitlog-segment-size",
-                str(1 << 20),
-                "--index-slots",
-                "1000",
-                "--index-entries",
-                "4000",
-                "--cq-entries-per-file",
-                "100",
-            ],
-            cwd=work,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+            [str(installed / "rmqstore"), "serve", "--store", "store", "--port-base", str(base),
+             "--commitlog-segment-size", str(1 << 20), "--index-slots", "1000",
+             "--index-entries", "4000", "--cq-entries-per-file", "100"],
+            cwd=work, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + SERVE_DEADLINE_S
         while "serving" not in log.read_text():
@@ -163,43 +115,15 @@ def test_serve_put_and_query_from_outside_the_tree(installed: Path, tmp_path: Pa
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)  # polling the log for a condition, with a deadline
         rmqstore = str(installed / "rmqstore")
-        _run(
-            [
-                rmqstore,
-                "put",
-                "--commitlog",
-                f"127.0.0.1:{base}",
-                "--topic",
-                "Orders",
-                "--keys",
-                "order-42",
-                "--body",
-                "hello",
-            ],
-            cwd=work,
-            timeout=60,
-        )
+        _run([rmqstore, "put", "--commitlog", f"127.0.0.1:{base}", "--topic", "Orders",
+              "--keys", "order-42", "--body", "hello"], cwd=work, timeout=60)
         found = ""
         while "hello" not in found:  # the index builder catches up
             assert time.monotonic() < deadline, found
-            done = subprocess.run(
-                [
-                    rmqstore,
-                    "query-key",
-                    "--query",
-                    f"127.0.0.1:{base + 1}",
-                    "--topic",
-                    "Orders",
-                    "--key",
-                    "order-42",
-                    "--json",
-                ],
-                cwd=work,
-                capture_output=True,
-                text=True,
-                timeout=60,
-                check=False,
-            )
+            done = subprocess.run([rmqstore, "query-key", "--query", f"127.0.0.1:{base + 1}",
+                                   "--topic", "Orders", "--key", "order-42", "--json"],
+                                  cwd=work, capture_output=True, text=True, timeout=60,
+                                  check=False)
             found = done.stdout
         assert (work / "store" / "commitlog").is_dir()
     finally:

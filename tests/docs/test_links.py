@@ -42,9 +42,8 @@ def test_every_relative_link_resolves(page: Path):
         path, _, fragment = target.partition("#")
         resolved = (page.parent / path).resolve() if path else page
         outside = not resolved.exists() or ROOT not in [resolved, *resolved.parents]
-        if outside or (
-            fragment and resolved.suffix == ".md" and fragment not in _anchors(resolved)
-        ):
+        if outside or (fragment and resolved.suffix == ".md"
+                       and fragment not in _anchors(resolved)):
             broken.append(target)
     assert broken == []
 

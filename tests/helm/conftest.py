@@ -25,25 +25,17 @@ ALL_ON: dict[str, Any] = {
     "podAnnotations": {"team": "messaging"},
     "podLabels": {"tier": "storage"},
     "nodeSelector": {"disktype": "ssd"},
-    "tolerations": [
-        {"key": "dedicated", "operator": "Equal", "value": "mq", "effect": "NoSchedule"}
-    ],
-    "affinity": {
-        "podAntiAffinity": {
-            "preferredDuringSchedulingIgnoredDuringExecution": [
-                {
-                    "weight": 100,
-                    "podAffinityTerm": {
-                        "topologyKey": "kubernetes.io/hostname",
-                        "labelSelector": {"matchLabels": {"app.kubernetes.io/name": "rmqstore"}},
-                    },
-                }
-            ]
-        }
-    },
+    "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "mq",
+                     "effect": "NoSchedule"}],
+    "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+        "weight": 100,
+        "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                            "labelSelector": {"matchLabels": {"app.kubernetes.io/name":
+                                                              "rmqstore"}}}}]}},
     "priorityClassName": "high",
     "tls": {"enabled": True, "secretName": "rmqstore-tls", "serverName": "rmqstore.mq.svc"},
-    "commitlog": {"flush": "sync", "storeHost": "10.0.0.5:10911", "extraArgs": ["--warmup"]},
+    "commitlog": {"flush": "sync", "storeHost": "10.0.0.5:10911",
+                  "extraArgs": ["--warmup"]},
     "consumeQueue": {"extraArgs": ["--log-level", "DEBUG"]},
     "index": {"extraArgs": ["--log-level", "DEBUG"]},
     "query": {"extraArgs": ["--log-level", "DEBUG"]},

@@ -126,14 +126,8 @@ def test_defaults_render_the_expected_objects(default_objects: list[dict]) -> No
 def test_all_on_renders_every_optional_object(all_on_objects: list[dict]) -> None:
     kinds = {o["kind"] for o in all_on_objects}
     assert kinds == {
-        "ConfigMap",
-        "Job",
-        "NetworkPolicy",
-        "PrometheusRule",
-        "Service",
-        "ServiceAccount",
-        "ServiceMonitor",
-        "StatefulSet",
+        "ConfigMap", "Job", "NetworkPolicy", "PrometheusRule", "Service", "ServiceAccount",
+        "ServiceMonitor", "StatefulSet",
     }
 
 
@@ -243,9 +237,8 @@ def test_tls_mounts_the_secret_and_configures_every_service(all_on_objects: list
         assert env["RMQSTORE_TLS_SERVER_NAME"] == ALL_ON["tls"]["serverName"], name
         mount = next(m for m in c["volumeMounts"] if m["name"] == "tls")
         assert mount == {"name": "tls", "mountPath": "/etc/rmqstore/tls", "readOnly": True}
-    assert not any(
-        v["name"] == "tls" for v in _statefulset(render({}))["spec"]["template"]["spec"]["volumes"]
-    )
+    assert not any(v["name"] == "tls" for v in
+                   _statefulset(render({}))["spec"]["template"]["spec"]["volumes"])
 
 
 @pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
@@ -286,9 +279,7 @@ def test_services_route_to_container_ports(all_on_objects: list[dict]) -> None:
     assert {p["targetPort"] for p in headless["spec"]["ports"]} == port_names
     client = services[FULLNAME]
     assert {p["targetPort"] for p in client["spec"]["ports"]} == {
-        "grpc-writer",
-        "grpc-query",
-        "grpc-proxy",
+        "grpc-writer", "grpc-query", "grpc-proxy"
     }
     for svc in services.values():
         assert svc["spec"]["selector"].items() <= pod_labels.items()
@@ -297,9 +288,8 @@ def test_services_route_to_container_ports(all_on_objects: list[dict]) -> None:
 def test_service_monitor_scrapes_every_metrics_port(all_on_objects: list[dict]) -> None:
     monitor = one(all_on_objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    headless = next(
-        s for s in by_kind(all_on_objects, "Service") if s["spec"].get("clusterIP") == "None"
-    )
+    headless = next(s for s in by_kind(all_on_objects, "Service")
+                    if s["spec"].get("clusterIP") == "None")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= (
         headless["metadata"]["labels"].items()
     )
@@ -309,9 +299,8 @@ def test_service_monitor_scrapes_every_metrics_port(all_on_objects: list[dict]) 
     }
     assert {e["port"] for e in monitor["spec"]["endpoints"]} == metrics_ports
     assert len(metrics_ports) == 5
-    assert all(
-        e["interval"] == "15s" and e["path"] == "/metrics" for e in monitor["spec"]["endpoints"]
-    )
+    assert all(e["interval"] == "15s" and e["path"] == "/metrics"
+               for e in monitor["spec"]["endpoints"])
 
 
 def test_metrics_off_removes_ports_and_monitor() -> None:
@@ -363,16 +352,10 @@ def test_rendered_prometheus_rule_passes_promtool(
     if promtool is None:
         pytest.skip("promtool is not installed (Debian package prometheus; make system-deps)")
     path = tmp_path / "rules.yml"
-    path.write_text(
-        yaml.safe_dump({"groups": one(all_on_objects, "PrometheusRule")["spec"]["groups"]})
-    )
-    result = subprocess.run(
-        [promtool, "check", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    path.write_text(yaml.safe_dump({"groups": one(all_on_objects, "PrometheusRule")["spec"][
+        "groups"]}))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True,
+                            text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stdout + result.stderr
 
 
@@ -421,17 +404,12 @@ def test_more_than_one_replica_is_refused_with_the_reason() -> None:
 
 
 def test_rebuild_job_passes_every_size_the_services_use() -> None:
-    sizes = {
-        "indexFile": {"slots": 1000, "entries": 4000},
-        "consumeQueue": {"entriesPerFile": 7000},
-        "rebuild": {"enabled": True},
-    }
+    sizes = {"indexFile": {"slots": 1000, "entries": 4000},
+             "consumeQueue": {"entriesPerFile": 7000},
+             "rebuild": {"enabled": True}}
     (c,) = one(render(sizes), "Job")["spec"]["template"]["spec"]["containers"]
-    assert (
-        _arg(c, "--index-slots"),
-        _arg(c, "--index-entries"),
-        _arg(c, "--cq-entries-per-file"),
-    ) == ("1000", "4000", "7000")
+    assert (_arg(c, "--index-slots"), _arg(c, "--index-entries"),
+            _arg(c, "--cq-entries-per-file")) == ("1000", "4000", "7000")
     # and the services run with the same ones
     containers = _containers(render(sizes))
     assert _arg(containers["index"], "--index-slots") == "1000"
@@ -451,14 +429,8 @@ def test_read_only_serves_without_builders_or_writes() -> None:
         assert all(m.get("readOnly") for m in c["volumeMounts"] if m["name"] == "data")
         assert not {"--commitlog-segment-size", "--index-slots"} & set(c["args"])
     # a read-only writer neither delivers nor deletes: those flags are not passed
-    background = {
-        "--delay-levels",
-        "--no-delivery",
-        "--retention-hours",
-        "--delete-when",
-        "--disk-max-used-ratio",
-        "--retention-check-seconds",
-    }
+    background = {"--delay-levels", "--no-delivery", "--retention-hours", "--delete-when",
+                  "--disk-max-used-ratio", "--retention-check-seconds"}
     assert not background & set(containers["commitlog"]["args"])
     assert _lint({"readOnly": True})["errors"] == []
 

@@ -23,12 +23,8 @@ SMALL = {
     "commitlog": {
         "segmentSize": 1 << 20,
         "delivery": {"delayLevels": "1s 5s 10s"},
-        "retention": {
-            "hours": 0.5,
-            "deleteWhen": "always",
-            "diskMaxUsedRatio": 90.5,
-            "checkSeconds": 2.5,
-        },
+        "retention": {"hours": 0.5, "deleteWhen": "always", "diskMaxUsedRatio": 90.5,
+                      "checkSeconds": 2.5},
     },
     "consumeQueue": {"entriesPerFile": 1000},
     "indexFile": {"slots": 1000, "entries": 4000},
@@ -88,11 +84,8 @@ def test_chart_command_lines_start_healthy_services(tmp_path: Path) -> None:
     containers = sts["spec"]["template"]["spec"]["containers"]
     store = tmp_path / "store"
     (init,) = sts["spec"]["template"]["spec"]["initContainers"]
-    command = [
-        sys.executable if init["command"][0] == "python" else init["command"][0],
-        *init["command"][1:-1],
-        str(store),
-    ]
+    command = [sys.executable if init["command"][0] == "python" else init["command"][0],
+               *init["command"][1:-1], str(store)]
     subprocess.run(command, check=True, timeout=30)
     assert store.is_dir()
     started: list[procs.ServiceProcess] = []

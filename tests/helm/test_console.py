@@ -7,19 +7,11 @@ import pytest
 from tests.helm.conftest import by_kind, one, render
 from tests.helm.test_chart import KUBE_VERSIONS, _arg, _containers
 
-PROXY = {
-    "console": {
-        "enabled": True,
-        "trustedProxies": ["10.0.0.0/8"],
-        "ingress": {
-            "enabled": True,
-            "className": "nginx",
-            "host": "console.example",
-            "tls": [{"hosts": ["console.example"], "secretName": "c-tls"}],
-        },
-    },
-    "networkPolicy": {"enabled": True},
-}
+PROXY = {"console": {"enabled": True, "trustedProxies": ["10.0.0.0/8"],
+                     "ingress": {"enabled": True, "className": "nginx",
+                                 "host": "console.example", "tls": [
+                                     {"hosts": ["console.example"], "secretName": "c-tls"}]}},
+         "networkPolicy": {"enabled": True}}
 BASIC = {"console": {"enabled": True, "auth": "basic", "usersSecret": "console-users"}}
 
 
@@ -55,12 +47,12 @@ def test_proxy_header_console_behind_service_and_ingress() -> None:
     assert rule["host"] == "console.example"
     assert rule["http"]["paths"][0]["backend"]["service"]["name"] == svc["metadata"]["name"]
     policy = one(objects, "NetworkPolicy")
-    assert any(p["port"] == "http-console" for r in policy["spec"]["ingress"] for p in r["ports"])
+    assert any(p["port"] == "http-console" for r in policy["spec"]["ingress"]
+               for p in r["ports"])
 
 
-@pytest.mark.parametrize(
-    "off", [{"proxy": {"enabled": False}}, {"readOnly": True}], ids=["proxy-disabled", "read-only"]
-)
+@pytest.mark.parametrize("off", [{"proxy": {"enabled": False}}, {"readOnly": True}],
+                         ids=["proxy-disabled", "read-only"])
 def test_console_without_the_proxy_gets_no_proxy_flag(off: dict) -> None:
     c = _containers(render({**PROXY, **off}))["console"]
     assert "--proxy" not in c["args"]
@@ -72,29 +64,19 @@ def test_basic_auth_mounts_the_users_secret() -> None:
     assert _arg(c, "--auth") == "basic"
     assert _arg(c, "--users-file") == "/etc/rmqstore/console/users"
     assert "--secure-cookie" not in c["args"]  # no TLS Ingress in front
-    tls = {
-        "console": {
-            **BASIC["console"],
-            "ingress": {"enabled": True, "tls": [{"hosts": ["c.example"], "secretName": "c-tls"}]},
-        }
-    }
+    tls = {"console": {**BASIC["console"], "ingress": {"enabled": True, "tls": [
+        {"hosts": ["c.example"], "secretName": "c-tls"}]}}}
     assert "--secure-cookie" in _containers(render(tls))["console"]["args"]
     volumes = one(objects, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
-    assert {
-        "name": "console-users",
-        "secret": {"secretName": "console-users", "defaultMode": 0o440},
-    } in volumes
+    assert {"name": "console-users", "secret": {"secretName": "console-users",
+                                                "defaultMode": 0o440}} in volumes
 
 
-@pytest.mark.parametrize(
-    "console",
-    [
-        {"enabled": True, "auth": "none"},
-        {"enabled": True, "auth": "basic"},
-        {"enabled": True, "auth": "proxy-header"},
-    ],
-    ids=["auth-none", "basic-without-users", "proxy-without-proxies"],
-)
+@pytest.mark.parametrize("console", [
+    {"enabled": True, "auth": "none"},
+    {"enabled": True, "auth": "basic"},
+    {"enabled": True, "auth": "proxy-header"},
+], ids=["auth-none", "basic-without-users", "proxy-without-proxies"])
 def test_unsafe_console_settings_are_refused(console: dict) -> None:
     with pytest.raises(Exception, match="console|auth"):
         render({"console": console})

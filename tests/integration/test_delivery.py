@@ -72,8 +72,7 @@ def test_levels_arrive_in_delivery_time_order_and_are_found_there(cluster):
     assert target <= timed_msg.store_timestamp <= target + 2000
     for key in ("d1-0", "d2-9", "d3-5", "timed"):
         resp = cluster.query.QueryByKey(
-            query_pb2.QueryByKeyRequest(topic="Delayed", key=key), timeout=30
-        )
+            query_pb2.QueryByKeyRequest(topic="Delayed", key=key), timeout=30)
         assert len(resp.messages) == 1, key
     status = _status(cluster).delivery
     assert status.delivered == 31 and status.parked >= 1 and status.possible_duplicates == 0
@@ -87,19 +86,13 @@ def test_levels_arrive_in_delivery_time_order_and_are_found_there(cluster):
 def test_kill_mid_delivery_loses_no_due_message(cluster):
     keys: list[str] = []
     for b in range(40):  # 4,000 messages whose delivery times spread over ~2 s
-        msgs = [
-            common_pb2.Message(topic="K", body=b"x", keys=f"k{b}-{i}", delay_level=1)
-            for i in range(100)
-        ]
+        msgs = [common_pb2.Message(topic="K", body=b"x", keys=f"k{b}-{i}", delay_level=1)
+                for i in range(100)]
         _put(cluster, "K", msgs)
         keys += [m.keys for m in msgs]
         time.sleep(0.05) if b % 4 == 3 else None
-    wait_until(
-        lambda: 0 < _status(cluster).delivery.delivered < len(keys) // 2,
-        30,
-        "delivery to be under way",
-        step=0.005,
-    )
+    wait_until(lambda: 0 < _status(cluster).delivery.delivered < len(keys) // 2, 30,
+               "delivery to be under way", step=0.005)
     cluster.kill("writer")
     cluster.start("writer")
     counted = _status(cluster).delivery.possible_duplicates

@@ -190,18 +190,11 @@ class StandIn:
     address: str
     store: Path
 
-    def apply(
-        self, group: str, metric: str, call: str, *args: float, times: int = 1, **labels: str
-    ) -> None:
+    def apply(self, group: str, metric: str, call: str, *args: float, times: int = 1,
+              **labels: str) -> None:
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        op = {
-            "group": group,
-            "metric": metric,
-            "call": call,
-            "args": list(args),
-            "times": times,
-            "labels": labels,
-        }
+        op = {"group": group, "metric": metric, "call": call, "args": list(args),
+              "times": times, "labels": labels}
         self.proc.stdin.write(json.dumps(op) + "\n")
         self.proc.stdin.flush()
         assert self.proc.stdout.readline().strip() == "ok"
@@ -211,10 +204,7 @@ def _start_stand_in(store: Path) -> StandIn:
     store.mkdir(parents=True)
     proc = subprocess.Popen(
         [sys.executable, "-c", METRICS_PROCESS, str(procs.free_port()), str(store)],
-        cwd=ROOT,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
+        cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -258,44 +248,17 @@ def start_stack(store: Path) -> Stack:
     stack = Stack(started, {n: f"127.0.0.1:{p}" for n, p in ports.items()})
     try:
         started["commitlog"] = procs.start(
-            "services.commitlog",
-            *common,
-            "--commitlog-segment-size",
-            str(1 << 20),
-            "--metrics-port",
-            str(ports["commitlog"]),
-        )
+            "services.commitlog", *common, "--commitlog-segment-size", str(1 << 20),
+            "--metrics-port", str(ports["commitlog"]))
         writer = ("--commitlog", started["commitlog"].address)
         commands = {
-            "consume-queue": (
-                "services.indexer",
-                "consume-queue",
-                *common,
-                *writer,
-                "--metrics-port",
-                str(ports["consume-queue"]),
-                "--flush-interval-ms",
-                "50",
-            ),
-            "index": (
-                "services.indexer",
-                "index",
-                *common,
-                *writer,
-                *small_index,
-                "--metrics-port",
-                str(ports["index"]),
-                "--flush-interval-ms",
-                "50",
-            ),
-            "query": (
-                "services.query",
-                *common,
-                *writer,
-                *small_index,
-                "--metrics-port",
-                str(ports["query"]),
-            ),
+            "consume-queue": ("services.indexer", "consume-queue", *common, *writer,
+                              "--metrics-port", str(ports["consume-queue"]),
+                              "--flush-interval-ms", "50"),
+            "index": ("services.indexer", "index", *common, *writer, *small_index,
+                      "--metrics-port", str(ports["index"]), "--flush-interval-ms", "50"),
+            "query": ("services.query", *common, *writer, *small_index,
+                      "--metrics-port", str(ports["query"])),
         }
         with ThreadPoolExecutor(len(commands)) as pool:  # they only need the writer
             futures = {name: pool.submit(procs.start, *cmd) for name, cmd in commands.items()}
@@ -357,30 +320,23 @@ def test_prometheus_reads_back_what_the_services_export(setup: Setup) -> None:
     stand_in.apply("query", "queries", "inc", times=3, kind="key", outcome="found")
     stand_in.apply("query", "chain_hops", "observe", 12, kind="key")
     stand_in.apply("writer", "max_offset", "set", 123456)  # last: once seen, all above are
-    prom.wait_for(
-        f"rmqstore_writer_max_offset_bytes{job}", lambda v: v == 123456, "the stand-in's max offset"
-    )
+    prom.wait_for(f"rmqstore_writer_max_offset_bytes{job}", lambda v: v == 123456,
+                  "the stand-in's max offset")
 
     target = next(t for t in prom.targets() if t["labels"]["job"] == "rmqstore-readback")
     assert target["scrapeUrl"] == f"http://{stand_in.address}/metrics"
-    puts = prom.values(
-        'rmqstore_writer_puts_total{job="rmqstore-readback",topic="Orders"}', by="status"
-    )
+    puts = prom.values('rmqstore_writer_puts_total{job="rmqstore-readback",topic="Orders"}',
+                       by="status")
     assert puts == {"ok": 7.0, "invalid_argument": 2.0}
     assert prom.scalar(f"rmqstore_writer_put_latency_seconds_count{job}") == 5
     le = 'rmqstore_writer_put_latency_seconds_bucket{job="rmqstore-readback",le="%s"}'
     assert prom.scalar(le % "0.005") - prom.scalar(le % "0.0025") == 5
     assert prom.values(f"rmqstore_builder_lag_bytes{job}", by="builder") == {
-        "consume-queue": 1024.0,
-        "index": 4096.0,
+        "consume-queue": 1024.0, "index": 4096.0,
     }
     assert prom.scalar(f"rmqstore_index_slot_occupancy_ratio{job}") == 0.25
-    assert (
-        prom.scalar(
-            'rmqstore_query_requests_total{job="rmqstore-readback",kind="key",outcome="found"}'
-        )
-        == 3
-    )
+    assert prom.scalar('rmqstore_query_requests_total'
+                       '{job="rmqstore-readback",kind="key",outcome="found"}') == 3
     hops = 'rmqstore_query_chain_hops_bucket{job="rmqstore-readback",kind="key",le="%s"}'
     assert prom.scalar(hops % "16.0") == 1
     assert prom.scalar(hops % "8.0") == 0
@@ -390,16 +346,10 @@ def test_prometheus_reads_back_what_the_services_export(setup: Setup) -> None:
 
     # later changes arrive with later scrapes
     stand_in.apply("writer", "puts", "inc", times=5, topic="Orders", status="ok")
-    prom.wait_for(
-        'rmqstore_writer_puts_total{job="rmqstore-readback",status="ok"}',
-        lambda v: v == 12,
-        "puts to reach 12",
-    )
-    prom.wait_for(
-        'increase(rmqstore_writer_puts_total{job="rmqstore-readback",status="ok"}[1m])',
-        lambda v: v > 0,
-        "a positive put rate",
-    )
+    prom.wait_for('rmqstore_writer_puts_total{job="rmqstore-readback",status="ok"}',
+                  lambda v: v == 12, "puts to reach 12")
+    prom.wait_for('increase(rmqstore_writer_puts_total{job="rmqstore-readback",status="ok"}[1m])',
+                  lambda v: v > 0, "a positive put rate")
 
 
 def test_shipped_alert_rules_fire_on_exported_metrics(setup: Setup) -> None:
@@ -415,11 +365,9 @@ def test_shipped_alert_rules_fire_on_exported_metrics(setup: Setup) -> None:
     setup.alerting.apply("index", "lag_bytes", "set", 512 * 1024 * 1024)
 
     def lag_alerts() -> list[dict]:
-        return [
-            a
-            for a in prom.get("/api/v1/alerts")["alerts"]
-            if a["labels"]["alertname"] == "RmqstoreBuilderLagging" and a["state"] == "firing"
-        ]
+        return [a for a in prom.get("/api/v1/alerts")["alerts"]
+                if a["labels"]["alertname"] == "RmqstoreBuilderLagging"
+                and a["state"] == "firing"]
 
     firing = poll(lag_alerts, "RmqstoreBuilderLagging to fire")
     assert [a["labels"]["builder"] for a in firing] == ["index"]
@@ -433,12 +381,8 @@ def test_prometheus_scrapes_the_real_services(setup: Setup) -> None:
     prom, stack = setup.prom, setup.stack
     writer = commitlog_pb2_grpc.CommitLogStub(channel(stack.processes["commitlog"].address))
     messages = [
-        common_pb2.Message(
-            topic="Orders",
-            queue_id=i % 4,
-            body=f"body-{i}".encode(),
-            keys=f"order-{i} customer-{i % 3}",
-        )
+        common_pb2.Message(topic="Orders", queue_id=i % 4, body=f"body-{i}".encode(),
+                           keys=f"order-{i} customer-{i % 3}")
         for i in range(30)
     ]
     results = writer.PutBatch(commitlog_pb2.PutBatchRequest(messages=messages)).results
@@ -446,27 +390,18 @@ def test_prometheus_scrapes_the_real_services(setup: Setup) -> None:
 
     for builder, entries in (("consume-queue", 30), ("index", 30 * 3)):
         real = f'{{job="rmqstore-{builder}",builder="{builder}"}}'
-        prom.wait_for(
-            f"rmqstore_builder_durable_offset_bytes{real}",
-            lambda v: v == end,
-            f"{builder} durable at {end}",
-        )
+        prom.wait_for(f"rmqstore_builder_durable_offset_bytes{real}", lambda v: v == end,
+                      f"{builder} durable at {end}")
         assert prom.scalar(f"rmqstore_builder_entries_total{real}") == entries
         prom.wait_for(f"rmqstore_builder_lag_bytes{real}", lambda v: v == 0, f"{builder} lag 0")
 
     query = query_pb2_grpc.QueryStub(channel(stack.processes["query"].address))
     found = query.QueryByKey(query_pb2.QueryByKeyRequest(topic="Orders", key="customer-1"))
     assert len(found.messages) == 10
-    prom.wait_for(
-        'sum({job="rmqstore-query",__name__=~"rmqstore_query_.+_count"})',
-        lambda v: v >= 1,
-        "the query to be counted",
-    )
+    prom.wait_for('sum({job="rmqstore-query",__name__=~"rmqstore_query_.+_count"})',
+                  lambda v: v >= 1, "the query to be counted")
     up = prom.values('up{job=~"rmqstore-(commitlog|consume-queue|index|query)"}', by="job")
     assert up == {f"rmqstore-{name}": 1.0 for name in SERVING_METRICS}
-    prom.wait_for(
-        'rmqstore_writer_max_offset_bytes{job="rmqstore-commitlog"}',
-        lambda v: v == end,
-        "the writer's max offset",
-    )
+    prom.wait_for('rmqstore_writer_max_offset_bytes{job="rmqstore-commitlog"}',
+                  lambda v: v == end, "the writer's max offset")
     assert prom.scalar('sum(rmqstore_writer_puts_total{job="rmqstore-commitlog"})') == 30

@@ -79,7 +79,7 @@ def _files_below(store, low: int) -> list[str]:
     for qdir in sorted((store / "consumequeue" / TOPIC).iterdir()):
         files = sorted(p for p in qdir.iterdir() if parse_segment_name(p.name) is not None)
         for p in files[:-1]:
-            last = cq.decode(p.read_bytes()[-cq.UNIT_SIZE :])
+            last = cq.decode(p.read_bytes()[-cq.UNIT_SIZE:])
             if last.commitlog_offset < low:
                 out.append(str(p))
     index = sorted((store / "index").iterdir())

@@ -11,12 +11,8 @@ from rmqstore.layout import unique_index_file_name
 from rmqstore.segments import parse_segment_name, segment_name
 
 
-def sequential_build(
-    commitlog_dir: Path,
-    epf: int,
-    slots: int,
-    entries: int,
-) -> dict[str, bytes]:
+def sequential_build(commitlog_dir: Path, epf: int, slots: int, entries: int,
+                     ) -> dict[str, bytes]:
     """Relative path -> file bytes, for every consume-queue and index file."""
     queues: dict[tuple[str, int], bytearray] = {}
     index_files: list[tuple[str, bytearray]] = []
@@ -32,9 +28,8 @@ def sequential_build(
                 at = d.queue_offset * consume_queue.UNIT_SIZE
                 if len(q) < at + consume_queue.UNIT_SIZE:
                     q.extend(bytes(at + consume_queue.UNIT_SIZE - len(q)))
-                q[at : at + consume_queue.UNIT_SIZE] = consume_queue.encode(
-                    consume_queue.CqUnit(d.phy_offset, d.size, d.tags_code)
-                )
+                q[at:at + consume_queue.UNIT_SIZE] = consume_queue.encode(
+                    consume_queue.CqUnit(d.phy_offset, d.size, d.tags_code))
             for key in dispatch.index_keys(d):
                 h = index_hash(key)
                 if current is None or not current.put(h, d.phy_offset, d.store_timestamp):
@@ -48,7 +43,7 @@ def sequential_build(
     fsize = consume_queue.file_size(epf)
     for (topic, qid), data in queues.items():
         for start in range(0, len(data), fsize):
-            chunk = bytes(data[start : start + fsize])
+            chunk = bytes(data[start:start + fsize])
             out[f"consumequeue/{topic}/{qid}/{segment_name(start)}"] = chunk.ljust(fsize, b"\0")
     for name, data in index_files:
         out[f"index/{name}"] = bytes(data)

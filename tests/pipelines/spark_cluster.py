@@ -29,44 +29,24 @@ def cluster_env() -> dict[str, str]:
     """The command's environment: loopback only, and no PYSPARK_PYTHON, so the executors'
     Python comes from ``--conf spark.pyspark.python`` alone (the cluster's own ``python3``
     here has no numpy: a job that ignored the setting fails)."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")
-    }
-    env.update(
-        SPARK_LOCAL_IP="127.0.0.1",
-        SPARK_HOME=str(spark_home()),
-        SPARK_DAEMON_MEMORY="256m",
-        SPARK_DAEMON_JAVA_OPTS=QUICK_JIT,
-    )
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_HOME")}
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_HOME=str(spark_home()),
+               SPARK_DAEMON_MEMORY="256m", SPARK_DAEMON_JAVA_OPTS=QUICK_JIT)
     return env
 
 
 def python_conf() -> list[str]:
     """The executors' Python, and small, quickly started JVMs (the work is in Python)."""
-    return [
-        "--conf",
-        f"spark.pyspark.python={sys.executable}",
-        "--conf",
-        "spark.executor.memory=512m",
-        "--conf",
-        f"spark.driver.extraJavaOptions={QUICK_JIT}",
-        "--conf",
-        f"spark.executor.extraJavaOptions={QUICK_JIT}",
-    ]
+    return ["--conf", f"spark.pyspark.python={sys.executable}",
+            "--conf", "spark.executor.memory=512m",
+            "--conf", f"spark.driver.extraJavaOptions={QUICK_JIT}",
+            "--conf", f"spark.executor.extraJavaOptions={QUICK_JIT}"]
 
 
 def run_rmqstore(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(RMQSTORE), *args],
-        cwd=cwd,
-        env=cluster_env(),
-        text=True,
-        capture_output=True,
-        timeout=JOB_DEADLINE_S,
-        check=False,
-    )
+    return subprocess.run([str(RMQSTORE), *args], cwd=cwd, env=cluster_env(), text=True,
+                          capture_output=True, timeout=JOB_DEADLINE_S, check=False)
 
 
 def _wait_for(log: Path, pattern: str, proc: subprocess.Popen) -> re.Match:
@@ -76,10 +56,8 @@ def _wait_for(log: Path, pattern: str, proc: subprocess.Popen) -> re.Match:
         if found:
             return found
         if proc.poll() is not None:
-            raise RuntimeError(
-                f"{log.parent.name} exited with {proc.returncode}:\n"
-                f"{log.read_text(errors='replace')[-3000:]}"
-            )
+            raise RuntimeError(f"{log.parent.name} exited with {proc.returncode}:\n"
+                               f"{log.read_text(errors='replace')[-3000:]}")
         time.sleep(0.2)  # polling a log file for a condition, with a deadline
     raise TimeoutError(f"no {pattern!r} in {log} after {START_DEADLINE_S} s")
 
@@ -106,48 +84,22 @@ def standalone_cluster(root: Path, workers: int = 2) -> Iterator[str]:
         cwd.mkdir(parents=True)
         log = cwd / "out.log"
         with log.open("wb") as out:
-            proc = subprocess.Popen(
-                [spark_class, *args],
-                cwd=cwd,
-                env=cluster_env(),
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+            proc = subprocess.Popen([spark_class, *args], cwd=cwd, env=cluster_env(),
+                                    stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         procs.append(proc)
         return proc, log
 
     try:
-        master, log = start(
-            "master",
-            "org.apache.spark.deploy.master.Master",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "--webui-port",
-            "0",
-        )
+        master, log = start("master", "org.apache.spark.deploy.master.Master",
+                            "--host", "127.0.0.1", "--port", "0", "--webui-port", "0")
         url = _wait_for(log, r"Starting Spark master at (spark://[\d.]+:\d+)", master).group(1)
         for n in range(workers):
             name = f"worker-{n}"
-            worker, log = start(
-                name,
-                "org.apache.spark.deploy.worker.Worker",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                "0",
-                "--webui-port",
-                "0",
-                "--cores",
-                "1",
-                "--memory",
-                "1g",
-                "--work-dir",
-                str(root / name / "work"),
-                url,
-            )
+            worker, log = start(name, "org.apache.spark.deploy.worker.Worker",
+                                "--host", "127.0.0.1", "--port", "0", "--webui-port", "0",
+                                "--cores", "1", "--memory", "1g",
+                                "--work-dir", str(root / name / "work"), url)
             _wait_for(log, r"Successfully registered with master", worker)
         yield url
     finally:

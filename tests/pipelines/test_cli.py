@@ -23,22 +23,8 @@ def store(tmp_path_factory) -> tuple[Path, list]:
 def test_rebuild_command(spark, store, tmp_path: Path, capsys):
     root, written = store
     out = tmp_path / "out"
-    rc = main(
-        [
-            "rebuild",
-            "--store",
-            str(root),
-            "--out",
-            str(out),
-            "--index-slots",
-            "16",
-            "--index-entries",
-            "120",
-            "--cq-entries-per-file",
-            "12",
-            "--json",
-        ]
-    )
+    rc = main(["rebuild", "--store", str(root), "--out", str(out), "--index-slots", "16",
+               "--index-entries", "120", "--cq-entries-per-file", "12", "--json"])
     captured = capsys.readouterr()
     assert rc == 0
     report = json.loads(captured.out)
@@ -57,55 +43,24 @@ def test_rebuild_command(spark, store, tmp_path: Path, capsys):
 
 def test_find_command_prints_json_lines(spark, store, capsys, tmp_path: Path):
     root, written = store
-    rc = main(
-        [
-            "find",
-            "--store",
-            str(root),
-            "--topic",
-            "Topic2",
-            "--key",
-            "BB",
-            "--json",
-            "--limit",
-            "1000",
-        ]
-    )
+    rc = main(["find", "--store", str(root), "--topic", "Topic2", "--key", "BB", "--json",
+               "--limit", "1000"])
     assert rc == 0
     captured = capsys.readouterr()
     lines = [json.loads(x) for x in captured.out.splitlines()]
-    expected = [
-        w
-        for w in written
-        if w.message.topic == "Topic2" and "BB" in w.message.properties.get("KEYS", "").split(" ")
-    ]
+    expected = [w for w in written if w.message.topic == "Topic2"
+                and "BB" in w.message.properties.get("KEYS", "").split(" ")]
     assert f"{len(expected)} of {len(written)} records match, {len(expected)} printed" in (
-        captured.err
-    )
+        captured.err)
     assert not list(tmp_path.iterdir())
     # --limit bounds what is printed; --out keeps every match as JSON lines
     out = tmp_path / "found"
-    rc = main(
-        [
-            "find",
-            "--store",
-            str(root),
-            "--topic",
-            "Topic2",
-            "--key",
-            "BB",
-            "--json",
-            "--limit",
-            "2",
-            "--out",
-            str(out),
-        ]
-    )
+    rc = main(["find", "--store", str(root), "--topic", "Topic2", "--key", "BB", "--json",
+               "--limit", "2", "--out", str(out)])
     assert rc == 0
     captured = capsys.readouterr()
     assert [json.loads(x)["phyOffset"] for x in captured.out.splitlines()] == [
-        w.phy_offset for w in expected[:2]
-    ]
+        w.phy_offset for w in expected[:2]]
     kept = [json.loads(x) for p in sorted(out.glob("part-*.jsonl")) for x in p.open()]
     assert [m["phyOffset"] for m in kept] == [w.phy_offset for w in expected]
     assert f"all of them in {out}" in captured.err
@@ -114,7 +69,8 @@ def test_find_command_prints_json_lines(spark, store, capsys, tmp_path: Path):
     assert [m["phyOffset"] for m in lines] == [w.phy_offset for w in expected]
     assert [m["uniqKey"] for m in lines] == [w.message.properties["UNIQ_KEY"] for w in expected]
     for m, w in zip(lines, expected, strict=True):  # text when UTF-8, else base64
-        body = m["body"].encode() if m["bodyEncoding"] == "text" else base64.b64decode(m["body"])
+        body = (m["body"].encode() if m["bodyEncoding"] == "text"
+                else base64.b64decode(m["body"]))
         assert body == w.message.body
         assert m["bodyEncoding"] == ("base64" if max(body) > 127 else "text")
 
@@ -152,6 +108,6 @@ def test_failed_job_names_the_task_error_and_writes_nothing(spark, tmp_path: Pat
     assert line == (
         "error: rebuild failed, nothing was written: writing consumequeue/bad/topic/0/"
         f"{0:020d} of {out}: InvalidArgumentError: topic 'bad/topic' has characters outside "
-        "[A-Za-z0-9_%|-]"
-    )
+        "[A-Za-z0-9_%|-]")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
+

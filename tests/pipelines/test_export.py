@@ -18,7 +18,8 @@ pytestmark = pytest.mark.spark
 
 def test_export_round_trips_every_record(spark, tmp_path: Path):
     store = tmp_path / "store"
-    written = write_commitlog(store, mixed_messages(300, step_ms=400_000), segment_size=16 * 1024)
+    written = write_commitlog(store, mixed_messages(300, step_ms=400_000),
+                              segment_size=16 * 1024)
     out = tmp_path / "parquet"
     report = export(spark, store, out, split_bytes=8_000)
     assert report.records == len(written) and report.corruptions == []
@@ -31,11 +32,7 @@ def test_export_round_trips_every_record(spark, tmp_path: Path):
     for w in written:
         r, m = rows[w.phy_offset], w.message
         assert (r["topic"], r["queue_id"], r["queue_offset"], r["size"]) == (
-            m.topic,
-            m.queue_id,
-            w.queue_offset,
-            w.size,
-        )
+            m.topic, m.queue_id, w.queue_offset, w.size)
         assert r["store_timestamp"] == m.store_timestamp
         assert str(r["date"]) == utc_date(m.store_timestamp)  # read back as a date
         assert bytes(r["body"]) == m.body
@@ -50,14 +47,10 @@ def test_export_round_trips_every_record(spark, tmp_path: Path):
         assert offsets == sorted(offsets)
     # analysts query it with SQL
     spark.read.parquet(str(out)).createOrReplaceTempView("msgs")
-    n = spark.sql(
-        "select count(*) as n from msgs where array_contains(keys, 'BB') and topic = 'Topic1'"
-    ).collect()[0]["n"]
-    assert n == sum(
-        1
-        for w in written
-        if w.message.topic == "Topic1" and "BB" in w.message.properties.get("KEYS", "").split(" ")
-    )
+    n = spark.sql("select count(*) as n from msgs where array_contains(keys, 'BB') "
+                  "and topic = 'Topic1'").collect()[0]["n"]
+    assert n == sum(1 for w in written if w.message.topic == "Topic1"
+                    and "BB" in w.message.properties.get("KEYS", "").split(" "))
 
 
 def test_export_stops_at_a_corrupt_record_and_refuses_a_used_output(spark, tmp_path: Path):
@@ -73,9 +66,8 @@ def test_export_stops_at_a_corrupt_record_and_refuses_a_used_output(spark, tmp_p
     [c] = report.corruptions
     assert c.offset == first_of_second.phy_offset and "magic" in c.reason
     kept = spark.read.parquet(str(out)).select("phy_offset").collect()
-    assert sorted(r[0] for r in kept) == [
-        w.phy_offset for w in written if w.phy_offset < first_of_second.phy_offset
-    ]
+    assert sorted(r[0] for r in kept) == [w.phy_offset for w in written
+                                         if w.phy_offset < first_of_second.phy_offset]
     with pytest.raises(InvalidArgumentError, match="not empty"):
         export(spark, store, out)
 
@@ -117,9 +109,7 @@ def test_a_store_time_without_a_date_reads_back_as_a_null_date(spark, tmp_path: 
     report = export(spark, store, out)
     assert report.records == len(times) and report.corruptions == []
     assert sorted(p.name for p in (out / "topic=T").iterdir()) == [
-        "date=2023-11-14",
-        "date=__HIVE_DEFAULT_PARTITION__",
-    ]
+        "date=2023-11-14", "date=__HIVE_DEFAULT_PARTITION__"]
     rows = spark.read.parquet(str(out)).select("phy_offset", "store_timestamp", "date").collect()
     got = sorted((r["phy_offset"], r["store_timestamp"], r["date"] and str(r["date"]))
                  for r in rows)  # fmt: skip

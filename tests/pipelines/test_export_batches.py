@@ -29,7 +29,7 @@ _segment = st.one_of(
 )
 _properties = st.lists(_segment, max_size=6).map("\x02".join)
 # store times near now, and any at all (a corrupt one has no date: years 1 to 9999 only)
-_store_times = st.one_of(st.integers(-(10**12), 4 * 10**12), st.integers(-(2**63), 2**63 - 1))
+_store_times = st.one_of(st.integers(-10**12, 4 * 10**12), st.integers(-(2**63), 2**63 - 1))
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -36,19 +36,15 @@ def _expect(written, topic=None, key=None, begin=None, end=None) -> list[int]:
     return out
 
 
-@pytest.mark.parametrize(
-    "criteria",
-    [
-        dict(topic="Topic1", key="Aa"),
-        dict(topic="Topic2", key="user-5", begin=1_700_000_001_000, end=1_700_000_002_500),
-        dict(key="order-42"),
-        dict(key="7F00000100002A9F0000000000000007"),
-        dict(begin=1_700_000_000_990, end=1_700_000_001_000),  # inclusive at both ends
-        dict(topic="SCHEDULE_TOPIC_XXXX"),
-        dict(topic="Topic0", key="no-such-key"),
-    ],
-    ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()),
-)
+@pytest.mark.parametrize("criteria", [
+    dict(topic="Topic1", key="Aa"),
+    dict(topic="Topic2", key="user-5", begin=1_700_000_001_000, end=1_700_000_002_500),
+    dict(key="order-42"),
+    dict(key="7F00000100002A9F0000000000000007"),
+    dict(begin=1_700_000_000_990, end=1_700_000_001_000),  # inclusive at both ends
+    dict(topic="SCHEDULE_TOPIC_XXXX"),
+    dict(topic="Topic0", key="no-such-key"),
+], ids=lambda c: ",".join(f"{k}={v}" for k, v in c.items()))
 def test_find_matches_exactly(spark, store, criteria, tmp_path: Path):
     root, written = store
     result = find(spark, root, Criteria(**criteria), tmp_path / "found", split_bytes=6_000)
@@ -57,8 +53,7 @@ def test_find_matches_exactly(spark, store, criteria, tmp_path: Path):
     assert result.records_scanned == len(written)
     # the matches are a dataset of JSON lines, one file per range that had any
     assert sorted(p.name for p in result.out.iterdir()) == sorted(
-        ["_SUCCESS"] + [p.name for p in result.parts()]
-    )
+        ["_SUCCESS"] + [p.name for p in result.parts()])
     assert len(result.parts()) <= len(expected)
     assert [m["phyOffset"] for m in result.read(limit=3)] == expected[:3]
 

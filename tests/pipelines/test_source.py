@@ -39,9 +39,8 @@ def test_ranges_cut_at_record_boundaries_and_cover_every_record(tmp_path: Path):
             assert end.ended_by in (ENDED_AT_BLANK, ENDED_AT_ZEROS)
         seen.extend(rec.physical_offset for _, rec in items[:-1])
     assert seen == [w.phy_offset for w in written]
-    assert [e.ended_by for e in (list(iter_range(r))[-1] for r in ranges if r.end is None)] == [
-        ENDED_AT_BLANK
-    ] * (len(segments) - 1) + [ENDED_AT_ZEROS]
+    assert [e.ended_by for e in (list(iter_range(r))[-1] for r in ranges if r.end is None)] \
+        == [ENDED_AT_BLANK] * (len(segments) - 1) + [ENDED_AT_ZEROS]
 
 
 def test_data_ends_at_the_first_corruption(tmp_path: Path):
@@ -55,10 +54,8 @@ def test_data_ends_at_the_first_corruption(tmp_path: Path):
     ends[bad.number] = RangeEnd(bad.begin, ENDED_AT_CORRUPT, None)
     # corruption objects carry the details; valid_prefix only needs the flag and the order
     from pipelines.source import Corruption
-
-    ends[bad.number] = RangeEnd(
-        bad.begin, ENDED_AT_CORRUPT, Corruption(bad.segment.path, bad.begin, 0, "test")
-    )
+    ends[bad.number] = RangeEnd(bad.begin, ENDED_AT_CORRUPT,
+                                Corruption(bad.segment.path, bad.begin, 0, "test"))
     included, notes = valid_prefix(ranges, ends, every)
     assert included == set(range(bad.number + 1))
     assert len(notes) == len(ranges) - bad.number - 1
@@ -124,19 +121,16 @@ def test_columns_a_few_records_at_a_time_are_the_records_and_end_of_iter_range(t
 
 
 def test_data_end_is_where_the_records_end_not_the_preallocated_size(tmp_path: Path):
-    written = write_commitlog(tmp_path, mixed_messages(900, body_size=300), segment_size=256 * 1024)
+    written = write_commitlog(tmp_path, mixed_messages(900, body_size=300),
+                              segment_size=256 * 1024)
     segments = list_segments(tmp_path / "commitlog")
     assert len(segments) >= 2 and all(s.size == 256 * 1024 for s in segments)
     last = written[-1]
     tail = segments[-1]
     assert data_end(tail) == last.phy_offset + last.size - tail.start_offset < tail.size
     for seg in segments[:-1]:  # full segments end with their blank marker
-        records = [
-            w
-            for w in written
-            if seg.start_offset <= w.phy_offset < tail.start_offset
-            and w.phy_offset < seg.start_offset + seg.size
-        ]
+        records = [w for w in written if seg.start_offset <= w.phy_offset < tail.start_offset
+                   and w.phy_offset < seg.start_offset + seg.size]
         end = records[-1].phy_offset + records[-1].size - seg.start_offset
         assert end < data_end(seg) <= end + 8
     empty = tmp_path / "empty" / f"{0:020d}"

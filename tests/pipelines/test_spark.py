@@ -18,13 +18,11 @@ def test_paths_the_executors_cannot_see_are_refused_before_any_task(spark, tmp_p
     with pytest.raises(InvalidArgumentError) as caught:
         check_visible(spark, {"--store": tmp_path, "the parent of --out": missing})
     assert str(caught.value).startswith(
-        f"the parent of --out {missing} is not visible to the Spark executors on "
-    )
+        f"the parent of --out {missing} is not visible to the Spark executors on ")
     assert "every executor mounts at the same path" in str(caught.value)
 
 
 def test_a_spark_setting_must_be_key_equals_value(capsys):
     assert main(["rebuild", "--store", ".", "--out", "x", "--conf", "spark.executor.memory"]) == 2
     assert capsys.readouterr().err.strip() == (
-        "error: --conf 'spark.executor.memory': expected KEY=VALUE"
-    )
+        "error: --conf 'spark.executor.memory': expected KEY=VALUE")

@@ -21,8 +21,7 @@ def test_a_task_that_cannot_open_its_segment_names_it_and_the_offset(spark, tmp_
     assert task_error_message(caught.value) == (
         f"exporting {missing} (commitlog offset 4096, positions 0 to its data end) to "
         f"{tmp_path / 'target'}: FileNotFoundError: [Errno 2] No such file or directory: "
-        f"'{missing}'"
-    )
+        f"'{missing}'")
 
 
 def test_about_keeps_the_innermost_context_on_one_line():
@@ -32,9 +31,7 @@ def test_about_keeps_the_innermost_context_on_one_line():
 
 
 def test_a_plain_traceback_gives_its_last_line():
-    text = (
-        "An exception was thrown from the Python worker:\nTraceback (most recent call "
-        "last):\n  File \"x.py\", line 1, in f\n    g()\nKeyError: 'k'\n"
-    )
+    text = ("An exception was thrown from the Python worker:\nTraceback (most recent call "
+            "last):\n  File \"x.py\", line 1, in f\n    g()\nKeyError: 'k'\n")
     assert task_error_message(RuntimeError(text)) == "KeyError: 'k'"
     assert task_error_message(RuntimeError("just this\nand that")) == "just this and that"

@@ -67,13 +67,8 @@ def wait_until(cond: Callable[[], Any], timeout: float, what: str, step: float =
 class Cluster:
     """The four services of one store node, each restartable (SIGKILL or SIGTERM)."""
 
-    def __init__(
-        self,
-        store: Path,
-        flush: str = "sync",
-        writer_extra: tuple[str, ...] = (),
-        with_query: bool = True,
-    ) -> None:
+    def __init__(self, store: Path, flush: str = "sync", writer_extra: tuple[str, ...] = (),
+                 with_query: bool = True) -> None:
         self.store = store
         self.flush = flush
         self.writer_extra = writer_extra
@@ -89,60 +84,22 @@ class Cluster:
         store = str(self.store)
         if name == "writer":
             return "services.commitlog", (
-                "--store",
-                store,
-                "--listen",
-                self.writer_address,
-                "--flush",
-                self.flush,
-                "--commitlog-segment-size",
-                str(SEGMENT),
-                "--flush-interval-ms",
-                "50",
-                *self.writer_extra,
-            )
+                "--store", store, "--listen", self.writer_address, "--flush", self.flush,
+                "--commitlog-segment-size", str(SEGMENT), "--flush-interval-ms", "50",
+                *self.writer_extra)
         if name == "consume-queue":
             return "services.indexer", (
-                "consume-queue",
-                "--store",
-                store,
-                "--commitlog",
-                self.writer_address,
-                "--listen",
-                "127.0.0.1:0",
-                "--flush-interval-ms",
-                "50",
-                "--cq-entries-per-file",
-                str(CQ_ENTRIES),
-            )
+                "consume-queue", "--store", store, "--commitlog", self.writer_address,
+                "--listen", "127.0.0.1:0", "--flush-interval-ms", "50",
+                "--cq-entries-per-file", str(CQ_ENTRIES))
         if name == "index":
             return "services.indexer", (
-                "index",
-                "--store",
-                store,
-                "--commitlog",
-                self.writer_address,
-                "--listen",
-                "127.0.0.1:0",
-                "--flush-interval-ms",
-                "50",
-                "--index-slots",
-                str(INDEX_SLOTS),
-                "--index-entries",
-                str(INDEX_ENTRIES),
-            )
+                "index", "--store", store, "--commitlog", self.writer_address,
+                "--listen", "127.0.0.1:0", "--flush-interval-ms", "50",
+                "--index-slots", str(INDEX_SLOTS), "--index-entries", str(INDEX_ENTRIES))
         return "services.query", (
-            "--store",
-            store,
-            "--commitlog",
-            self.writer_address,
-            "--listen",
-            "127.0.0.1:0",
-            "--index-slots",
-            str(INDEX_SLOTS),
-            "--index-entries",
-            str(INDEX_ENTRIES),
-        )
+            "--store", store, "--commitlog", self.writer_address, "--listen", "127.0.0.1:0",
+            "--index-slots", str(INDEX_SLOTS), "--index-entries", str(INDEX_ENTRIES))
 
     def start(self, name: str) -> procs.ServiceProcess:
         module, args = self._args(name)
@@ -223,12 +180,9 @@ class Cluster:
         """Wait until both builders' durable offset equals the writer's max offset."""
         end = self.offsets().max_offset
         for name in ("consume-queue", "index"):
-            wait_until(
-                lambda n=name: self.progress(n).durable_offset == end,
-                timeout,
-                f"{name} to make {end} durable "
-                f"(last progress: {self.progress(name)})\n{self.log(name)}",
-            )
+            wait_until(lambda n=name: self.progress(n).durable_offset == end, timeout,
+                       f"{name} to make {end} durable "
+                       f"(last progress: {self.progress(name)})\n{self.log(name)}")
         return end
 
 
@@ -244,33 +198,18 @@ class Sent:
     result: commitlog_pb2.PutResult
 
 
-def make_message(
-    rng: random.Random, topic: str, queues: int, key: str, group: str
-) -> common_pb2.Message:
+def make_message(rng: random.Random, topic: str, queues: int, key: str, group: str
+                 ) -> common_pb2.Message:
     body = rng.randbytes(rng.choice((1, 17, 100, 700, 3000)))
-    return common_pb2.Message(
-        topic=topic,
-        queue_id=rng.randrange(queues),
-        body=body,
-        tags=rng.choice(("TagA", "TagB", "")),
-        keys=f"{key} {group}",
-    )
+    return common_pb2.Message(topic=topic, queue_id=rng.randrange(queues), body=body,
+                              tags=rng.choice(("TagA", "TagB", "")), keys=f"{key} {group}")
 
 
 class Producer(threading.Thread):
     """Puts batches until stopped; survives writer restarts; keeps every acknowledgement."""
 
-    def __init__(
-        self,
-        cluster: Cluster,
-        n: int,
-        topics: tuple[str, ...],
-        queues: int = 4,
-        batch: int = 10,
-        limit: int = 10**9,
-        seed: int = 0,
-        pace: float = 0.0,
-    ) -> None:
+    def __init__(self, cluster: Cluster, n: int, topics: tuple[str, ...], queues: int = 4,
+                 batch: int = 10, limit: int = 10**9, seed: int = 0, pace: float = 0.0) -> None:
         super().__init__(daemon=True, name=f"producer-{n}")
         self.cluster, self.n, self.topics, self.queues = cluster, n, topics, queues
         self.batch, self.limit, self.pace = batch, limit, pace
@@ -294,22 +233,15 @@ class Producer(threading.Thread):
             group = f"g{self.n}-{attempt}"
             topic = self.topics[attempt % len(self.topics)]
             count = min(self.batch, self.limit - len(self.sent))
-            msgs = [
-                make_message(self.rng, topic, self.queues, f"k{self.n}-{attempt}-{i}", group)
-                for i in range(count)
-            ]
+            msgs = [make_message(self.rng, topic, self.queues, f"k{self.n}-{attempt}-{i}", group)
+                    for i in range(count)]
             try:
                 resp = self.cluster.writer.PutBatch(
-                    commitlog_pb2.PutBatchRequest(messages=msgs), timeout=10
-                )
+                    commitlog_pb2.PutBatchRequest(messages=msgs), timeout=10)
             except (grpc.RpcError, KeyError) as e:
                 code = e.code() if isinstance(e, grpc.Call) else None
-                if code not in (
-                    None,
-                    grpc.StatusCode.UNAVAILABLE,
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    grpc.StatusCode.CANCELLED,
-                ):
+                if code not in (None, grpc.StatusCode.UNAVAILABLE,
+                                grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.CANCELLED):
                     self.unexpected.append(f"{code}: {e.details()}")  # type: ignore[union-attr]
                 self.failures += 1
                 time.sleep(0.02)
@@ -380,36 +312,24 @@ class Findings:
 def _same(msg: common_pb2.StoredMessage, s: Sent) -> str:
     r = s.result
     if (msg.phy_offset, msg.queue_offset, msg.queue_id, msg.topic) != (
-        r.phy_offset,
-        r.queue_offset,
-        r.queue_id,
-        r.topic,
-    ):
-        return (
-            f"at ({msg.topic}, {msg.queue_id}, {msg.queue_offset}, phy {msg.phy_offset}) "
-            f"instead of ({r.topic}, {r.queue_id}, {r.queue_offset}, phy {r.phy_offset})"
-        )
+            r.phy_offset, r.queue_offset, r.queue_id, r.topic):
+        return (f"at ({msg.topic}, {msg.queue_id}, {msg.queue_offset}, phy {msg.phy_offset}) "
+                f"instead of ({r.topic}, {r.queue_id}, {r.queue_offset}, phy {r.phy_offset})")
     if msg.body != s.body or msg.keys != f"{s.key} {s.group}" or msg.tags != s.tags:
         return "bytes differ"
     if (msg.unique_key, msg.msg_id, msg.store_timestamp) != (
-        r.unique_key,
-        r.msg_id,
-        r.store_timestamp,
-    ):
+            r.unique_key, r.msg_id, r.store_timestamp):
         return "ids or store time differ"
     return ""
 
 
-def pull_queue(
-    query: query_pb2_grpc.QueryStub, topic: str, queue_id: int
-) -> list[common_pb2.StoredMessage]:
+def pull_queue(query: query_pb2_grpc.QueryStub, topic: str, queue_id: int
+               ) -> list[common_pb2.StoredMessage]:
     out: list[common_pb2.StoredMessage] = []
     offset = 0
     while True:
-        resp = query.Pull(
-            query_pb2.PullRequest(topic=topic, queue_id=queue_id, offset=offset, max_messages=256),
-            timeout=30,
-        )
+        resp = query.Pull(query_pb2.PullRequest(topic=topic, queue_id=queue_id, offset=offset,
+                                                max_messages=256), timeout=30)
         if resp.status != query_pb2.FOUND:
             return out
         out.extend(resp.messages)
@@ -418,13 +338,8 @@ def pull_queue(
         offset = resp.next_offset
 
 
-def verify(
-    cluster: Cluster,
-    sent: Iterable[Sent],
-    workers: int = 4,
-    by_key: bool = True,
-    by_id: bool = True,
-) -> Findings:
+def verify(cluster: Cluster, sent: Iterable[Sent], workers: int = 4,
+           by_key: bool = True, by_id: bool = True) -> Findings:
     """Every acknowledged message is found exactly once by queue offset, key and id.
 
     Always: every queue pulled from offset 0 (offsets contiguous, each message once, bytes
@@ -462,18 +377,16 @@ def verify(
         r = s.result
         if by_key:
             for key in (s.key, r.unique_key):
-                resp = query.QueryByKey(
-                    query_pb2.QueryByKeyRequest(topic=r.topic, key=key), timeout=30
-                )
+                resp = query.QueryByKey(query_pb2.QueryByKeyRequest(topic=r.topic, key=key),
+                                        timeout=30)
                 if len(resp.messages) != 1:
                     issues.append(f"{s.key}: key {key} found {len(resp.messages)} times")
                 elif diff := _same(resp.messages[0], s):
                     issues.append(f"{s.key} by key {key}: {diff}")
         if by_id:
             for mid in (r.msg_id, r.unique_key):
-                resp = query.QueryById(
-                    query_pb2.QueryByIdRequest(id=mid, topic=r.topic), timeout=30
-                )
+                resp = query.QueryById(query_pb2.QueryByIdRequest(id=mid, topic=r.topic),
+                                       timeout=30)
                 if len(resp.messages) != 1:
                     issues.append(f"{s.key}: id {mid} found {len(resp.messages)} times")
                 elif diff := _same(resp.messages[0], s):
@@ -486,9 +399,8 @@ def verify(
 
     def group(item: tuple[tuple[str, str], list[Sent]]) -> list[str]:
         (topic, grp), members = item
-        resp = query.QueryByKey(
-            query_pb2.QueryByKeyRequest(topic=topic, key=grp, max_results=1000), timeout=30
-        )
+        resp = query.QueryByKey(query_pb2.QueryByKeyRequest(topic=topic, key=grp,
+                                                            max_results=1000), timeout=30)
         by_phy = {m.phy_offset: m for m in resp.messages}
         issues = []
         if len(by_phy) != len(resp.messages) or len(by_phy) != len(members):
@@ -500,10 +412,8 @@ def verify(
         return issues
 
     with ThreadPoolExecutor(workers) as pool:
-        for issues in [
-            *pool.map(group, groups.items()),
-            *(pool.map(one, sent) if by_key or by_id else ()),
-        ]:
+        for issues in [*pool.map(group, groups.items()),
+                       *(pool.map(one, sent) if by_key or by_id else ())]:
             for i in issues:
                 found.problem(i)
     found.by_key = len(groups) + (2 * len(sent) if by_key else 0)

@@ -30,13 +30,9 @@ def produce(cluster: Cluster, n: int, count: int, out: list[Sent], errors: list[
     stub = cluster.writer
     try:
         for i in range(count):
-            m = common_pb2.Message(
-                topic=TOPIC,
-                queue_id=rng.randrange(QUEUES),
-                body=rng.randbytes(rng.randint(1, 400)),
-                tags="T",
-                keys=f"p{n}-{i} p{n}-b{i // 10}",
-            )
+            m = common_pb2.Message(topic=TOPIC, queue_id=rng.randrange(QUEUES),
+                                   body=rng.randbytes(rng.randint(1, 400)), tags="T",
+                                   keys=f"p{n}-{i} p{n}-b{i // 10}")
             r = stub.Put(commitlog_pb2.PutRequest(message=m), timeout=30)
             key, group = m.keys.split(" ")
             out.append(Sent(key, group, m.tags, m.body, r))
@@ -67,10 +63,8 @@ def run(tmp_path, per_producer: int, flush: str) -> None:
     try:
         outs: list[list[Sent]] = [[] for _ in range(PRODUCERS)]
         errors: list[str] = []
-        threads = [
-            threading.Thread(target=produce, args=(cluster, n, per_producer, outs[n], errors))
-            for n in range(PRODUCERS)
-        ]
+        threads = [threading.Thread(target=produce, args=(cluster, n, per_producer, outs[n],
+                                                          errors)) for n in range(PRODUCERS)]
         for t in threads:
             t.start()
         for t in threads:
@@ -95,13 +89,11 @@ def run(tmp_path, per_producer: int, flush: str) -> None:
                 missing += c == 0
                 duplicated += c > 1
         sizes = dict(sorted(Counter(s.result.queue_id for s in sent).items()))
-        print(
-            f"concurrency ({flush} flush): {PRODUCERS} producers x {per_producer} = "
-            f"{len(sent)} puts over {QUEUES} queues {sizes}, "
-            f"commitlog {end} bytes, overlaps {overlaps}, pulled {found.pulled}, index "
-            f"entries {pairs[('entries', None)]}, missing {missing}, duplicated {duplicated}, "
-            f"problems {len(found.problems)}"
-        )
+        print(f"concurrency ({flush} flush): {PRODUCERS} producers x {per_producer} = "
+              f"{len(sent)} puts over {QUEUES} queues {sizes}, "
+              f"commitlog {end} bytes, overlaps {overlaps}, pulled {found.pulled}, index "
+              f"entries {pairs[('entries', None)]}, missing {missing}, duplicated {duplicated}, "
+              f"problems {len(found.problems)}")
         assert overlaps == 0
         assert not found.problems, "\n".join(found.problems)
         assert found.pulled == len(sent)

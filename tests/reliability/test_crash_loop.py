@@ -19,14 +19,12 @@ from tests.reliability.cluster import SERVICES, Cluster, Producers, verify, wait
 pytestmark = pytest.mark.integration
 
 
-def crash_loop(
-    store, cycles: int, seed: int, producers: int = 2, full_check_every: int = 5
-) -> dict:
+def crash_loop(store, cycles: int, seed: int, producers: int = 2,
+               full_check_every: int = 5) -> dict:
     rng = random.Random(seed)
     cluster = Cluster(store).start_all()
-    prods = Producers(
-        cluster, producers, ("CrashA", "CrashB"), batch=4, seed=seed, pace=0.02
-    ).start()
+    prods = Producers(cluster, producers, ("CrashA", "CrashB"), batch=4, seed=seed,
+                      pace=0.02).start()
     victims: Counter[str] = Counter()
     checked_upto = 0
     lookups = [0, 0]
@@ -39,11 +37,8 @@ def crash_loop(
                 order = rng.sample(SERVICES, len(SERVICES))
             victim = order.pop()
             target = prods.acked + rng.randint(10, 300)
-            wait_until(
-                lambda t=target: prods.acked >= t,
-                60,
-                f"cycle {cycle}: {target} acknowledgements\n{cluster.log('writer')}",
-            )
+            wait_until(lambda t=target: prods.acked >= t, 60,
+                       f"cycle {cycle}: {target} acknowledgements\n{cluster.log('writer')}")
             cluster.kill(victim)
             victims[victim] += 1
             cluster.start(victim)
@@ -64,12 +59,10 @@ def crash_loop(
             took = time.monotonic() - t0
             lookups[0] += found.by_key
             lookups[1] += found.by_id
-            print(
-                f"cycle {cycle:3d}: killed {victim:13s} writer end {end:9d}, "
-                f"{len(sent)} acknowledged, checked {found.checked} new"
-                f"{' + all by queue and batch key' if full else ''}, "
-                f"problems {len(found.problems)} (catch-up {catch_up:.1f}s, check {took:.1f}s)"
-            )
+            print(f"cycle {cycle:3d}: killed {victim:13s} writer end {end:9d}, "
+                  f"{len(sent)} acknowledged, checked {found.checked} new"
+                  f"{' + all by queue and batch key' if full else ''}, "
+                  f"problems {len(found.problems)} (catch-up {catch_up:.1f}s, check {took:.1f}s)")
             assert not found.problems, "\n".join(found.problems)
             checked_upto = len(sent)
             prods.resume()
@@ -85,18 +78,11 @@ def crash_loop(
         prods.stop() if any(t.is_alive() for t in prods.threads) else None
         cluster.stop_all()
     summary = {
-        "cycles": cycles,
-        "kills": dict(victims),
-        "acknowledged": len(sent),
-        "failed_puts": prods.failures,
-        "recovery_cuts": cuts,
-        "commitlog_bytes": end,
-        "pulled": found.pulled,
-        "slowest_catch_up_s": round(slowest_catch_up, 1),
-        "stored_unacknowledged": found.pulled - len(sent),
-        "key_lookups": lookups[0],
-        "id_lookups": lookups[1],
-        "losses": len(found.problems),
+        "cycles": cycles, "kills": dict(victims), "acknowledged": len(sent),
+        "failed_puts": prods.failures, "recovery_cuts": cuts, "commitlog_bytes": end,
+        "pulled": found.pulled, "slowest_catch_up_s": round(slowest_catch_up, 1),
+        "stored_unacknowledged": found.pulled - len(sent), "key_lookups": lookups[0],
+        "id_lookups": lookups[1], "losses": len(found.problems),
     }
     print("crash loop:", summary)
     assert not found.problems, "\n".join(found.problems)
@@ -113,5 +99,6 @@ def test_crash_loop_short(tmp_path):
 @pytest.mark.soak
 @pytest.mark.timeout(1200)  # 60 cycles with growing full checks: 5 min in a slow hour
 def test_crash_loop_soak(tmp_path):
-    summary = crash_loop(tmp_path / "store", cycles=60, seed=909, producers=3, full_check_every=10)
+    summary = crash_loop(tmp_path / "store", cycles=60, seed=909, producers=3,
+                         full_check_every=10)
     assert sum(summary["kills"].values()) == 60

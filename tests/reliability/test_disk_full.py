@@ -30,11 +30,8 @@ def small_fs(tmp_path):
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root; run as root (e.g. in the CI container)")
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mnt)],
-        capture_output=True,
-        text=True,
-    )
+    done = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_BYTES}", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:
@@ -44,23 +41,13 @@ def small_fs(tmp_path):
 
 
 def _start(store):
-    return procs.start(
-        "services.commitlog",
-        "--store",
-        str(store),
-        "--listen",
-        "127.0.0.1:0",
-        "--commitlog-segment-size",
-        str(SEGMENT),
-        "--flush",
-        "sync",
-    )
+    return procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
+                       "--commitlog-segment-size", str(SEGMENT), "--flush", "sync")
 
 
 def _msg(i: int) -> common_pb2.Message:
-    return common_pb2.Message(
-        topic="Full", queue_id=i % 3, body=os.urandom(1000) + b"%d" % i, keys=f"full-{i}"
-    )
+    return common_pb2.Message(topic="Full", queue_id=i % 3, body=os.urandom(1000) + b"%d" % i,
+                              keys=f"full-{i}")
 
 
 def _disk_end(store) -> tuple[int, str]:
@@ -103,10 +90,8 @@ def test_full_disk_refuses_puts_cleanly_and_recovers(small_fs):
         i = 0
         while refused is None and i < 20_000:
             try:
-                rs = stub.PutBatch(
-                    commitlog_pb2.PutBatchRequest(messages=[_msg(i + j) for j in range(20)]),
-                    timeout=10,
-                )
+                rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(
+                    messages=[_msg(i + j) for j in range(20)]), timeout=10)
                 acked.extend(rs.results)
                 i += 20
             except grpc.RpcError as e:
@@ -128,13 +113,11 @@ def test_full_disk_refuses_puts_cleanly_and_recovers(small_fs):
         offsets = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5)
         end, err = _disk_end(store)
         last = acked[-1].phy_offset + acked[-1].size
-        print(
-            f"disk full after {len(acked)} messages ({singles} single puts after the first "
-            f"refused batch; {last} bytes): "
-            f"{refused.code()} {refused.details()!r}; writer max {offsets.max_offset}, "
-            f"disk ends at {end}, corruption {err or 'none'}; segments "
-            f"{sorted(p.name for p in (store / 'commitlog').iterdir())}"
-        )
+        print(f"disk full after {len(acked)} messages ({singles} single puts after the first "
+              f"refused batch; {last} bytes): "
+              f"{refused.code()} {refused.details()!r}; writer max {offsets.max_offset}, "
+              f"disk ends at {end}, corruption {err or 'none'}; segments "
+              f"{sorted(p.name for p in (store / 'commitlog').iterdir())}")
         assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "no space" in refused.details()
         assert offsets.max_offset == last and end == last and not err
@@ -143,29 +126,26 @@ def test_full_disk_refuses_puts_cleanly_and_recovers(small_fs):
                 stub.Put(commitlog_pb2.PutRequest(message=_msg(0)), timeout=10)
             assert again.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         sample = acked[:: max(len(acked) // 50, 1)] + acked[-3:]
-        raws = stub.ReadRecords(
-            commitlog_pb2.ReadRecordsRequest(offsets=[r.phy_offset for r in sample]), timeout=10
-        ).records
+        raws = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+            offsets=[r.phy_offset for r in sample]), timeout=10).records
         assert [commitlog.decode(raw).uniq_key for raw in raws] == [r.unique_key for r in sample]
         assert stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5).max_offset == last
 
         complaints = [x for x in w.lines if "ERROR" in x or "WARNING" in x or "Traceback" in x]
-        print(f"writer log while full: {len(complaints)} warnings/errors; first: {complaints[:2]}")
+        print(f"writer log while full: {len(complaints)} warnings/errors; first: "
+              f"{complaints[:2]}")
         ballast.unlink()  # space comes back: writing resumes
         filler.unlink()
-        more = stub.PutBatch(
-            commitlog_pb2.PutBatchRequest(messages=[_msg(10**6 + j) for j in range(200)]),
-            timeout=10,
-        ).results
+        more = stub.PutBatch(commitlog_pb2.PutBatchRequest(
+            messages=[_msg(10**6 + j) for j in range(200)]), timeout=10).results
         assert more[0].phy_offset >= last and len(more) == 200
         print(f"after freeing {BALLAST} bytes: {len(more)} more messages acknowledged")
         acked.extend(more)
         assert w.stop() == 0
         w = _start(store)
         stub = commitlog_pb2_grpc.CommitLogStub(fresh_channel(w.address))
-        raws = stub.ReadRecords(
-            commitlog_pb2.ReadRecordsRequest(offsets=[r.phy_offset for r in acked]), timeout=30
-        ).records
+        raws = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+            offsets=[r.phy_offset for r in acked]), timeout=30).records
         assert [commitlog.decode(raw).uniq_key for raw in raws] == [r.unique_key for r in acked]
         end, err = _disk_end(store)
         assert end == acked[-1].phy_offset + acked[-1].size and not err
@@ -181,31 +161,21 @@ def test_stop_and_restart_on_a_full_disk(small_fs):
     w = _start(store)
     try:
         stub = commitlog_pb2_grpc.CommitLogStub(fresh_channel(w.address))
-        acked = list(
-            stub.PutBatch(
-                commitlog_pb2.PutBatchRequest(messages=[_msg(j) for j in range(300)]), timeout=10
-            ).results
-        )
+        acked = list(stub.PutBatch(commitlog_pb2.PutBatchRequest(
+            messages=[_msg(j) for j in range(300)]), timeout=10).results)
         fill(small_fs / "filler")
-        acked += stub.PutBatch(
-            commitlog_pb2.PutBatchRequest(  # fits in the mapped segment
-                messages=[_msg(1000 + j) for j in range(20)]
-            ),
-            timeout=10,
-        ).results
+        acked += stub.PutBatch(commitlog_pb2.PutBatchRequest(  # fits in the mapped segment
+            messages=[_msg(1000 + j) for j in range(20)]), timeout=10).results
         code = w.stop()
         first_log = "\n".join(w.lines[-12:])
         print(f"SIGTERM with the disk full: exit code {code}; log tail:\n{first_log}")
         w = _start(store)
         stub = commitlog_pb2_grpc.CommitLogStub(fresh_channel(w.address))
-        raws = stub.ReadRecords(
-            commitlog_pb2.ReadRecordsRequest(offsets=[r.phy_offset for r in acked]), timeout=30
-        ).records
+        raws = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+            offsets=[r.phy_offset for r in acked]), timeout=30).records
         end, err = _disk_end(store)
-        print(
-            f"restart on the full disk: {len(raws)} of {len(acked)} records read back, "
-            f"disk ends at {end}, corruption {err or 'none'}"
-        )
+        print(f"restart on the full disk: {len(raws)} of {len(acked)} records read back, "
+              f"disk ends at {end}, corruption {err or 'none'}")
         assert [commitlog.decode(raw).uniq_key for raw in raws] == [r.unique_key for r in acked]
         assert end == acked[-1].phy_offset + acked[-1].size and not err
         assert code == 0, "SIGTERM with the disk full must still stop cleanly"

@@ -22,13 +22,10 @@ P = common_pb2.Property
 def node(tmp_path_factory):
     root = tmp_path_factory.mktemp("hostile")
     cluster = Cluster(root / "store").start_all()
-    msgs = [
-        common_pb2.Message(
-            topic=TOPIC, queue_id=i % 2, body=b"good %d" % i, tags="TagA", keys=f"good-{i} shared"
-        )
-        for i in range(6)
-    ]
-    good = cluster.writer.PutBatch(commitlog_pb2.PutBatchRequest(messages=msgs), timeout=10).results
+    msgs = [common_pb2.Message(topic=TOPIC, queue_id=i % 2, body=b"good %d" % i, tags="TagA",
+                               keys=f"good-{i} shared") for i in range(6)]
+    good = cluster.writer.PutBatch(commitlog_pb2.PutBatchRequest(messages=msgs),
+                                   timeout=10).results
     cluster.wait_caught_up()
     yield cluster, list(good)
     cluster.stop_all()
@@ -47,11 +44,8 @@ def msg(**kw) -> common_pb2.Message:
 BAD_MESSAGES = [
     ("body over the limit", dict(body=b"x" * (4 * 1024 * 1024 + 1)), "limit is 4194304"),
     ("properties over 32767", dict(properties=[P(name="p", value="v" * 33000)]), "32767"),
-    (
-        "many properties",
-        dict(properties=[P(name=f"p{i}", value="v" * 40) for i in range(900)]),
-        "32767",
-    ),
+    ("many properties", dict(properties=[P(name=f"p{i}", value="v" * 40) for i in range(900)]),
+     "32767"),
     ("topic ../x", dict(topic="../x"), "outside"),
     ("topic a/b", dict(topic="a/b"), "outside"),
     ("topic .", dict(topic="."), "outside"),
@@ -96,7 +90,8 @@ def _code(call) -> tuple[grpc.StatusCode, str]:
     return C.OK, ""
 
 
-def _check(outcomes: list[str], case: str, call, code: grpc.StatusCode, text: str, alive) -> None:
+def _check(outcomes: list[str], case: str, call, code: grpc.StatusCode, text: str,
+           alive) -> None:
     got, details = _code(call)
     ok = got == code and text in details
     alive_ok = _code(alive)[0] == C.OK
@@ -121,33 +116,23 @@ def test_writer_puts_refuse_bad_messages(node, method):
     outcomes: list[str] = []
 
     def alive():
-        return w.ReadRecords(
-            commitlog_pb2.ReadRecordsRequest(offsets=[good[0].phy_offset]), timeout=5
-        )
+        return w.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[good[0].phy_offset]),
+                             timeout=5)
 
     for case, fields, text in BAD_MESSAGES:
         if method == "Put":
-
             def call(f=fields):
                 return w.Put(commitlog_pb2.PutRequest(message=msg(**f)), timeout=10)
         else:  # the bad message comes last: the good ones before it are not written either
-
             def call(f=fields):
-                return w.PutBatch(
-                    commitlog_pb2.PutBatchRequest(
-                        messages=[msg(keys="ok1"), msg(keys="ok2"), msg(**f)]
-                    ),
-                    timeout=10,
-                )
-
+                return w.PutBatch(commitlog_pb2.PutBatchRequest(
+                    messages=[msg(keys="ok1"), msg(keys="ok2"), msg(**f)]), timeout=10)
         _check(outcomes, case, call, C.INVALID_ARGUMENT, text, alive)
     assert cluster.offsets().max_offset == end
     assert files(root) - before == set()
     bad = [o for o in outcomes if o.startswith(("BAD", "FIXED"))]
-    print(
-        f"{method}: {len(BAD_MESSAGES)} hostile messages, {len(bad)} wrong answers, "
-        f"commitlog end unchanged at {end}, no new files"
-    )
+    print(f"{method}: {len(BAD_MESSAGES)} hostile messages, {len(bad)} wrong answers, "
+          f"commitlog end unchanged at {end}, no new files")
     assert not bad, "\n".join(bad)
 
 
@@ -162,7 +147,8 @@ def test_writer_reads_subscriptions_and_acks(node):
         return w.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5)
 
     def read(offsets):
-        return lambda: w.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=offsets), timeout=10)
+        return lambda: w.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=offsets),
+                                     timeout=10)
 
     def first_batch(**kw):
         def call():
@@ -171,7 +157,6 @@ def test_writer_reads_subscriptions_and_acks(node):
                 return next(iter(stream))
             finally:
                 stream.cancel()
-
         return call
 
     def ack(**kw):
@@ -182,74 +167,31 @@ def test_writer_reads_subscriptions_and_acks(node):
         ("read huge offset", read([2**63 - 1]), C.OUT_OF_RANGE, str(2**63 - 1)),
         ("read at the end", read([end]), C.OUT_OF_RANGE, str(end)),
         ("read mid-record", read([mid]), C.INVALID_ARGUMENT, "does not start a record"),
-        (
-            "read good then bad",
-            read([good[0].phy_offset, mid]),
-            C.INVALID_ARGUMENT,
-            "does not start a record",
-        ),
-        (
-            "read 500,000 copies of one record (over the 64 MiB answer limit)",
-            read([good[5].phy_offset] * 500_000),
-            C.RESOURCE_EXHAUSTED,
-            "",
-        ),
-        (
-            "subscribe without a name",
-            first_batch(subscriber="", from_offset=0),
-            C.INVALID_ARGUMENT,
-            "subscriber",
-        ),
+        ("read good then bad", read([good[0].phy_offset, mid]), C.INVALID_ARGUMENT,
+         "does not start a record"),
+        ("read 500,000 copies of one record (over the 64 MiB answer limit)",
+         read([good[5].phy_offset] * 500_000), C.RESOURCE_EXHAUSTED, ""),
+        ("subscribe without a name", first_batch(subscriber="", from_offset=0),
+         C.INVALID_ARGUMENT, "subscriber"),
         ("subscribe from -1", first_batch(subscriber="h", from_offset=-1), C.OUT_OF_RANGE, "-1"),
-        (
-            "subscribe from a huge offset",
-            first_batch(subscriber="h", from_offset=2**62),
-            C.OUT_OF_RANGE,
-            str(2**62),
-        ),
-        (
-            "subscribe mid-record",
-            first_batch(subscriber="h", from_offset=mid),
-            C.OUT_OF_RANGE,
-            str(mid),
-        ),
-        (
-            "subscribe with a negative batch size",
-            first_batch(subscriber="h", from_offset=0, max_batch_records=-1),
-            C.INVALID_ARGUMENT,
-            "-1",
-        ),
-        (
-            "subscribe with a name of control characters",
-            first_batch(subscriber="a\x00\n\x1b", from_offset=0),
-            C.INVALID_ARGUMENT,
-            "subscriber",
-        ),
-        (
-            "subscribe with a 100,000-character name",
-            first_batch(subscriber="n" * 100_000, from_offset=0),
-            C.INVALID_ARGUMENT,
-            "subscriber",
-        ),
+        ("subscribe from a huge offset", first_batch(subscriber="h", from_offset=2**62),
+         C.OUT_OF_RANGE, str(2**62)),
+        ("subscribe mid-record", first_batch(subscriber="h", from_offset=mid),
+         C.OUT_OF_RANGE, str(mid)),
+        ("subscribe with a negative batch size",
+         first_batch(subscriber="h", from_offset=0, max_batch_records=-1),
+         C.INVALID_ARGUMENT, "-1"),
+        ("subscribe with a name of control characters",
+         first_batch(subscriber="a\x00\n\x1b", from_offset=0), C.INVALID_ARGUMENT, "subscriber"),
+        ("subscribe with a 100,000-character name",
+         first_batch(subscriber="n" * 100_000, from_offset=0), C.INVALID_ARGUMENT, "subscriber"),
         ("ack a negative offset", ack(subscriber="h", durable_offset=-1), C.OUT_OF_RANGE, "-1"),
-        (
-            "ack past the end",
-            ack(subscriber="h", durable_offset=end + 1),
-            C.OUT_OF_RANGE,
-            str(end + 1),
-        ),
-        (
-            "ack without a name",
-            ack(subscriber="", durable_offset=0),
-            C.INVALID_ARGUMENT,
-            "subscriber",
-        ),
-        (
-            "ack with a 100,000-character name",
-            ack(subscriber="n" * 100_000, durable_offset=0),
-            C.INVALID_ARGUMENT,
-            "subscriber",
-        ),
+        ("ack past the end", ack(subscriber="h", durable_offset=end + 1), C.OUT_OF_RANGE,
+         str(end + 1)),
+        ("ack without a name", ack(subscriber="", durable_offset=0), C.INVALID_ARGUMENT,
+         "subscriber"),
+        ("ack with a 100,000-character name", ack(subscriber="n" * 100_000, durable_offset=0),
+         C.INVALID_ARGUMENT, "subscriber"),
     ]
     for case, call, code, text in cases:
         _check(outcomes, case, call, code, text, alive)
@@ -290,55 +232,28 @@ def test_query_methods(node):
         kw.setdefault("topic", TOPIC)
         return lambda: q.QueueOffsets(query_pb2.QueueOffsetsRequest(**kw), timeout=10)
 
-    topics = [
-        ("../x", "outside"),
-        ("a/b", "outside"),
-        ("", "empty"),
-        ("T" * 128, "128 characters"),
-        ("a\x00b", "outside"),
-        ("a\nb", "outside"),
-    ]
+    topics = [("../x", "outside"), ("a/b", "outside"), ("", "empty"),
+              ("T" * 128, "128 characters"), ("a\x00b", "outside"), ("a\nb", "outside")]
     cases = []
     for t, text in topics:
-        for name, fn in (
-            ("QueryByKey", by_key),
-            ("Pull", pull),
-            ("OffsetByTime", by_time),
-            ("QueueOffsets", offsets),
-        ):
+        for name, fn in (("QueryByKey", by_key), ("Pull", pull), ("OffsetByTime", by_time),
+                         ("QueueOffsets", offsets)):
             cases.append((f"{name} topic {t[:12]!r}", fn(topic=t), C.INVALID_ARGUMENT, text))
         if t:
-            cases.append(
-                (
-                    f"QueryById topic {t[:12]!r}",
-                    by_id(id=g.msg_id, topic=t),
-                    C.INVALID_ARGUMENT,
-                    text,
-                )
-            )
+            cases.append((f"QueryById topic {t[:12]!r}", by_id(id=g.msg_id, topic=t),
+                          C.INVALID_ARGUMENT, text))
     cases += [
         ("QueryByKey unknown topic", by_key(topic="NoSuchTopic"), C.NOT_FOUND, "NoSuchTopic"),
-        (
-            "QueryByKey begin > end",
-            by_key(begin_timestamp=10, end_timestamp=5),
-            C.INVALID_ARGUMENT,
-            "after end",
-        ),
+        ("QueryByKey begin > end", by_key(begin_timestamp=10, end_timestamp=5),
+         C.INVALID_ARGUMENT, "after end"),
         ("QueryByKey negative begin", by_key(begin_timestamp=-1), C.INVALID_ARGUMENT, "-1"),
         ("QueryByKey negative limit", by_key(max_results=-1), C.INVALID_ARGUMENT, "-1"),
-        (
-            "QueryByKey garbage cursor",
-            by_key(cursor="!!not a cursor!!"),
-            C.INVALID_ARGUMENT,
-            "cursor",
-        ),
-        (
-            "QueryByKey base64 cursor of the wrong length",
-            by_key(cursor="QUJDRA"),
-            C.INVALID_ARGUMENT,
-            "cursor",
-        ),
-        ("QueryByKey 1 MB cursor", by_key(cursor="A" * 1_000_000), C.INVALID_ARGUMENT, "cursor"),
+        ("QueryByKey garbage cursor", by_key(cursor="!!not a cursor!!"), C.INVALID_ARGUMENT,
+         "cursor"),
+        ("QueryByKey base64 cursor of the wrong length", by_key(cursor="QUJDRA"),
+         C.INVALID_ARGUMENT, "cursor"),
+        ("QueryByKey 1 MB cursor", by_key(cursor="A" * 1_000_000), C.INVALID_ARGUMENT,
+         "cursor"),
         ("QueryByKey huge limit", by_key(max_results=2**31 - 1), C.OK, ""),
         ("QueryByKey separator in key", by_key(key="a\x01b"), C.OK, ""),
         ("QueryByKey 1 MB key", by_key(key="k" * 1_000_000), C.INVALID_ARGUMENT, "32767"),
@@ -346,9 +261,11 @@ def test_query_methods(node):
         ("QueryById not hex", by_id(id="Z" * 32), C.INVALID_ARGUMENT, "hexadecimal"),
         ("QueryById 31 hex digits", by_id(id="A" * 31), C.INVALID_ARGUMENT, "hexadecimal"),
         ("QueryById 33 hex digits", by_id(id="A" * 33), C.INVALID_ARGUMENT, "hexadecimal"),
-        ("QueryById path", by_id(id="../../../../etc/passwd"), C.INVALID_ARGUMENT, "hexadecimal"),
+        ("QueryById path", by_id(id="../../../../etc/passwd"), C.INVALID_ARGUMENT,
+         "hexadecimal"),
         ("QueryById 1 MB id", by_id(id="A" * 1_000_000), C.INVALID_ARGUMENT, "hexadecimal"),
-        ("QueryById offset id past the end", by_id(id=g.msg_id[:16] + "7" + "F" * 15), C.OK, ""),
+        ("QueryById offset id past the end", by_id(id=g.msg_id[:16] + "7" + "F" * 15), C.OK,
+         ""),
         ("Pull negative queue", pull(queue_id=-1), C.INVALID_ARGUMENT, "-1"),
         ("Pull negative offset", pull(offset=-1), C.INVALID_ARGUMENT, "-1"),
         ("Pull negative max", pull(max_messages=-1), C.INVALID_ARGUMENT, "-1"),
@@ -371,17 +288,13 @@ def test_query_methods(node):
 
 
 METHODS = [
-    ("writer", "/rmqstore.v1.CommitLog/Put"),
-    ("writer", "/rmqstore.v1.CommitLog/PutBatch"),
+    ("writer", "/rmqstore.v1.CommitLog/Put"), ("writer", "/rmqstore.v1.CommitLog/PutBatch"),
     ("writer", "/rmqstore.v1.CommitLog/ReadRecords"),
-    ("writer", "/rmqstore.v1.CommitLog/GetOffsets"),
-    ("writer", "/rmqstore.v1.CommitLog/Ack"),
+    ("writer", "/rmqstore.v1.CommitLog/GetOffsets"), ("writer", "/rmqstore.v1.CommitLog/Ack"),
     ("consume-queue", "/rmqstore.v1.Builder/GetProgress"),
     ("index", "/rmqstore.v1.Builder/GetProgress"),
-    ("query", "/rmqstore.v1.Query/QueryByKey"),
-    ("query", "/rmqstore.v1.Query/QueryById"),
-    ("query", "/rmqstore.v1.Query/Pull"),
-    ("query", "/rmqstore.v1.Query/OffsetByTime"),
+    ("query", "/rmqstore.v1.Query/QueryByKey"), ("query", "/rmqstore.v1.Query/QueryById"),
+    ("query", "/rmqstore.v1.Query/Pull"), ("query", "/rmqstore.v1.Query/OffsetByTime"),
     ("query", "/rmqstore.v1.Query/QueueOffsets"),
 ]
 
@@ -410,7 +323,6 @@ def test_undecodable_requests_on_every_method(node):
 
                 def invoke(c=unary):
                     return c(garbage, timeout=5)
-
             code, details = _code(invoke)
         ok = code == C.INTERNAL
         print(f"{'ok ' if ok else 'BAD'} garbage to {path}: {code.name} {details!r}")
@@ -419,14 +331,11 @@ def test_undecodable_requests_on_every_method(node):
     assert cluster.offsets().max_offset == end
     assert cluster.progress("consume-queue").durable_offset == end
     assert cluster.progress("index").durable_offset == end
-    assert (
-        cluster.query.QueueOffsets(
-            query_pb2.QueueOffsetsRequest(topic=TOPIC, queue_id=0), timeout=5
-        ).max_offset
-        == 3
-    )
+    assert cluster.query.QueueOffsets(query_pb2.QueueOffsetsRequest(topic=TOPIC, queue_id=0),
+                                      timeout=5).max_offset == 3
     # unknown fields are ignored, as protobuf wants: GetProgress still answers
     with fresh_channel(cluster.procs["index"].address) as ch:
-        raw = ch.unary_unary("/rmqstore.v1.Builder/GetProgress")(b"\x08\x01\x12\x03abc", timeout=5)
+        raw = ch.unary_unary("/rmqstore.v1.Builder/GetProgress")(b"\x08\x01\x12\x03abc",
+                                                                   timeout=5)
     assert indexer_pb2.Progress.FromString(raw).durable_offset == end
     assert not wrong, wrong

@@ -20,25 +20,13 @@ pytestmark = pytest.mark.integration
 
 
 def _start(store):
-    return procs.start(
-        "services.commitlog",
-        "--store",
-        str(store),
-        "--listen",
-        "127.0.0.1:0",
-        "--commitlog-segment-size",
-        str(1 << 20),
-        "--flush",
-        "sync",
-    )
+    return procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
+                       "--commitlog-segment-size", str(1 << 20), "--flush", "sync")
 
 
 def digest(store) -> dict[str, str]:
-    return {
-        str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(store.rglob("*"))
-        if p.is_file()
-    }
+    return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(store.rglob("*")) if p.is_file()}
 
 
 def settled_digest(store, timeout: float = 10.0) -> dict[str, str]:
@@ -60,15 +48,9 @@ def test_second_writer_process_is_refused_even_when_the_first_is_frozen(tmp_path
     first = _start(store)
     try:
         stub = commitlog_pb2_grpc.CommitLogStub(fresh_channel(first.address))
-        rs = stub.PutBatch(
-            commitlog_pb2.PutBatchRequest(
-                messages=[
-                    common_pb2.Message(topic="Locked", body=b"%d" % i, keys=f"l{i}")
-                    for i in range(50)
-                ]
-            ),
-            timeout=10,
-        ).results
+        rs = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[
+            common_pb2.Message(topic="Locked", body=b"%d" % i, keys=f"l{i}")
+            for i in range(50)]), timeout=10).results
         outcomes = {}
         for state in ("running", "frozen"):
             if state == "frozen":
@@ -85,9 +67,8 @@ def test_second_writer_process_is_refused_even_when_the_first_is_frozen(tmp_path
         second = _start(store)
         try:
             stub = commitlog_pb2_grpc.CommitLogStub(fresh_channel(second.address))
-            raws = stub.ReadRecords(
-                commitlog_pb2.ReadRecordsRequest(offsets=[r.phy_offset for r in rs]), timeout=10
-            ).records
+            raws = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+                offsets=[r.phy_offset for r in rs]), timeout=10).records
             assert len(raws) == 50
             print(f"after SIGKILL of the frozen writer a new one serves all {len(raws)} records")
         finally:

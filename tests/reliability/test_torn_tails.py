@@ -25,16 +25,10 @@ TOPIC = "Torn"
 def put_batches(cluster: Cluster, batches: int, size: int, tag: str) -> list[Sent]:
     sent = []
     for b in range(batches):
-        msgs = [
-            common_pb2.Message(
-                topic=TOPIC,
-                queue_id=i % 2,
-                tags="TagA",
-                body=f"{tag}-{b}-{i}".encode() * (i + 1),
-                keys=f"{tag}-{b}-{i} {tag}-g{b}",
-            )
-            for i in range(size)
-        ]
+        msgs = [common_pb2.Message(topic=TOPIC, queue_id=i % 2, tags="TagA",
+                                   body=f"{tag}-{b}-{i}".encode() * (i + 1),
+                                   keys=f"{tag}-{b}-{i} {tag}-g{b}")
+                for i in range(size)]
         resp = cluster.writer.PutBatch(commitlog_pb2.PutBatchRequest(messages=msgs), timeout=10)
         for m, r in zip(msgs, resp.results, strict=True):
             key, group = m.keys.split(" ")
@@ -64,11 +58,8 @@ def _properties_at(raw: bytes) -> int:
 
 def damage(store, kind: str, last: Sent, raw: bytes) -> int:
     """Damage the store; return the commitlog end recovery must find."""
-    seg = (
-        store
-        / "commitlog"
-        / segment_name(last.result.phy_offset - last.result.phy_offset % SEGMENT)
-    )
+    seg = store / "commitlog" / segment_name(last.result.phy_offset - last.result.phy_offset
+                                             % SEGMENT)
     pos = last.result.phy_offset % SEGMENT
     size = last.result.size
     cut = last.result.phy_offset
@@ -94,15 +85,8 @@ def damage(store, kind: str, last: Sent, raw: bytes) -> int:
     return cut
 
 
-KINDS = [
-    "torn-write",
-    "body-flipped",
-    "size-flipped",
-    "magic-flipped",
-    "properties-flipped",
-    "tail-zeroed",
-    "stray-preallocated-segment",
-]
+KINDS = ["torn-write", "body-flipped", "size-flipped",
+         "magic-flipped", "properties-flipped", "tail-zeroed", "stray-preallocated-segment"]
 
 
 def _lost_is_gone(cluster: Cluster, lost: Sent) -> list[str]:
@@ -110,9 +94,8 @@ def _lost_is_gone(cluster: Cluster, lost: Sent) -> list[str]:
     q = cluster.query
     issues = []
     r = lost.result
-    resp = q.Pull(
-        query_pb2.PullRequest(topic=TOPIC, queue_id=r.queue_id, offset=r.queue_offset), timeout=10
-    )
+    resp = q.Pull(query_pb2.PullRequest(topic=TOPIC, queue_id=r.queue_id,
+                                        offset=r.queue_offset), timeout=10)
     if any(m.phy_offset == r.phy_offset and m.body == lost.body for m in resp.messages):
         issues.append(f"pull at {r.queue_offset} returns the lost record")
     for key in (lost.key, r.unique_key):
@@ -128,9 +111,8 @@ def _lost_is_gone(cluster: Cluster, lost: Sent) -> list[str]:
 
 def crash_and_damage(cluster: Cluster, kind: str, last: Sent, kill_query: bool) -> int:
     """SIGKILL the writer and builders (and the query service), damage, restart the writer."""
-    raw = cluster.writer.ReadRecords(
-        commitlog_pb2.ReadRecordsRequest(offsets=[last.result.phy_offset]), timeout=5
-    ).records[0]
+    raw = cluster.writer.ReadRecords(commitlog_pb2.ReadRecordsRequest(
+        offsets=[last.result.phy_offset]), timeout=5).records[0]
     for name in ("query", "index", "consume-queue", "writer"):
         if name != "query" or kill_query:
             cluster.kill(name)
@@ -157,9 +139,8 @@ def test_damaged_tails_are_cut_everywhere(tmp_path):
             recovered = cluster.offsets().max_offset
             stray = (cluster.store / "commitlog" / segment_name(3 * SEGMENT)).exists()
             if recovered != cut or stray:
-                issues.append(
-                    f"{kind}: recovered to {recovered}, expected {cut}; stray segment left: {stray}"
-                )
+                issues.append(f"{kind}: recovered to {recovered}, expected {cut}; stray "
+                              f"segment left: {stray}")
             cluster.start_many(["consume-queue", "index"] + (["query"] if n % 2 else []))
             cluster.wait_caught_up()
             if cut == end:
@@ -167,22 +148,14 @@ def test_damaged_tails_are_cut_everywhere(tmp_path):
             else:
                 survivors += sent[:-1]
                 lost.append(last)
-            want = (
-                max(
-                    s.result.queue_offset
-                    for s in survivors
-                    if s.result.queue_id == last.result.queue_id
-                )
-                + 1
-            )
+            want = max(s.result.queue_offset for s in survivors
+                       if s.result.queue_id == last.result.queue_id) + 1
             # the builder records a cut before it zeroes the units: caught up by its progress,
             # the queue may still end one unit later for a moment
             deadline = time.monotonic() + 10
             while True:
-                qo = cluster.query.QueueOffsets(
-                    query_pb2.QueueOffsetsRequest(topic=TOPIC, queue_id=last.result.queue_id),
-                    timeout=5,
-                ).max_offset
+                qo = cluster.query.QueueOffsets(query_pb2.QueueOffsetsRequest(
+                    topic=TOPIC, queue_id=last.result.queue_id), timeout=5).max_offset
                 if qo == want or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
@@ -190,21 +163,16 @@ def test_damaged_tails_are_cut_everywhere(tmp_path):
                 issues.append(f"{kind}: queue {last.result.queue_id} ends at {qo}, want {want}")
             found = verify(cluster, survivors if n == len(KINDS) - 1 else sent[:-1])
             round_issues = found.problems + [
-                f"{kind}: {i}" for s in lost for i in _lost_is_gone(cluster, s)
-            ]
-            print(
-                f"round {n} {kind}: commitlog end {end} -> recovered {recovered} "
-                f"(expected {cut}), {found.checked} survivors checked, {len(lost)} lost so "
-                f"far, issues {len(round_issues)}"
-            )
+                f"{kind}: {i}" for s in lost for i in _lost_is_gone(cluster, s)]
+            print(f"round {n} {kind}: commitlog end {end} -> recovered {recovered} "
+                  f"(expected {cut}), {found.checked} survivors checked, {len(lost)} lost so "
+                  f"far, issues {len(round_issues)}")
             issues += round_issues
         assert set(cluster.stop_all().values()) == {0}
     finally:
         cluster.stop_all()
-    print(
-        f"torn tails: {len(KINDS)} kinds of damage, {len(survivors)} records kept, "
-        f"{len(lost)} cut, issues {len(issues)}"
-    )
+    print(f"torn tails: {len(KINDS)} kinds of damage, {len(survivors)} records kept, "
+          f"{len(lost)} cut, issues {len(issues)}")
     assert not issues, "\n".join(issues[:30])
 
 
@@ -238,10 +206,8 @@ def test_writes_before_the_builders_return_do_not_mix_with_stale_entries(tmp_pat
         end = cluster.wait_caught_up(timeout=5)
         found = verify(cluster, sent[:-1] + more)
         issues = found.problems + _lost_is_gone(cluster, last)
-        print(
-            f"{kind}, new writes before the builders returned: end {end}, "
-            f"{found.checked} checked, issues {len(issues)}"
-        )
+        print(f"{kind}, new writes before the builders returned: end {end}, "
+              f"{found.checked} checked, issues {len(issues)}")
         assert not issues, "\n".join(issues[:20])
     finally:
         cluster.stop_all()

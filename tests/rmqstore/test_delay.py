@@ -30,7 +30,8 @@ def test_bad_tables_are_refused(spec):
 
 @pytest.mark.parametrize(
     ("remaining", "level"),
-    [(-5, 0), (999, 0), (1000, 1), (4999, 1), (5000, 2), (7000, 2), (7_200_000, 18), (10**9, 18)],
+    [(-5, 0), (999, 0), (1000, 1), (4999, 1), (5000, 2), (7000, 2), (7_200_000, 18),
+     (10**9, 18)],
 )
 def test_largest_level_not_beyond(remaining, level):
     assert delay.level_for(remaining) == level

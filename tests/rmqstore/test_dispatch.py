@@ -25,26 +25,9 @@ def test_tv13_level_99_clamps_to_18():
 
 
 def test_delay_levels_in_ms():
-    assert delay.LEVELS_MS == [
-        1000,
-        5000,
-        10000,
-        30000,
-        60000,
-        120000,
-        180000,
-        240000,
-        300000,
-        360000,
-        420000,
-        480000,
-        540000,
-        600000,
-        1200000,
-        1800000,
-        3600000,
-        7200000,
-    ]
+    assert delay.LEVELS_MS == [1000, 5000, 10000, 30000, 60000, 120000, 180000, 240000, 300000,
+                               360000, 420000, 480000, 540000, 600000, 1200000, 1800000,
+                               3600000, 7200000]
 
 
 @pytest.mark.parametrize(
@@ -62,39 +45,24 @@ def test_tags_code_cases(topic, props, code):
 
 
 def _record(sys_flag: int, props: dict[str, str]) -> cl.Record:
-    r = cl.Record(
-        topic="T",
-        queue_id=1,
-        body=b"x",
-        properties=p.encode(props),
-        sys_flag=sys_flag,
-        queue_offset=4,
-        physical_offset=400,
-        store_timestamp=1700000000000,
-    )
+    r = cl.Record(topic="T", queue_id=1, body=b"x", properties=p.encode(props), sys_flag=sys_flag,
+                  queue_offset=4, physical_offset=400, store_timestamp=1700000000000)
     return cl.decode(cl.encode(r))
 
 
 def test_from_record_and_index_keys():
     d = from_record(_record(0, {"KEYS": " a  b ", "UNIQ_KEY": "U1", "TAGS": "TagA"}))
     assert (d.topic, d.queue_id, d.queue_offset, d.phy_offset) == ("T", 1, 4, 400)
-    assert d.size == 91 + 1 + 1 + len(
-        p.encode({"KEYS": " a  b ", "UNIQ_KEY": "U1", "TAGS": "TagA"}).encode()
-    )
+    assert d.size == 91 + 1 + 1 + len(p.encode({"KEYS": " a  b ", "UNIQ_KEY": "U1",
+                                                 "TAGS": "TagA"}).encode())
     assert d.tags_code == 2598919 and d.keys == " a  b " and d.uniq_key == "U1"
     assert index_keys(d) == ["T#U1", "T#a", "T#b"]  # empty split tokens are skipped
 
 
 @pytest.mark.parametrize(
     ("sys_flag", "in_cq", "indexed"),
-    [
-        (0x0, True, True),
-        (0x8, True, True),
-        (0x4, False, True),
-        (0xC, False, False),
-        (0x1 | 0x8, True, True),
-        (0x10 | 0xC, False, False),
-    ],
+    [(0x0, True, True), (0x8, True, True), (0x4, False, True), (0xC, False, False),
+     (0x1 | 0x8, True, True), (0x10 | 0xC, False, False)],
 )
 def test_transaction_types(sys_flag, in_cq, indexed):
     d = from_record(_record(sys_flag, {"KEYS": "k", "UNIQ_KEY": "U"}))

@@ -16,25 +16,17 @@ from tests.rmqstore.formats.test_commitlog import tv4_record
 
 _words = st.text(st.sampled_from("ab 中\U0001f600\x01\x02#x"), max_size=8)
 _segment = st.one_of(
-    st.tuples(
-        st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "DELAY", "CLUSTER", "KEY", ""]),
-        st.one_of(_words, st.sampled_from(["3", "-1", "0", "99", "x"])),
-    ).map(lambda nv: f"{nv[0]}\x01{nv[1]}"),
+    st.tuples(st.sampled_from(["KEYS", "TAGS", "UNIQ_KEY", "DELAY", "CLUSTER", "KEY", ""]),
+              st.one_of(_words, st.sampled_from(["3", "-1", "0", "99", "x"])))
+    .map(lambda nv: f"{nv[0]}\x01{nv[1]}"),
     _words,  # a segment without a name, or with stray separators
 )
 _properties = st.lists(_segment, max_size=6).map("\x02".join)
 _record = st.tuples(
     st.sampled_from(["TopicA", "B", "中文", SCHEDULE_TOPIC, ""]),
     _properties,
-    st.sampled_from(
-        [
-            0,
-            cl.TRANSACTION_PREPARED_TYPE,
-            cl.TRANSACTION_COMMIT_TYPE,
-            cl.TRANSACTION_ROLLBACK_TYPE,
-            cl.MULTI_TAGS_FLAG,
-        ]
-    ),
+    st.sampled_from([0, cl.TRANSACTION_PREPARED_TYPE, cl.TRANSACTION_COMMIT_TYPE,
+                     cl.TRANSACTION_ROLLBACK_TYPE, cl.MULTI_TAGS_FLAG]),
     st.integers(0, 2**41),
 )
 
@@ -52,10 +44,8 @@ def test_columns_agree_with_dispatch_records(records):
     cols, _, err = decode_columns(buf)
     assert err is None and len(cols) == len(records)
     got = dispatch_columns(cols)
-    want = [
-        dispatch.from_meta(m)
-        for _, m in commitlog_segment.iter_segment(buf, decoder=cl.decode_meta)
-    ]
+    want = [dispatch.from_meta(m) for _, m in
+            commitlog_segment.iter_segment(buf, decoder=cl.decode_meta)]
     assert got.tags_code.tolist() == [d.tags_code for d in want]
     assert got.goes_to_consume_queue.tolist() == [
         dispatch.goes_to_consume_queue(d.sys_flag) for d in want
@@ -79,28 +69,18 @@ _texts = st.text(st.sampled_from("ab 中\U0001f600#x\x02"), max_size=10)
 
 
 @settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.tuples(
-            st.sampled_from(["T", "主题", "", "T#"]), _texts, _texts, st.sampled_from([0, 4, 8, 12])
-        ),
-        max_size=12,
-    ),
-    st.sampled_from([0, 10**9]),
-)  # over arrays, or record by record
+@given(st.lists(st.tuples(st.sampled_from(["T", "主题", "", "T#"]), _texts, _texts,
+                          st.sampled_from([0, 4, 8, 12])), max_size=12),
+       st.sampled_from([0, 10**9]))  # over arrays, or record by record
 def test_index_keys_of_dispatch_strings_agree_with_index_keys_of(rows, columns_from):
     import numpy as np
 
     from rmqstore.dispatch_columns import index_keys_of_texts
 
     topics = [r[0] for r in rows]
-    record, hashes = index_keys_of_texts(
-        topics,
-        [r[1] for r in rows],
-        [r[2] for r in rows],
-        np.array([r[3] for r in rows], dtype=np.int64),
-        columns_from,
-    )
+    record, hashes = index_keys_of_texts(topics, [r[1] for r in rows], [r[2] for r in rows],
+                                         np.array([r[3] for r in rows], dtype=np.int64),
+                                         columns_from)
     keys = [(i, k) for i, (t, u, ks, f) in enumerate(rows)
             for k in dispatch.index_keys_of(t, u, ks, f)]  # fmt: skip
     assert record.tolist() == [i for i, _ in keys]

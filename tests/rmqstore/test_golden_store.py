@@ -51,9 +51,8 @@ def test_consume_queue_files_rebuilt_byte_for_byte(golden_store, golden_expected
             chunk = bytes(buf[start : start + per_file]).ljust(per_file, b"\0")
             built[f"{topic}/{qid}/{start:020d}"] = chunk
     on_disk = {
-        f"{f['topic']}/{f['queueId']}/{f['name']}": (
-            golden_store / "consumequeue" / f["topic"] / str(f["queueId"]) / f["name"]
-        ).read_bytes()
+        f"{f['topic']}/{f['queueId']}/{f['name']}": (golden_store / "consumequeue" / f["topic"]
+                                                      / str(f["queueId"]) / f["name"]).read_bytes()
         for f in golden_expected["files"]["consumequeue"]
     }
     assert len(on_disk) == 27
@@ -67,13 +66,10 @@ def test_consume_queue_files_rebuilt_byte_for_byte(golden_store, golden_expected
         for name in sorted(n for n in on_disk if n.startswith(f"{key}/")):
             first = parse_segment_name(name.rsplit("/", 1)[1]) // cq.UNIT_SIZE
             arr = cq.units(on_disk[name])[: cq.valid_count(on_disk[name])]
-            units += [
-                (first + i, int(u["offset"]), int(u["size"]), int(u["tags_code"]))
-                for i, u in enumerate(arr)
-            ]
-        assert units == [
-            (e["queueOffset"], e["phyOffset"], e["size"], e["tagsCode"]) for e in entries
-        ]
+            units += [(first + i, int(u["offset"]), int(u["size"]), int(u["tags_code"]))
+                      for i, u in enumerate(arr)]
+        assert units == [(e["queueOffset"], e["phyOffset"], e["size"], e["tagsCode"])
+                         for e in entries]
 
 
 def test_index_file_headers(golden_store, golden_expected):
@@ -83,14 +79,8 @@ def test_index_file_headers(golden_store, golden_expected):
         assert len(data) == f["size"] == ix.file_size(slots, entries)
         assert data[: ix.HEADER_SIZE].hex() == f["rawHeader"]
         h = ix.IndexFile(data, slots, entries).header
-        assert h == ix.IndexHeader(
-            f["beginTimestamp"],
-            f["endTimestamp"],
-            f["beginPhyOffset"],
-            f["endPhyOffset"],
-            f["hashSlotCount"],
-            f["indexCount"],
-        )
+        assert h == ix.IndexHeader(f["beginTimestamp"], f["endTimestamp"], f["beginPhyOffset"],
+                                   f["endPhyOffset"], f["hashSlotCount"], f["indexCount"])
 
 
 def test_index_files_rebuilt_from_commitlog(golden_store, golden_expected, dispatched):
@@ -136,10 +126,9 @@ def test_checkpoint(golden_store, golden_expected):
 def test_select_phy_offsets_per_index_file(golden_store, golden_expected):
     slots, entries = _index_config(golden_expected)
     cap = golden_expected["config"]["maxMsgsNumBatch"]
-    files = {
-        f["name"]: ix.IndexFile((golden_store / "index" / f["name"]).read_bytes(), slots, entries)
-        for f in golden_expected["files"]["index"]
-    }
+    files = {f["name"]: ix.IndexFile((golden_store / "index" / f["name"]).read_bytes(),
+                                     slots, entries)
+             for f in golden_expected["files"]["index"]}
     queries = golden_expected["queries"]
     assert len(queries) == 40
     checked = 0

@@ -54,20 +54,15 @@ def test_names_follow_prometheus_conventions(tmp_path: Path) -> None:
             # prometheus_client strips _total from the family and adds it to the sample
             assert not family.name.endswith("_total")
         if family.type == "histogram":
-            assert family.name.endswith(
-                ("_seconds", "_length", "_hops", "_records", "_results", "_messages", "_scanned")
-            ), family.name
+            assert family.name.endswith(("_seconds", "_length", "_hops", "_records",
+                                         "_results", "_messages", "_scanned")), family.name
         for unit in ("_ms", "_milliseconds", "_kb", "_mb", "_percent"):
             assert not family.name.endswith(unit), family.name
 
 
 def test_histograms_use_increasing_buckets() -> None:
-    for buckets in (
-        metrics.IO_LATENCY_BUCKETS,
-        metrics.QUERY_LATENCY_BUCKETS,
-        metrics.CHAIN_BUCKETS,
-        metrics.COUNT_BUCKETS,
-    ):
+    for buckets in (metrics.IO_LATENCY_BUCKETS, metrics.QUERY_LATENCY_BUCKETS,
+                    metrics.CHAIN_BUCKETS, metrics.COUNT_BUCKETS):
         assert list(buckets) == sorted(set(buckets))
 
 
@@ -80,19 +75,15 @@ def test_builders_share_families_and_keep_their_own_values(tmp_path: Path) -> No
     index.lag_bytes.set(20)
     again.entries.inc(3)
     cq.entries.inc(2)
-    assert (
-        registry.get_sample_value("rmqstore_builder_lag_bytes", {"builder": "consume-queue"}) == 10
-    )
+    assert registry.get_sample_value("rmqstore_builder_lag_bytes",
+                                     {"builder": "consume-queue"}) == 10
     assert registry.get_sample_value("rmqstore_builder_lag_bytes", {"builder": "index"}) == 20
-    assert (
-        registry.get_sample_value("rmqstore_builder_entries_total", {"builder": "consume-queue"})
-        == 5
-    )
+    assert registry.get_sample_value("rmqstore_builder_entries_total",
+                                     {"builder": "consume-queue"}) == 5
     other = CollectorRegistry()
     metrics.BuilderMetrics("consume-queue", other).lag_bytes.set(99)
-    assert (
-        registry.get_sample_value("rmqstore_builder_lag_bytes", {"builder": "consume-queue"}) == 10
-    )
+    assert registry.get_sample_value("rmqstore_builder_lag_bytes",
+                                     {"builder": "consume-queue"}) == 10
 
 
 def test_writer_lag_and_builder_lag_use_the_same_label(tmp_path: Path) -> None:
@@ -100,12 +91,8 @@ def test_writer_lag_and_builder_lag_use_the_same_label(tmp_path: Path) -> None:
     writer = metrics.WriterMetrics(registry)
     builder = metrics.IndexBuilderMetrics(registry)
     writer.subscriber_lag.labels(builder=builder.name).set(7)
-    assert (
-        registry.get_sample_value(
-            "rmqstore_writer_subscriber_lag_bytes", {"builder": metrics.INDEX_BUILDER}
-        )
-        == 7
-    )
+    assert registry.get_sample_value("rmqstore_writer_subscriber_lag_bytes",
+                                     {"builder": metrics.INDEX_BUILDER}) == 7
 
 
 def test_filesystem_is_read_at_scrape_time(tmp_path: Path) -> None:
@@ -120,19 +107,15 @@ def test_filesystem_is_read_at_scrape_time(tmp_path: Path) -> None:
     assert registry.get_sample_value("rmqstore_store_filesystem_avail_bytes", labels) > 0
     gone = tmp_path / "gone"
     writer.watch_store(gone)  # a missing directory exports nothing rather than failing
-    assert (
-        registry.get_sample_value("rmqstore_store_filesystem_size_bytes", {"path": str(gone)})
-        is None
-    )
+    assert registry.get_sample_value("rmqstore_store_filesystem_size_bytes",
+                                     {"path": str(gone)}) is None
 
 
 def test_build_info_names_the_service() -> None:
     registry = metrics.new_registry("query")
     samples = {
         (s.name, s.labels.get("service")): s.value
-        for f in registry.collect()
-        for s in f.samples
-        if s.name == "rmqstore_build_info"
+        for f in registry.collect() for s in f.samples if s.name == "rmqstore_build_info"
     }
     assert samples == {("rmqstore_build_info", "query"): 1.0}
     assert registry.get_sample_value("process_resident_memory_bytes") is not None
@@ -167,15 +150,12 @@ def test_server_serves_the_registry_and_stops(tmp_path: Path) -> None:
         server.stop()
     samples = {
         (s.name, tuple(sorted(s.labels.items()))): s.value
-        for f in text_string_to_metric_families(text)
-        for s in f.samples
+        for f in text_string_to_metric_families(text) for s in f.samples
     }
     assert samples[("rmqstore_writer_puts_total", (("status", "ok"), ("topic", "Orders")))] == 4
     assert samples[("rmqstore_writer_put_latency_seconds_count", ())] == 1
-    assert (
-        samples[("rmqstore_query_budget_exhausted_total", (("budget", "hops"), ("kind", "key")))]
-        == 1
-    )
+    assert samples[("rmqstore_query_budget_exhausted_total",
+                    (("budget", "hops"), ("kind", "key")))] == 1
     with socket.socket() as s:  # nothing listens there any more (TIME_WAIT may remain)
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         s.bind(("127.0.0.1", port))

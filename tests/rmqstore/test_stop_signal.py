@@ -22,28 +22,15 @@ t.wait(lambda: print("stopped", flush=True))
 
 
 def test_a_storm_of_signals_stops_a_service_once():
-    done = subprocess.run(
-        [sys.executable, "-c", STORM],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = subprocess.run([sys.executable, "-c", STORM], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout == "stopped\n"
 
 
 def test_stop_signal_waits_its_timeout_without_a_signal():
-    code = (
-        "from rmqstore.startup import StopSignal; s = StopSignal(); print(s.wait(0.1), s.is_set())"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    code = ("from rmqstore.startup import StopSignal; s = StopSignal(); "
+            "print(s.wait(0.1), s.is_set())")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                          text=True, timeout=60, check=True)
     assert done.stdout == "False False\n"

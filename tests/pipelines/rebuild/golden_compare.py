@@ -13,23 +13,14 @@ GOLDEN_INDEX_NAMES = ["20231114221320363", "20231114221439669"]
 
 def golden_settings(expected: dict) -> RebuildSettings:
     c = expected["config"]
-    return RebuildSettings(
-        index_slots=c["maxHashSlotNum"],
-        index_entries=c["maxIndexNum"],
-        cq_entries_per_file=c["consumeQueueEntriesPerFile"],
-    )
+    return RebuildSettings(index_slots=c["maxHashSlotNum"], index_entries=c["maxIndexNum"],
+                           cq_entries_per_file=c["consumeQueueEntriesPerFile"])
 
 
 def settings_args(s: RebuildSettings) -> list[str]:
     """The same sizes as ``rmqstore rebuild`` flags."""
-    return [
-        "--index-slots",
-        str(s.index_slots),
-        "--index-entries",
-        str(s.index_entries),
-        "--cq-entries-per-file",
-        str(s.cq_entries_per_file),
-    ]
+    return ["--index-slots", str(s.index_slots), "--index-entries", str(s.index_entries),
+            "--cq-entries-per-file", str(s.cq_entries_per_file)]
 
 
 def assert_consume_queues_equal(out: Path, golden_store: Path) -> None:
@@ -41,10 +32,8 @@ def assert_consume_queues_equal(out: Path, golden_store: Path) -> None:
 
 
 def _index_files(root: Path, s: RebuildSettings) -> list[IndexFile]:
-    return [
-        IndexFile(p.read_bytes(), s.index_slots, s.index_entries)
-        for p in sorted((root / "index").iterdir())
-    ]
+    return [IndexFile(p.read_bytes(), s.index_slots, s.index_entries)
+            for p in sorted((root / "index").iterdir())]
 
 
 def assert_index_files_equal(out: Path, golden_store: Path, s: RebuildSettings) -> None:
@@ -67,9 +56,8 @@ def assert_index_files_equal(out: Path, golden_store: Path, s: RebuildSettings) 
 
 
 def assert_equals_sequential_build(out: Path, golden_store: Path, s: RebuildSettings) -> None:
-    expected = sequential_build(
-        golden_store / "commitlog", s.cq_entries_per_file, s.index_slots, s.index_entries
-    )
+    expected = sequential_build(golden_store / "commitlog", s.cq_entries_per_file,
+                                s.index_slots, s.index_entries)
     ours = read_tree(out)
     assert sorted(ours) == sorted(expected)
     for path, data in expected.items():

@@ -40,22 +40,9 @@ def _relative(golden_store: Path) -> str:
 
 def _rebuild(master_url: str, golden_store: Path, golden_expected: dict, out: Path) -> dict:
     settings = golden_settings(golden_expected)
-    done = run_rmqstore(
-        [
-            "rebuild",
-            "--master",
-            master_url,
-            "--store",
-            _relative(golden_store),
-            "--out",
-            str(out),
-            *settings_args(settings),
-            *python_conf(),
-            "--json",
-            "--quiet",
-        ],
-        cwd=REPO,
-    )
+    done = run_rmqstore(["rebuild", "--master", master_url, "--store", _relative(golden_store),
+                         "--out", str(out), *settings_args(settings), *python_conf(),
+                         "--json", "--quiet"], cwd=REPO)
     assert done.returncode == 0, done.stderr[-3000:]
     assert_golden_rebuild(out, golden_store, settings)
     return json.loads(done.stdout)
@@ -63,31 +50,20 @@ def _rebuild(master_url: str, golden_store: Path, golden_expected: dict, out: Pa
 
 def test_rebuild_on_local_cluster(golden_store, golden_expected, tmp_path: Path):
     with local_cluster_work_dirs():
-        report = _rebuild(
-            "local-cluster[2,1,1024]", golden_store, golden_expected, tmp_path / "out"
-        )
+        report = _rebuild("local-cluster[2,1,1024]", golden_store, golden_expected,
+                          tmp_path / "out")
     assert report["records"] == 200 and report["ranges"] == 3
 
 
-def test_rebuild_on_a_standalone_cluster(master, golden_store, golden_expected, tmp_path: Path):
+def test_rebuild_on_a_standalone_cluster(master, golden_store, golden_expected,
+                                         tmp_path: Path):
     report = _rebuild(master, golden_store, golden_expected, tmp_path / "out")
     assert report["records"] == 200
 
 
 def test_find_on_a_cluster_needs_an_output_directory(golden_store):
-    done = run_rmqstore(
-        [
-            "find",
-            "--master",
-            "spark://127.0.0.1:7077",
-            "--store",
-            _relative(golden_store),
-            "--topic",
-            "TopicA",
-        ],
-        cwd=REPO,
-    )
+    done = run_rmqstore(["find", "--master", "spark://127.0.0.1:7077", "--store",
+                         _relative(golden_store), "--topic", "TopicA"], cwd=REPO)
     assert done.returncode == 2
     assert done.stderr.strip() == (
-        "error: find on a cluster needs --out: a directory every executor sees"
-    )
+        "error: find on a cluster needs --out: a directory every executor sees")

@@ -12,14 +12,14 @@ from tests.pipelines.oracle import read_tree, sequential_build
 
 pytestmark = pytest.mark.spark
 
-SETTINGS = RebuildSettings(
-    index_slots=32, index_entries=100, cq_entries_per_file=8, split_bytes=16_000
-)
+SETTINGS = RebuildSettings(index_slots=32, index_entries=100, cq_entries_per_file=8,
+                           split_bytes=16_000)
 
 
 def _store(tmp_path: Path, count: int = 600):
     store = tmp_path / "store"
-    written = write_commitlog(store, mixed_messages(count, body_size=80), segment_size=32 * 1024)
+    written = write_commitlog(store, mixed_messages(count, body_size=80),
+                              segment_size=32 * 1024)
     return store, written
 
 
@@ -55,12 +55,8 @@ def test_corrupt_body_in_the_last_segment_stops_there(spark, tmp_path: Path):
         if p == seg:
             data = data[:pos] + bytes(len(data) - pos)  # the tail cut as recovery cuts it
         (good / "commitlog" / p.name).write_bytes(data)
-    expected = sequential_build(
-        good / "commitlog",
-        SETTINGS.cq_entries_per_file,
-        SETTINGS.index_slots,
-        SETTINGS.index_entries,
-    )
+    expected = sequential_build(good / "commitlog", SETTINGS.cq_entries_per_file,
+                                SETTINGS.index_slots, SETTINGS.index_entries)
     assert read_tree(tmp_path / "out") == expected
 
 
@@ -80,14 +76,10 @@ def test_torn_record_in_a_middle_segment_leaves_out_everything_after(spark, tmp_
     assert (c.file, c.offset) == (str(middle), torn.phy_offset)
     assert report.records == written.index(torn)
     assert any(str(segs[2]) in n for n in report.notes)  # later segments: left out, said so
-    units = sum(
-        len(d) // 20 - d.count(bytes(20))
-        for p, d in read_tree(tmp_path / "out").items()
-        if p.startswith("consumequeue/")
-    )
-    assert units == sum(
-        1 for w in written[: written.index(torn)] if w.message.sys_flag & 0xC in (0, 0x8)
-    )
+    units = sum(len(d) // 20 - d.count(bytes(20)) for p, d in read_tree(tmp_path / "out").items()
+                if p.startswith("consumequeue/"))
+    assert units == sum(1 for w in written[: written.index(torn)]
+                        if w.message.sys_flag & 0xC in (0, 0x8))
 
 
 def test_existing_output_is_refused_and_left_alone(spark, tmp_path: Path):

@@ -37,9 +37,8 @@ def test_consume_queues_equal_rocketmq_byte_for_byte(rebuilt, golden_store):
     assert report.records == 200
 
 
-def test_index_files_equal_rocketmq_entry_by_entry(
-    rebuilt, golden_store, settings, golden_expected
-):
+def test_index_files_equal_rocketmq_entry_by_entry(rebuilt, golden_store, settings,
+                                                   golden_expected):
     out, report = rebuilt
     assert len(golden_expected["files"]["index"]) == 2
     assert_index_files_equal(out, golden_store, settings)
@@ -50,9 +49,8 @@ def test_rebuild_equals_a_sequential_build(rebuilt, golden_store, settings):
     assert_equals_sequential_build(rebuilt[0], golden_store, settings)
 
 
-def test_rebuild_into_the_store_root_after_deleting_its_files(
-    spark, golden_store, settings, tmp_path
-):
+def test_rebuild_into_the_store_root_after_deleting_its_files(spark, golden_store, settings,
+                                                              tmp_path):
     store = tmp_path / "store"
     shutil.copytree(golden_store / "commitlog", store / "commitlog")
     report = rebuild(spark, store, store, settings)
@@ -64,5 +62,4 @@ def test_rebuild_into_the_store_root_after_deleting_its_files(
     assert [p.name for p in (store / "rmqstore").iterdir()] == ["index.topics"]
     # every topic with a consume queue has keys here (the golden store has no half-only topic)
     assert {p.name for p in (store / "consumequeue").iterdir()} <= set(
-        (store / "rmqstore" / "index.topics").read_text().split()
-    )
+        (store / "rmqstore" / "index.topics").read_text().split())

@@ -22,9 +22,9 @@ from tests.pipelines.oracle import read_tree
 pytestmark = pytest.mark.spark
 
 
-def online_build(
-    commitlog_dir: Path, root: Path, settings: RebuildSettings, batch: int
-) -> dict[str, bytes]:
+
+def online_build(commitlog_dir: Path, root: Path, settings: RebuildSettings,
+                 batch: int) -> dict[str, bytes]:
     """Feed every record, in commitlog order and in batches, to both online builders."""
     records = []
     for p in sorted(commitlog_dir.iterdir(), key=lambda p: p.name):
@@ -37,7 +37,7 @@ def online_build(
     cqb = cq_builder.ConsumeQueueBuilder(layout, settings.cq_entries_per_file)
     ixb = ix_builder.IndexBuilder(layout, settings.index_slots, settings.index_entries)
     for i in range(0, len(records), batch):
-        cols = batch_mod.Columns.from_records(records[i : i + batch])
+        cols = batch_mod.Columns.from_records(records[i:i + batch])
         cqb.apply(cols)
         ixb.apply(cols)
     cqb.close()
@@ -58,20 +58,16 @@ def _topics(root: Path) -> bytes:
 @pytest.mark.golden
 def test_golden_commitlog(spark, golden_store, golden_expected, tmp_path: Path):
     c = golden_expected["config"]
-    settings = RebuildSettings(
-        index_slots=c["maxHashSlotNum"],
-        index_entries=c["maxIndexNum"],
-        cq_entries_per_file=c["consumeQueueEntriesPerFile"],
-    )
+    settings = RebuildSettings(index_slots=c["maxHashSlotNum"], index_entries=c["maxIndexNum"],
+                               cq_entries_per_file=c["consumeQueueEntriesPerFile"])
     rebuild(spark, golden_store, tmp_path / "out", settings)
     theirs = online_build(golden_store / "commitlog", tmp_path / "online", settings, batch=37)
     _assert_same(read_tree(tmp_path / "out"), theirs)
     assert _topics(tmp_path / "out") == _topics(tmp_path / "online")
 
 
-@pytest.mark.parametrize(
-    "drop_first_segment", [False, True], ids=["whole", "first-segment-deleted"]
-)
+@pytest.mark.parametrize("drop_first_segment", [False, True],
+                         ids=["whole", "first-segment-deleted"])
 def test_synthetic_multi_segment_commitlog(spark, tmp_path: Path, drop_first_segment: bool):
     """Several topics and queues, colliding keys, many index files; with the first segment
     deleted (as expiry does) queues start past unit 0 and get RocketMQ's pre-blank units."""
@@ -79,9 +75,8 @@ def test_synthetic_multi_segment_commitlog(spark, tmp_path: Path, drop_first_seg
     write_commitlog(store, mixed_messages(2000, body_size=90), segment_size=48 * 1024)
     if drop_first_segment:
         (store / "commitlog" / "00000000000000000000").unlink()
-    settings = RebuildSettings(
-        index_slots=50, index_entries=300, cq_entries_per_file=20, split_bytes=30_000
-    )
+    settings = RebuildSettings(index_slots=50, index_entries=300, cq_entries_per_file=20,
+                               split_bytes=30_000)
     report = rebuild(spark, store, tmp_path / "out", settings)
     assert len(report.index_files) >= 10 and report.segments >= 4
     theirs = online_build(store / "commitlog", tmp_path / "online", settings, batch=256)
@@ -90,10 +85,8 @@ def test_synthetic_multi_segment_commitlog(spark, tmp_path: Path, drop_first_seg
     assert _topics(tmp_path / "out") == _topics(tmp_path / "online")
     assert len(_topics(tmp_path / "out").split()) > 1
     pre_blank = consume_queue.encode(PRE_BLANK)
-    assert (
-        any(d.startswith(pre_blank) for p, d in ours.items() if p.startswith("consumequeue/"))
-        == drop_first_segment
-    )
+    assert any(d.startswith(pre_blank) for p, d in ours.items()
+               if p.startswith("consumequeue/")) == drop_first_segment
 
 
 def test_a_store_written_with_other_delay_levels(spark, tmp_path: Path):
@@ -107,7 +100,8 @@ def test_a_store_written_with_other_delay_levels(spark, tmp_path: Path):
     with delay.levels_in_use(levels):
         theirs = online_build(store / "commitlog", tmp_path / "online", settings, batch=64)
     _assert_same(read_tree(tmp_path / "out"), theirs)
-    rebuild(spark, store, tmp_path / "default", RebuildSettings(index_slots=50, index_entries=400))
+    rebuild(spark, store, tmp_path / "default", RebuildSettings(index_slots=50,
+                                                                 index_entries=400))
     schedule = [p for p in theirs if p.startswith("consumequeue/SCHEDULE_TOPIC_XXXX/")]
     assert schedule and all(read_tree(tmp_path / "default")[p] != theirs[p] for p in schedule)
     with pytest.raises(InvalidArgumentError, match="must grow strictly"):

@@ -7,7 +7,7 @@ def test_tv14_bytes_and_min_timestamp():
     cp = ck.Checkpoint(0xAABB, 0xCCDD, 0)
     data = ck.encode(cp)
     assert len(data) == ck.FILE_SIZE == 4096
-    assert data[:24].hex().upper() == "000000000000AABB000000000000CCDD0000000000000000"
+    assert data[:24].hex().upper() == "000000000000AABB" "000000000000CCDD" "0000000000000000"
     assert data[24:] == bytes(4096 - 24)
     assert cp.min_timestamp == 40707
     assert cp.min_timestamp_index == 0

@@ -28,36 +28,21 @@ TV4 = bytes.fromhex(TV4_HEX.replace(" ", ""))
 
 
 def tv4_record() -> cl.Record:
-    props = p.encode(
-        {"KEYS": "order_10086", "TAGS": "TagA", "UNIQ_KEY": UNIQ, "CLUSTER": "DefaultCluster"}
-    )
+    props = p.encode({"KEYS": "order_10086", "TAGS": "TagA", "UNIQ_KEY": UNIQ,
+                      "CLUSTER": "DefaultCluster"})
     return cl.Record(
-        topic="TopicTest",
-        queue_id=3,
-        body=b"Hello RocketMQ",
-        properties=props,
-        flag=0,
-        queue_offset=5,
-        physical_offset=1073741824,
-        sys_flag=0,
-        born_timestamp=1700000000000,
-        born_host=parse_host("192.168.1.10:54321"),
-        store_timestamp=1700000000123,
-        store_host=parse_host("192.168.0.1:10911"),
-        reconsume_times=0,
+        topic="TopicTest", queue_id=3, body=b"Hello RocketMQ", properties=props, flag=0,
+        queue_offset=5, physical_offset=1073741824, sys_flag=0, born_timestamp=1700000000000,
+        born_host=parse_host("192.168.1.10:54321"), store_timestamp=1700000000123,
+        store_host=parse_host("192.168.0.1:10911"), reconsume_times=0,
         prepared_transaction_offset=0,
     )
 
 
 @pytest.mark.parametrize(
     ("body", "crc"),
-    [
-        (b"", 0),
-        (b"hello", 907060870),
-        (b"123456789", 1274296614),
-        (b"Hello RocketMQ", 1774740973),
-        (b"hello!q!", 1020379427),
-    ],
+    [(b"", 0), (b"hello", 907060870), (b"123456789", 1274296614),
+     (b"Hello RocketMQ", 1774740973), (b"hello!q!", 1020379427)],
 )
 def test_tv3_masked_body_crc(body, crc):
     assert cl.body_crc(body) == crc
@@ -175,11 +160,8 @@ _ipv6 = st.binary(min_size=16, max_size=16)
 _host = st.builds(Host, st.one_of(_ipv4, _ipv6), st.integers(0, 65535))
 _int32 = st.integers(-(2**31), 2**31 - 1)
 _int64 = st.integers(-(2**63), 2**63 - 1)
-_name = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
-    min_size=1,
-    max_size=12,
-)
+_name = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"),
+                min_size=1, max_size=12)
 _records = st.builds(
     cl.Record,
     topic=st.text(st.characters(blacklist_categories=("Cs",)), max_size=30),

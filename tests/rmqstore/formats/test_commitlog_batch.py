@@ -50,25 +50,16 @@ def test_a_batch_decodes_to_its_records(records, store_ts):
         back = cl.decode(data, pos)  # CRC and every size check
         assert back.total_size == p[TOTAL_SIZE] and back.sys_flag == p[SYS_FLAG]
         assert (back.topic, back.queue_id, back.body, back.properties) == (
-            r.topic,
-            r.queue_id,
-            r.body,
-            r.properties,
+            r.topic, r.queue_id, r.body, r.properties
         )
         assert (back.queue_offset, back.physical_offset, back.store_timestamp) == (
-            r.queue_offset,
-            r.physical_offset,
-            store_ts,
+            r.queue_offset, r.physical_offset, store_ts
         )
         assert (back.flag, back.born_timestamp, back.born_host, back.store_host) == (
-            r.flag,
-            r.born_timestamp,
-            r.born_host,
-            store_host,
+            r.flag, r.born_timestamp, r.born_host, store_host
         )
         assert (back.reconsume_times, back.prepared_transaction_offset) == (
-            r.reconsume_times,
-            r.prepared_transaction_offset,
+            r.reconsume_times, r.prepared_transaction_offset
         )
         v6 = cl.BORNHOST_V6_FLAG | cl.STOREHOST_V6_FLAG
         assert back.sys_flag & ~v6 == r.sys_flag & ~v6
@@ -84,6 +75,7 @@ def test_sizes_are_checked():
     r.topic, r.properties = "T", "a\x01" + "b" * 32766
     with pytest.raises(CorruptRecordError, match="properties"):
         _prepare(enc, r)
+
 
 
 @settings(max_examples=150, deadline=None)

@@ -18,9 +18,8 @@ def _one_at_a_time(buf, start=0, limit=None, check_crc=True, base=0):
     """(metas, error offset) the way iter_segment reads them."""
     metas = []
     try:
-        for _, m in commitlog_segment.iter_segment(
-            buf, start, limit, check_crc, base, cl.decode_meta
-        ):
+        for _, m in commitlog_segment.iter_segment(buf, start, limit, check_crc, base,
+                                                   cl.decode_meta):
             metas.append(m)
     except CorruptRecordError as e:
         return metas, str(e)
@@ -164,10 +163,8 @@ def _as_v2(record: bytes) -> bytes:
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    st.lists(st.tuples(_records, st.booleans()), min_size=1, max_size=5),
-    st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2),
-)
+@given(st.lists(st.tuples(_records, st.booleans()), min_size=1, max_size=5),
+       st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=2))
 def test_v2_records_among_v1_records(records, flips):
     buf = bytearray(b"".join(_as_v2(cl.encode(r)) if v2 else cl.encode(r) for r, v2 in records))
     for at, value in flips:
@@ -178,9 +175,8 @@ def test_v2_records_among_v1_records(records, flips):
 def test_a_long_v2_topic():
     r = tv4_record()
     r.topic = "T" * 300  # only v2 can hold it
-    rec = _as_v2(
-        cl.encode_parts(r.topic.encode()[:100], 0, b"", b"", 0, 0, 0, r.born_host, r.store_host)
-    )
+    rec = _as_v2(cl.encode_parts(r.topic.encode()[:100], 0, b"", b"", 0, 0, 0, r.born_host,
+                                 r.store_host))
     m = cl.decode_meta(rec)
     at = m.body_at + m.body_len
     long = bytearray(rec[:at]) + (300).to_bytes(2, "big") + b"T" * 300 + rec[at + 2 + 100 :]

@@ -65,11 +65,8 @@ def test_properties_reserialize_in_hashmap_order(golden_expected):
 
 def test_the_queue_tally_agrees_with_counting_record_by_record(golden_store):
     for base, data in _segments(golden_store):
-        records = [
-            (pos, r)
-            for pos, r in commitlog_segment.iter_segment(data, base_offset=base)
-            if pos >= 1
-        ]  # all but the first record
+        records = [(pos, r) for pos, r in commitlog_segment.iter_segment(data, base_offset=base)
+                   if pos >= 1]  # all but the first record
         tally = commitlog_segment.QueueTally(count_from=1)
         commitlog_segment.scan_end(data, 0, True, base, tally)
         assert (tally.next_offsets, tally.last_position) == _reference_tally(records)

@@ -77,12 +77,9 @@ def _reference_tally(records) -> tuple[dict, int | None]:
 
 def test_a_tally_counts_queue_offsets_but_not_those_of_prepared_records():
     buf = b""
-    for topic, qid, qo, flag in [
-        ("A", 1, 3, 0),
-        ("A", 1, 2, 0),  # an older one does not lower
-        ("B", 0, 0, cl.TRANSACTION_PREPARED_TYPE),
-        ("B", 1, 5, cl.TRANSACTION_ROLLBACK_TYPE),
-    ]:
+    for topic, qid, qo, flag in [("A", 1, 3, 0), ("A", 1, 2, 0),  # an older one does not lower
+                                 ("B", 0, 0, cl.TRANSACTION_PREPARED_TYPE),
+                                 ("B", 1, 5, cl.TRANSACTION_ROLLBACK_TYPE)]:
         r = tv4_record()
         r.topic, r.queue_id, r.queue_offset, r.sys_flag = topic, qid, qo, flag
         r.physical_offset = len(buf)

@@ -8,7 +8,7 @@ from rmqstore.formats import consume_queue as cq
 def test_tv4_unit_bytes():
     unit = cq.CqUnit(1073741824, 205, 2598919)
     data = cq.encode(unit)
-    assert data.hex().upper() == "0000000040000000000000CD000000000027A807"
+    assert data.hex().upper() == "0000000040000000" "000000CD" "000000000027A807"
     assert cq.decode(data) == unit
 
 
@@ -21,10 +21,8 @@ def test_encode_many_matches_encode_and_sign_extension():
     sizes = np.array([205, 300, 1], dtype=np.int32)
     tags = np.array([0, -935240381, 1700000010123], dtype=np.int64)
     data = cq.encode_many(offs, sizes, tags)
-    assert data == b"".join(
-        cq.encode(cq.CqUnit(int(o), int(s), int(t)))
-        for o, s, t in zip(offs, sizes, tags, strict=True)
-    )
+    assert data == b"".join(cq.encode(cq.CqUnit(int(o), int(s), int(t)))
+                            for o, s, t in zip(offs, sizes, tags, strict=True))
     assert data[32:40].hex().upper() == "FFFFFFFFC8415D43"
     assert cq.units(data)["size"].tolist() == [205, 300, 1]
 

@@ -35,9 +35,8 @@ def test_reads_rocketmq5_and_quoted_keys():
     assert delay_offset.decode(text) == {1: 4, 2: 5}
 
 
-@pytest.mark.parametrize(
-    "text", ["", "{", '{"offsetTable":{0:1}}', '{"offsetTable":{1:-1}}', '{"offsetTable":[1]}']
-)
+@pytest.mark.parametrize("text", ["", "{", '{"offsetTable":{0:1}}', '{"offsetTable":{1:-1}}',
+                                  '{"offsetTable":[1]}'])
 def test_refuses_what_is_not_a_table(text):
     with pytest.raises(CorruptRecordError, match="delayOffset.json"):
         delay_offset.decode(text)

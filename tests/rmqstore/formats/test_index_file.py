@@ -39,7 +39,8 @@ def test_tv10_walkthrough():
     assert put(f, "T#x", 615, 1699999990000)
     buf = bytes(f.buf)
     assert buf[:40].hex().upper() == (
-        "0000018BCFE568000000018BCFE540F0000000000000000000000000000002670000000200000005"
+        "0000018BCFE56800" "0000018BCFE540F0" "0000000000000000" "0000000000000267"
+        "00000002" "00000005"
     )
     assert f.read_header() == ix.IndexHeader(1700000000000, 1699999990000, 0, 615, 2, 5)
     assert f.slot(91) == 3
@@ -50,10 +51,10 @@ def test_tv10_walkthrough():
         return buf[base + 20 * n : base + 20 * (n + 1)].hex().upper()
 
     assert entry_hex(0) == "00" * 20
-    assert entry_hex(1) == "0026BACF00000000000000000000000000000000"
-    assert entry_hex(2) == "0026BACF00000000000000CD0000000100000001"
-    assert entry_hex(3) == "0026BACF000000000000019A0000000300000002"
-    assert entry_hex(4) == "0001400900000000000002670000000000000000"  # clamped diff
+    assert entry_hex(1) == "0026BACF" "0000000000000000" "00000000" "00000000"
+    assert entry_hex(2) == "0026BACF" "00000000000000CD" "00000001" "00000001"
+    assert entry_hex(3) == "0026BACF" "000000000000019A" "00000003" "00000002"
+    assert entry_hex(4) == "00014009" "0000000000000267" "00000000" "00000000"  # clamped diff
     long_max = 2**63 - 1
     assert f.select_phy_offsets("T#Aa", 64, 0, long_max) == [410, 205, 0]  # T#BB shares hash
     assert f.select_phy_offsets("T#Aa", 64, 1700000003000, long_max) == [410]
@@ -73,15 +74,17 @@ def test_tv11_first_entry_of_a_rolled_file():
     """
     f = new_file(ix.IndexHeader(1699999990000, 1699999990000, 615, 615, 0, 0))
     assert bytes(f.buf[:40]).hex().upper() == (
-        "0000018BCFE540F00000018BCFE540F0000000000000026700000000000002670000000000000000"
+        "0000018BCFE540F0" "0000018BCFE540F0" "0000000000000267" "0000000000000267"
+        "00000000" "00000000"
     )
     assert put(f, "T#Aa", 820, 1700000005000)
     assert bytes(f.buf[:40]).hex().upper() == (
-        "0000018BCFE57B880000018BCFE57B88000000000000033400000000000003340000000100000002"
+        "0000018BCFE57B88" "0000018BCFE57B88" "0000000000000334" "0000000000000334"
+        "00000001" "00000002"
     )
     base = 40 + 4 * SLOTS
     assert bytes(f.buf[base + 20 : base + 40]).hex().upper() == (
-        "0026BACF00000000000003340000000000000000"  # RocketMQ: diff 0000000F
+        "0026BACF" "0000000000000334" "00000000" "00000000"  # RocketMQ: diff 0000000F
     )
     assert f.select_phy_offsets("T#Aa", 64, 1700000005000, 1700000005999) == [820]
     assert put(f, "T#Aa", 1025, 1700000006000)
@@ -136,10 +139,8 @@ def test_put_many_equals_repeated_put_key(seed, with_chains):
     phys = np.arange(n, dtype=np.int64) * 200
     times = 1700000000000 + np.cumsum([rng.randrange(-3000, 3000) for _ in range(n)])
     expected = bytearray(ix.file_size(SLOTS, ENTRIES))
-    fitted = sum(
-        _reference_put(expected, int(h), int(p), int(t))
-        for h, p, t in zip(hashes, phys, times, strict=True)
-    )
+    fitted = sum(_reference_put(expected, int(h), int(p), int(t))
+                 for h, p, t in zip(hashes, phys, times, strict=True))
     f = new_file()
     done = 0
     while done < n:  # feed in uneven batches

@@ -121,10 +121,8 @@ def test_java_hash_of_long_ascii_keys(length):
 def test_index_hashes_mixed_batch_with_min_value_surrogates_and_long_keys():
     rng = random.Random(7)
     keys = ["polygenelubricants", "", "t#\U0001f600", "topic#中文", "Aa", "BB"]
-    keys += [
-        "".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(rng.randrange(0, 300)))
-        for _ in range(300)
-    ]
+    keys += ["".join(chr(rng.randrange(32, 0x2FFF)) for _ in range(rng.randrange(0, 300)))
+             for _ in range(300)]
     keys += ["x" * 5000, "T#" + "\U0001f600" * 100]
     got = index_hashes(keys).tolist()
     assert got == [_reference_index_hash(k) for k in keys]

@@ -46,7 +46,9 @@ def test_many_offset_ids_are_the_ids_made_one_by_one(host):
 def test_tv6_decoded_hosts_print_like_java():
     ip, port, off = decode_offset_msg_id("C0A8000100002A9F0000000040000064")
     assert (str(Host(ip, port)), off) == ("192.168.0.1:10911", 1073741924)
-    ip, port, off = decode_offset_msg_id("0000000000000000000000000000000100002A9F0000000000000CA0")
+    ip, port, off = decode_offset_msg_id(
+        "0000000000000000000000000000000100002A9F0000000000000CA0"
+    )
     assert (str(Host(ip, port)), off) == ("[0:0:0:0:0:0:0:1]:10911", 3232)
 
 

@@ -7,13 +7,8 @@ from hypothesis import strategies as st
 from rmqstore.formats import properties as p
 
 UNIQ = "7F0000010B6E18B4AAC23E9C5AD50000"
-CLIENT = {
-    "KEYS": "order_10086",
-    "TAGS": "TagA",
-    "WAIT": "true",
-    "UNIQ_KEY": UNIQ,
-    "CLUSTER": "DefaultCluster",
-}
+CLIENT = {"KEYS": "order_10086", "TAGS": "TagA", "WAIT": "true", "UNIQ_KEY": UNIQ,
+          "CLUSTER": "DefaultCluster"}
 
 
 def _bucket(name: str, cap: int) -> int:
@@ -42,12 +37,10 @@ def test_tv12_order_4_9():
 
 
 def test_tv4_properties_string():
-    s = p.encode(
-        {"KEYS": "order_10086", "TAGS": "TagA", "UNIQ_KEY": UNIQ, "CLUSTER": "DefaultCluster"}
-    )
-    assert s == (
-        f"KEYS\x01order_10086\x02UNIQ_KEY\x01{UNIQ}\x02CLUSTER\x01DefaultCluster\x02TAGS\x01TagA"
-    )
+    s = p.encode({"KEYS": "order_10086", "TAGS": "TagA", "UNIQ_KEY": UNIQ,
+                  "CLUSTER": "DefaultCluster"})
+    assert s == (f"KEYS\x01order_10086\x02UNIQ_KEY\x01{UNIQ}\x02CLUSTER\x01DefaultCluster"
+                 "\x02TAGS\x01TagA")
     assert len(s.encode()) == 91
 
 
@@ -132,7 +125,6 @@ def test_values_in_many_records_read_as_parse_reads_each(records):
     assert bytes(blob) == b"".join(b"\x02" + e for e in encoded)
     for name in ("KEYS", "TAGS", "UNIQ_KEY"):
         start, end = p.values_in(blob, marks, name)
-        got = [
-            None if a < 0 else bytes(blob[a:b]).decode() for a, b in zip(start, end, strict=True)
-        ]
+        got = [None if a < 0 else bytes(blob[a:b]).decode()
+               for a, b in zip(start, end, strict=True)]
         assert got == [p.parse(r).get(name) for r in records]

@@ -23,10 +23,7 @@ ROOT = Path(__file__).resolve().parents[3]
 def inspect(*args: object, check: int | None = 0) -> subprocess.CompletedProcess:
     proc = subprocess.run(
         [sys.executable, "-m", "services.cli.main", "inspect", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+        cwd=ROOT, capture_output=True, text=True, timeout=120,
     )
     if check is not None:
         assert proc.returncode == check, proc.stderr
@@ -43,11 +40,8 @@ def of_type(rs: list[dict], t: str) -> list[dict]:
 
 
 def _digest(root: Path) -> dict[str, tuple[str, int]]:
-    return {
-        str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+    return {str(p): (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns)
+            for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 # -- golden store ---------------------------------------------------------------------------
@@ -64,22 +58,13 @@ def test_commitlog_segments_decode_like_rocketmq(golden_store, golden_expected):
     assert len(records) == len(golden_expected["messages"]) == 200
     for got, m in zip(records, golden_expected["messages"], strict=True):
         exp = m["stored"]
-        for ours, theirs in [
-            ("phyOffset", "phyOffset"),
-            ("size", "totalSize"),
-            ("topic", "topic"),
-            ("queueId", "queueId"),
-            ("queueOffset", "queueOffset"),
-            ("sysFlag", "sysFlag"),
-            ("storeTimestamp", "storeTimestamp"),
-            ("bornHost", "bornHost"),
-            ("storeHost", "storeHost"),
-            ("bodyCRC", "bodyCRC"),
-            ("bodyLength", "bodyLength"),
-            ("msgId", "msgId"),
-            ("tagsCode", "tagsCode"),
-            ("properties", "properties"),
-        ]:
+        for ours, theirs in [("phyOffset", "phyOffset"), ("size", "totalSize"),
+                             ("topic", "topic"), ("queueId", "queueId"),
+                             ("queueOffset", "queueOffset"), ("sysFlag", "sysFlag"),
+                             ("storeTimestamp", "storeTimestamp"), ("bornHost", "bornHost"),
+                             ("storeHost", "storeHost"), ("bodyCRC", "bodyCRC"),
+                             ("bodyLength", "bodyLength"), ("msgId", "msgId"),
+                             ("tagsCode", "tagsCode"), ("properties", "properties")]:
             assert got[ours] == exp[theirs], (ours, exp["phyOffset"])
         assert got["uniqKey"] == (exp["uniqKey"] or "") and got["keys"] == (exp["keys"] or "")
     assert [(b["phyOffset"], b["declaredSize"]) for b in blanks] == [
@@ -121,14 +106,8 @@ def test_index_files(golden_store, golden_expected):
         rs = rows(path)  # shape inferred from the size
         (header,) = of_type(rs, "header")
         assert (header["slots"], header["entriesCapacity"]) == (slots, 400)
-        for k in (
-            "beginTimestamp",
-            "endTimestamp",
-            "beginPhyOffset",
-            "endPhyOffset",
-            "hashSlotCount",
-            "indexCount",
-        ):
+        for k in ("beginTimestamp", "endTimestamp", "beginPhyOffset", "endPhyOffset",
+                  "hashSlotCount", "indexCount"):
             assert header[k] == f[k], k
         (occ,) = of_type(rs, "slots")
         slot_values = struct.unpack_from(f">{slots}i", data, 40)
@@ -150,14 +129,8 @@ def test_index_files(golden_store, golden_expected):
 def test_checkpoint(golden_store, golden_expected):
     (row,) = rows(golden_store / "checkpoint")
     exp = golden_expected["checkpoint"]
-    for k in (
-        "physicMsgTimestamp",
-        "logicsMsgTimestamp",
-        "indexMsgTimestamp",
-        "minTimestamp",
-        "minTimestampIndex",
-        "fileSize",
-    ):
+    for k in ("physicMsgTimestamp", "logicsMsgTimestamp", "indexMsgTimestamp", "minTimestamp",
+              "minTimestampIndex", "fileSize"):
         assert row[k] == exp[k], k
 
 
@@ -169,13 +142,10 @@ def test_store_directory_summary(golden_store, golden_expected):
     assert clog["minOffset"] == 0
     assert clog["maxOffset"] == golden_expected["commitlogMaxOffset"]
     assert clog["corrupt"] is None
-    queues = {
-        f"{q['topic']}/{q['queueId']}": (q["minOffset"], q["maxOffset"])
-        for q in of_type(rs, "queue")
-    }
-    assert queues == {
-        k: (v["min"], v["max"]) for k, v in golden_expected["consumeQueueMaxOffsets"].items()
-    }
+    queues = {f"{q['topic']}/{q['queueId']}": (q["minOffset"], q["maxOffset"])
+              for q in of_type(rs, "queue")}
+    assert queues == {k: (v["min"], v["max"])
+                      for k, v in golden_expected["consumeQueueMaxOffsets"].items()}
     idx = of_type(rs, "indexFile")
     assert [(i["name"], i["indexCount"], i["endPhyOffset"]) for i in idx] == [
         (f["name"], f["indexCount"], f["endPhyOffset"]) for f in golden_expected["files"]["index"]
@@ -205,19 +175,12 @@ def test_human_output(golden_store, golden_expected):
 # -- crafted files --------------------------------------------------------------------------
 def _record(i: int, phy: int) -> bytes:
     props = {"TAGS": "TagA", "KEYS": f"k{i}"} if i % 2 else {}
-    return cl.encode(
-        cl.Record(
-            topic="Crafted",
-            queue_id=1,
-            body=f"body-{i}".encode() * (i + 1),
-            properties=cl.props_fmt.encode(props),
-            queue_offset=i,
-            physical_offset=phy,
-            store_timestamp=1700000000000 + i,
-            born_host=parse_host("10.0.0.1:1"),
-            store_host=parse_host("[::1]:10911"),
-        )
-    )
+    return cl.encode(cl.Record(
+        topic="Crafted", queue_id=1, body=f"body-{i}".encode() * (i + 1),
+        properties=cl.props_fmt.encode(props), queue_offset=i, physical_offset=phy,
+        store_timestamp=1700000000000 + i, born_host=parse_host("10.0.0.1:1"),
+        store_host=parse_host("[::1]:10911"),
+    ))
 
 
 def _crafted_segment(base: int, size: int, n: int, corrupt_last: bool) -> tuple[bytes, list[int]]:
@@ -357,9 +320,7 @@ def test_times_are_shown_in_utc_with_z_or_as_the_number(tmp_path):
     cp.write_bytes(ck.encode(ck.Checkpoint(1700000000250, 0, out_of_range)))
     (row,) = rows(cp)
     assert (row["physic"], row["logics"], row["index"]) == (
-        "2023-11-14T22:13:20.250Z",
-        "1970-01-01T00:00:00.000Z",
-        str(out_of_range),
+        "2023-11-14T22:13:20.250Z", "1970-01-01T00:00:00.000Z", str(out_of_range)
     )
     seg = tmp_path / "commitlog" / ("0" * 20)
     seg.parent.mkdir()

@@ -33,9 +33,8 @@ def dies(args: argparse.Namespace, first: int, count: int):
 
 
 def test_each_process_sends_its_share(writer):
-    sent, latencies, seconds = producers.run_all(
-        _args(writer.address), [(0, 12), (12, 10), (22, 3)], numbered
-    )
+    sent, latencies, seconds = producers.run_all(_args(writer.address),
+                                                 [(0, 12), (12, 10), (22, 3)], numbered)
     assert sent == 25 and len(latencies) == 3 + 2 + 1 and seconds > 0
     keys = [k for b in dispatched(writer.address) for k in b.keys]
     assert sorted(keys) == sorted(f"k-{i}" for i in range(25))

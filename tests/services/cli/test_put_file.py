@@ -115,14 +115,10 @@ def test_resume_offset_skips_lines_stored_without_an_answer(tmp_path):
         stub.Put(commitlog_pb2.PutRequest(message=common_pb2.Message(topic="Other", body=b"o")))
         offset = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset
         for i in (4, 5, 6):  # another producer's record in between is passed over
-            stub.Put(
-                commitlog_pb2.PutRequest(
-                    message=common_pb2.Message(
-                        topic="R", body=f"r{i}".encode(), keys=f"k{i}", without_unique_key=True
-                    )
-                )
-            )
-            stub.Put(commitlog_pb2.PutRequest(message=common_pb2.Message(topic="Other", body=b"o")))
+            stub.Put(commitlog_pb2.PutRequest(message=common_pb2.Message(
+                topic="R", body=f"r{i}".encode(), keys=f"k{i}", without_unique_key=True)))
+            stub.Put(commitlog_pb2.PutRequest(message=common_pb2.Message(topic="Other",
+                                                                         body=b"o")))
         out = subprocess.run(_cli("put", "--commitlog", writer.address, "--file", str(path),
                                   "--skip", "3", "--resume-offset", str(offset), "--json"),
                              cwd=procs.ROOT, capture_output=True, text=True,

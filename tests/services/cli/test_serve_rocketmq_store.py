@@ -44,9 +44,8 @@ def _expected(query_id: int) -> tuple[dict, list[int]]:
 
 
 def _query_key(address: str, q: dict) -> list[int]:
-    resp = query_pb2_grpc.QueryStub(channel(address)).QueryByKey(
-        query_pb2.QueryByKeyRequest(topic=q["topic"], key=q["key"], max_results=64), timeout=10
-    )
+    resp = query_pb2_grpc.QueryStub(channel(address)).QueryByKey(query_pb2.QueryByKeyRequest(
+        topic=q["topic"], key=q["key"], max_results=64), timeout=10)
     return sorted(m.phy_offset for m in resp.messages)
 
 
@@ -62,18 +61,16 @@ def test_read_only_serves_a_rocketmq_store_without_writing_a_byte(golden_copy):
         q, want = _expected(0)
         assert _query_key(f"127.0.0.1:{base + 1}", q) == want
         pulled = query_pb2_grpc.QueryStub(channel(f"127.0.0.1:{base + 1}")).Pull(
-            query_pb2.PullRequest(topic="TopicB", queue_id=1, offset=10, max_messages=4), timeout=10
-        )
+            query_pb2.PullRequest(topic="TopicB", queue_id=1, offset=10, max_messages=4),
+            timeout=10)
         assert pulled.status == query_pb2.FOUND and len(pulled.messages) == 4
         writer = commitlog_pb2_grpc.CommitLogStub(channel(f"127.0.0.1:{base}"))
         offsets = writer.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=10)
         assert offsets.read_only and offsets.store_id.startswith("ro-")
         assert offsets.segment_size == 65536  # read from the files: no flag was given
         with pytest.raises(grpc.RpcError) as e:
-            writer.Put(
-                commitlog_pb2.PutRequest(message=common_pb2.Message(topic="TopicA", body=b"no")),
-                timeout=10,
-            )
+            writer.Put(commitlog_pb2.PutRequest(message=common_pb2.Message(
+                topic="TopicA", body=b"no")), timeout=10)
         assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
         assert "read-only" in e.value.details()
         s.proc.send_signal(signal.SIGTERM)
@@ -83,10 +80,8 @@ def test_read_only_serves_a_rocketmq_store_without_writing_a_byte(golden_copy):
             s.proc.kill()
     after = tree(golden_copy)
     changed = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
-    print(
-        f"read-only serve: {len(before)} paths, {len(changed)} changed; key query found "
-        f"{len(want)} as RocketMQ does"
-    )
+    print(f"read-only serve: {len(before)} paths, {len(changed)} changed; key query found "
+          f"{len(want)} as RocketMQ does")
     assert not changed, changed
 
 
@@ -94,9 +89,8 @@ def test_sizes_come_from_the_files_and_a_disagreeing_flag_is_named(golden_copy):
     base = free_base()
     # --no-delivery: the golden store's delayed messages are long due; delivering them would
     # add records to the key queries compared with RocketMQ's answers
-    s = Serve(
-        "--store", str(golden_copy), "--port-base", str(base), "--no-metrics", "--no-delivery"
-    )
+    s = Serve("--store", str(golden_copy), "--port-base", str(base), "--no-metrics",
+              "--no-delivery")
     try:
         assert s.ready.wait(120), "".join(s.out + s.err)
         q, want = _expected(1)
@@ -106,20 +100,10 @@ def test_sizes_come_from_the_files_and_a_disagreeing_flag_is_named(golden_copy):
     finally:
         if s.proc.poll() is None:
             s.proc.kill()
-    for flag, value in (
-        ("--cq-entries-per-file", "300000"),
-        ("--index-slots", "5000000"),
-        ("--commitlog-segment-size", str(1 << 20)),
-    ):
-        s = Serve(
-            "--store",
-            str(golden_copy),
-            "--port-base",
-            str(free_base()),
-            "--no-metrics",
-            flag,
-            value,
-        )
+    for flag, value in (("--cq-entries-per-file", "300000"), ("--index-slots", "5000000"),
+                        ("--commitlog-segment-size", str(1 << 20))):
+        s = Serve("--store", str(golden_copy), "--port-base", str(free_base()), "--no-metrics",
+                  flag, value)
         code = s.wait()
         err = [line.strip() for line in s.err if line.startswith("error: ")]
         print(f"{flag} {value}: exit {code}: {err}")

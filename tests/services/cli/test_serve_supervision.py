@@ -26,12 +26,8 @@ class Serve:
     def __init__(self, *argv: str, env: dict | None = None) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "services.cli.main", "serve", *argv],
-            cwd=procs.ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, **(env or {})},
-        )
+            cwd=procs.ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env={**os.environ, **(env or {})})
         self.out: list[str] = []
         self.err: list[str] = []
         self.ready = threading.Event()
@@ -73,20 +69,9 @@ def _alive(pid: int) -> bool:
 
 
 def small(store: Path, base: int) -> tuple[str, ...]:
-    return (
-        "--store",
-        str(store),
-        "--port-base",
-        str(base),
-        "--commitlog-segment-size",
-        str(1 << 20),
-        "--index-slots",
-        "1000",
-        "--index-entries",
-        "4000",
-        "--cq-entries-per-file",
-        "100",
-    )
+    return ("--store", str(store), "--port-base", str(base), "--commitlog-segment-size",
+            str(1 << 20), "--index-slots", "1000", "--index-entries", "4000",
+            "--cq-entries-per-file", "100")
 
 
 def test_kill_9_of_serve_leaves_no_service_behind(tmp_path):
@@ -101,10 +86,8 @@ def test_kill_9_of_serve_leaves_no_service_behind(tmp_path):
         while any(_alive(p) for p in children) and time.monotonic() < deadline:
             time.sleep(0.05)
         left = [p for p in children if _alive(p)]
-        print(
-            f"kill -9 of serve: {len(children)} services, "
-            f"{len(children) - len(left)} gone within 5 s"
-        )
+        print(f"kill -9 of serve: {len(children)} services, "
+              f"{len(children) - len(left)} gone within 5 s")
         assert not left, f"services left running after kill -9 of serve: {left}"
     finally:
         for pid in s.children():
@@ -128,9 +111,8 @@ def test_a_port_in_use_fails_serve_with_one_line_and_exit_3(tmp_path):
     line = _one_error_line(s)
     print(f"exit {code}: {line}")
     assert code == 3
-    assert line == (
-        f"error: query failed to start: gRPC port {base + 1} on 127.0.0.1 is already in use"
-    ), line
+    assert line == (f"error: query failed to start: gRPC port {base + 1} on 127.0.0.1 is "
+                    "already in use"), line
     assert not s.children()
     assert not (tmp_path / "store" / "abort").exists(), "the writer did not stop cleanly"
 
@@ -142,20 +124,16 @@ def test_a_store_path_that_is_a_file_fails_serve_with_one_line(tmp_path):
     line = _one_error_line(s)
     print(f"exit {code}: {line}")
     assert code == 3
-    assert (
-        line == f"error: commitlog failed to start: store {tmp_path / 'file'} is not a directory"
-    ), line
+    assert line == f"error: commitlog failed to start: store {tmp_path / 'file'} is not a " \
+                   "directory", line
 
 
 def test_a_service_that_dies_stops_serve_with_exit_3(tmp_path):
     s = Serve(*small(tmp_path / "store", free_base()))
     try:
         assert s.ready.wait(120), "".join(s.out + s.err)
-        index = next(
-            p
-            for p in s.children()
-            if " index " in Path(f"/proc/{p}/cmdline").read_text().replace("\0", " ")
-        )
+        index = next(p for p in s.children()
+                     if " index " in Path(f"/proc/{p}/cmdline").read_text().replace("\0", " "))
         os.kill(index, signal.SIGKILL)
         code = s.wait(60)
     finally:

@@ -44,7 +44,9 @@ def _records_after(engine, start):
     return out
 
 
-def test_golden_delayed_message_is_delivered_as_rocketmq_delivers_it(golden_copy, golden_expected):
+def test_golden_delayed_message_is_delivered_as_rocketmq_delivers_it(
+    golden_copy, golden_expected
+):
     engine = CommitLogEngine(WriterConfig(store=golden_copy, segment_size=65536))
     try:
         start = engine.max_offset

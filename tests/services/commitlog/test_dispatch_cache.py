@@ -7,9 +7,8 @@ from services.commitlog.wire_batch import WireBatch
 
 def _chunk(start: int, n: int, size: int = 10) -> WireBatch:
     phys = [start + i * size for i in range(n)]
-    return WireBatch.of(
-        commitlog_pb2.DispatchBatch(phy_offset=phys, size=[size] * n, next_offset=start + n * size)
-    )
+    return WireBatch.of(commitlog_pb2.DispatchBatch(phy_offset=phys, size=[size] * n,
+                                                    next_offset=start + n * size))
 
 
 def _phys(batch: WireBatch | None) -> list[int]:

@@ -156,7 +156,8 @@ def _messages(tag: str, n: int, size: int = 1000) -> list[common_pb2.Message]:
 
 
 @pytest.mark.parametrize("fail_at", [1, 2], ids=["first write", "after a segment's tail"])
-def test_a_failed_write_stores_nothing_acknowledged_and_stops_puts(tmp_path, monkeypatch, fail_at):
+def test_a_failed_write_stores_nothing_acknowledged_and_stops_puts(tmp_path, monkeypatch,
+                                                                   fail_at):
     """The disk fails a write (the whole batch, or a batch crossing into the next segment
     after its first part): the put fails, queue offsets are given back, later puts are refused
     with UNAVAILABLE, reads go on; a restart recovers and counts on from what is on disk."""
@@ -253,7 +254,9 @@ def test_closing_ends_a_linger(tmp_path):
         WriterConfig(store=tmp_path / "store", segment_size=8 << 20, dispatch_linger_ms=1000)
     )
     got: list = []
-    taker = threading.Thread(target=lambda: got.extend(e.subscribe("s", 0, 100_000, lambda: True)))
+    taker = threading.Thread(
+        target=lambda: got.extend(e.subscribe("s", 0, 100_000, lambda: True))
+    )
     taker.start()
     e.put([common_pb2.Message(topic="T", body=b"x")])  # wakes it; it lingers
     for _ in range(100):

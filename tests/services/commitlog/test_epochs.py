@@ -29,15 +29,8 @@ def test_only_unclean_starts_begin_an_epoch(tmp_path):
     assert e.epochs.current == 1  # after a clean stop: the same epoch
     end = e.max_offset
     e.close()
-    w = procs.start(
-        "services.commitlog",
-        "--store",
-        str(cfg.store),
-        "--listen",
-        "127.0.0.1:0",
-        "--commitlog-segment-size",
-        str(cfg.segment_size),
-    )
+    w = procs.start("services.commitlog", "--store", str(cfg.store), "--listen", "127.0.0.1:0",
+                    "--commitlog-segment-size", str(cfg.segment_size))
     w.kill()  # an unclean stop: the abort file stays
     e = CommitLogEngine(cfg)
     try:

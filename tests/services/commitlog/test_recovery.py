@@ -125,8 +125,7 @@ def _mixed(n, start=0):
     topic (it takes no queue offset, so that topic never enters the table)."""
     return [
         common_pb2.Message(
-            topic="Tx" if i % 5 == 0 else f"T{i % 3}",
-            queue_id=i % 4,
+            topic="Tx" if i % 5 == 0 else f"T{i % 3}", queue_id=i % 4,
             body=b"m" * (900 + i % 100),
             sys_flag=commitlog.TRANSACTION_PREPARED_TYPE if i % 5 == 0 else 0,
         )

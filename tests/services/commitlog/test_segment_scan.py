@@ -28,7 +28,9 @@ def test_enough_to_read_goes_to_worker_processes_in_order():
 
 
 def test_little_to_read_or_one_part_stays_here():
-    assert {pid for _, pid in run_parts(_parts(3), _pid, _pid, parallel_bytes=31)} == {os.getpid()}
+    assert {pid for _, pid in run_parts(_parts(3), _pid, _pid, parallel_bytes=31)} == {
+        os.getpid()
+    }
     assert run_parts(_parts(1), _pid, _pid, parallel_bytes=0) == [("seg0", os.getpid())]
 
 
@@ -52,9 +54,7 @@ def test_heads_count_queue_offsets_up_to_a_record_too_short_for_its_own_fields()
         good.append(cl.encode(r))
     rec = good[0]
     short = 60  # ends before the body length
-    bad = (
-        cl.HEAD.pack(short, cl.MAGIC_V1, *cl.HEAD.unpack_from(rec)[2:]) + rec[cl.HEAD_SIZE : short]
-    )
+    bad = cl.HEAD.pack(short, cl.MAGIC_V1, *cl.HEAD.unpack_from(rec)[2:]) + rec[cl.HEAD_SIZE:short]
     data = b"".join(good) + bad + rec
     got = segment_scan.heads(data, Part("seg", 0, 0, len(data)))
     assert got.next_offsets == {(r.topic, r.queue_id): 10}

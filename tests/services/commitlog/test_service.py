@@ -130,7 +130,9 @@ def test_columnar_results_answer_the_same_facts(writer):
     stub = _stub(writer)
     rows = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=[_msg(i) for i in range(5)]))
     msgs = [_msg(i, delay_level=2 if i == 8 else 0) for i in range(5, 10)]
-    col = stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=msgs, columnar_results=True)).columns
+    col = stub.PutBatch(
+        commitlog_pb2.PutBatchRequest(messages=msgs, columnar_results=True)
+    ).columns
     assert not rows.columns.phy_offset and len(rows.results) == 5
     assert col.phy_offset[0] == rows.results[-1].phy_offset + rows.results[-1].size
     assert list(col.queue_offset) == [1, 1, 1, 0, 2]  # the delayed one went to its own queue
@@ -139,9 +141,7 @@ def test_columnar_results_answer_the_same_facts(writer):
     for i, raw in enumerate(recs):
         rec = commitlog.decode(raw)
         assert (rec.physical_offset, rec.queue_offset, rec.total_size) == (
-            col.phy_offset[i],
-            col.queue_offset[i],
-            col.size[i],
+            col.phy_offset[i], col.queue_offset[i], col.size[i]
         )
         assert rec.store_timestamp == col.store_timestamp and rec.uniq_key == col.unique_key[i]
         assert col.msg_id[i].endswith(f"{rec.physical_offset:016X}")
@@ -232,10 +232,8 @@ def _frame(f):
     return f.read(size)
 
 
-@pytest.mark.parametrize(
-    ("flush", "over"),
-    [("async", "grpc"), ("sync", "grpc"), ("async", "socket"), ("sync", "socket")],
-)
+@pytest.mark.parametrize(("flush", "over"), [("async", "grpc"), ("sync", "grpc"),
+                                             ("async", "socket"), ("sync", "socket")])
 def test_put_stream_answers_each_batch_and_survives_refusals(tmp_path, flush, over):
     """All batches are sent at once (under sync flush they are appended ahead of their
     acknowledgements); answers come in order and a refusal writes nothing; the same over the
@@ -373,7 +371,8 @@ def _put_stream_case(stub):
         commitlog_pb2.PutBatchRequest(messages=[_msg(5)], columnar_results=True),
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2, queue_id=[1, 100])),  # refused
         commitlog_pb2.PutBatchRequest(columns=_cols(6, 2), columnar_results=True),
-        commitlog_pb2.PutBatchRequest(messages=[_msg(8)], columnar_results=True, offsets_only=True),
+        commitlog_pb2.PutBatchRequest(
+            messages=[_msg(8)], columnar_results=True, offsets_only=True),
     ]
     replies = list(stub.PutStream(iter(batches)))
     refused = grpc.StatusCode.INVALID_ARGUMENT.value[0]

@@ -32,50 +32,24 @@ class Served:
     put: dict[str, commitlog_pb2.PutResult] = field(default_factory=dict)
 
     def console(self, *extra: str) -> procs.ServiceProcess:
-        return procs.start(
-            "services.console",
-            "--store",
-            str(self.store),
-            "--query",
-            self.query.address,
-            "--commitlog",
-            self.writer.address,
-            "--listen",
-            "127.0.0.1:0",
-            "--index-entries",
-            str(ENTRIES),
-            *extra,
-        )
+        return procs.start("services.console", "--store", str(self.store), "--query",
+                           self.query.address, "--commitlog", self.writer.address,
+                           "--listen", "127.0.0.1:0", "--index-entries", str(ENTRIES), *extra)
 
 
 def _messages() -> list[tuple[str, common_pb2.Message]]:
     out = [
-        (
-            "xss",
-            common_pb2.Message(
-                topic=TOPIC,
-                queue_id=0,
-                body=XSS_BODY.encode(),
-                keys="xss",
-                tags="T1",
-                properties=[common_pb2.Property(name="note", value=XSS_PROPERTY)],
-            ),
-        ),
+        ("xss", common_pb2.Message(topic=TOPIC, queue_id=0, body=XSS_BODY.encode(), keys="xss",
+                                   tags="T1", properties=[common_pb2.Property(
+                                       name="note", value=XSS_PROPERTY)])),
         ("binary", common_pb2.Message(topic=TOPIC, queue_id=1, body=BINARY_BODY, keys="bin")),
-        ("json", common_pb2.Message(topic=TOPIC, queue_id=0, body=JSON_BODY.encode(), keys="json")),
+        ("json", common_pb2.Message(topic=TOPIC, queue_id=0, body=JSON_BODY.encode(),
+                                    keys="json")),
     ]
-    out += [
-        (
-            f"paged-{i}",
-            common_pb2.Message(
-                topic=TOPIC,
-                queue_id=i % 2,
-                body=f"paged message {i}".encode(),
-                keys=f"{PAGED_KEY} n{i}",
-            ),
-        )
-        for i in range(PAGED)
-    ]
+    out += [(f"paged-{i}", common_pb2.Message(topic=TOPIC, queue_id=i % 2,
+                                              body=f"paged message {i}".encode(),
+                                              keys=f"{PAGED_KEY} n{i}"))
+            for i in range(PAGED)]
     return out
 
 
@@ -87,56 +61,22 @@ def served(golden_store: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         p.chmod(0o755 if p.is_dir() else 0o644)
     started: list[procs.ServiceProcess] = []
     try:
-        writer = procs.start(
-            "services.commitlog",
-            "--store",
-            str(store),
-            "--listen",
-            "127.0.0.1:0",
-            "--commitlog-segment-size",
-            str(SEGMENT),
-            "--queues-per-topic",
-            "2",
-            "--no-delivery",
-        )  # the golden store's delayed ones are long due
+        writer = procs.start("services.commitlog", "--store", str(store), "--listen",
+                             "127.0.0.1:0", "--commitlog-segment-size", str(SEGMENT),
+                             "--queues-per-topic", "2",
+                             "--no-delivery")  # the golden store's delayed ones are long due
         started.append(writer)
-        common = [
-            "--store",
-            str(store),
-            "--commitlog",
-            writer.address,
-            "--listen",
-            "127.0.0.1:0",
-            "--flush-interval-ms",
-            "50",
-        ]
-        cq_b = procs.start(
-            "services.indexer", "consume-queue", *common, "--cq-entries-per-file", str(CQ_ENTRIES)
-        )
+        common = ["--store", str(store), "--commitlog", writer.address, "--listen",
+                  "127.0.0.1:0", "--flush-interval-ms", "50"]
+        cq_b = procs.start("services.indexer", "consume-queue", *common,
+                           "--cq-entries-per-file", str(CQ_ENTRIES))
         started.append(cq_b)
-        ix_b = procs.start(
-            "services.indexer",
-            "index",
-            *common,
-            "--index-slots",
-            str(SLOTS),
-            "--index-entries",
-            str(ENTRIES),
-        )
+        ix_b = procs.start("services.indexer", "index", *common, "--index-slots", str(SLOTS),
+                           "--index-entries", str(ENTRIES))
         started.append(ix_b)
-        query = procs.start(
-            "services.query",
-            "--store",
-            str(store),
-            "--commitlog",
-            writer.address,
-            "--listen",
-            "127.0.0.1:0",
-            "--index-slots",
-            str(SLOTS),
-            "--index-entries",
-            str(ENTRIES),
-        )
+        query = procs.start("services.query", "--store", str(store), "--commitlog",
+                            writer.address, "--listen", "127.0.0.1:0", "--index-slots",
+                            str(SLOTS), "--index-entries", str(ENTRIES))
         started.append(query)
         served = Served(store, writer, query)
         stub = commitlog_pb2_grpc.CommitLogStub(channel(writer.address))

@@ -36,25 +36,11 @@ def _api(console: str, path: str, **query: object) -> dict:
 
 def test_all_golden_key_queries_answer_as_the_query_service(console, query_stub, golden_expected):
     for q in golden_expected["queries"]:
-        doc = _api(
-            console,
-            "/messages",
-            topic=q["topic"],
-            key=q["key"],
-            begin=q["begin"],
-            end=q["end"],
-            max=q["maxNum"],
-        )
-        resp = query_stub.QueryByKey(
-            query_pb2.QueryByKeyRequest(
-                topic=q["topic"],
-                key=q["key"],
-                begin_timestamp=q["begin"],
-                end_timestamp=q["end"],
-                max_results=q["maxNum"],
-            ),
-            timeout=30,
-        )
+        doc = _api(console, "/messages", topic=q["topic"], key=q["key"], begin=q["begin"],
+                   end=q["end"], max=q["maxNum"])
+        resp = query_stub.QueryByKey(query_pb2.QueryByKeyRequest(
+            topic=q["topic"], key=q["key"], begin_timestamp=q["begin"],
+            end_timestamp=q["end"], max_results=q["maxNum"]), timeout=30)
         assert doc == with_messages(key_fields(resp), resp.messages), q["id"]
         want, truncated = expected_page(golden_expected["messages"], q)
         assert [m["phyOffset"] for m in doc["messages"]] == want, q["note"]
@@ -63,27 +49,14 @@ def test_all_golden_key_queries_answer_as_the_query_service(console, query_stub,
 
 def test_documents_are_the_cli_json_documents(console, served):
     def cli(*args: str) -> dict:
-        out = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "services.cli.main",
-                *args,
-                "--query",
-                served.query.address,
-                "--json",
-            ],
-            cwd=procs.ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        out = subprocess.run([sys.executable, "-m", "services.cli.main", *args, "--query",
+                              served.query.address, "--json"], cwd=procs.ROOT,
+                             capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return json.loads(out.stdout)
 
-    assert _api(console, "/messages", topic="TopicB", key="hot", max=5) == cli(
-        "query-key", "--topic", "TopicB", "--key", "hot", "--max", "5"
-    )
+    assert _api(console, "/messages", topic="TopicB", key="hot", max=5) == \
+        cli("query-key", "--topic", "TopicB", "--key", "hot", "--max", "5")
     msg_id = served.put["xss"].msg_id
     assert _api(console, f"/messages/{msg_id}") == cli("query-id", msg_id)
 
@@ -111,15 +84,12 @@ def _walk(console: str, start: str, rel: str, pages: list[list[str]]) -> list[li
     return seen
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        f"/messages?topic={TOPIC}&key={PAGED_KEY}&max=5",
-        f"/topics/{TOPIC}?max=4",
-        f"/topics/{TOPIC}?max=3&order=oldest",
-        f"/topics/{TOPIC}?max=2&queue=1&order=oldest",
-    ],
-)
+@pytest.mark.parametrize("path", [
+    f"/messages?topic={TOPIC}&key={PAGED_KEY}&max=5",
+    f"/topics/{TOPIC}?max=4",
+    f"/topics/{TOPIC}?max=3&order=oldest",
+    f"/topics/{TOPIC}?max=2&queue=1&order=oldest",
+])
 def test_paging_forward_then_back_returns_the_same_pages(console, path):
     forward = _walk(console, console + path, "next", [])
     assert len(forward) > 2
@@ -193,19 +163,10 @@ def test_message_page_decodes_the_id(console, served):
     assert [m["msgId"] for m in by_uniq["messages"]] == [put.msg_id]
 
 
-@pytest.mark.parametrize(
-    "path",
-    [
-        "/messages",
-        "/messages?topic=TopicA&key=order-27",
-        "/api/v1/messages?topic=TopicA&key=order-27",
-        "/topics",
-        "/store",
-        "/static/console.js",
-        "/messages/00",
-        "/api/v1/messages?topic=bad/topic&key=k",
-    ],
-)
+@pytest.mark.parametrize("path", ["/messages", "/messages?topic=TopicA&key=order-27",
+                                  "/api/v1/messages?topic=TopicA&key=order-27", "/topics",
+                                  "/store", "/static/console.js", "/messages/00",
+                                  "/api/v1/messages?topic=bad/topic&key=k"])
 def test_security_headers_on_every_answer(console, path):
     r = get(console + path)
     assert r.headers["Content-Security-Policy"] == CSP
@@ -236,10 +197,8 @@ def test_store_page_shows_the_commitlog_builders_and_index(console, served):
     doc = _api(console, "/store")
     assert doc["commitlog"]["maxOffset"] >= served.put["paged-22"].phy_offset
     assert [s["startOffset"] for s in doc["segments"]] == [0, 65536, 131072]
-    assert {b["builder"]: b["lagBytes"] for b in doc["builders"]} == {
-        "consume-queue": 0,
-        "index": 0,
-    }
+    assert {b["builder"]: b["lagBytes"] for b in doc["builders"]} == {"consume-queue": 0,
+                                                                      "index": 0}
     assert doc["indexFiles"][0]["entries"] == 399 and doc["indexFiles"][0]["fill"] == 1.0
     assert doc["delivery"] is None and doc["delayedPending"] is None  # --no-delivery
     page = get(f"{console}/store").text

@@ -19,14 +19,9 @@ def _basic(user: str, password: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def users_file(tmp_path_factory) -> str:
-    out = subprocess.run(
-        [sys.executable, "-m", "services.console", "--hash-password", "alice"],
-        input="s3cret pass\n",
-        capture_output=True,
-        text=True,
-        cwd=procs.ROOT,
-        timeout=60,
-    )
+    out = subprocess.run([sys.executable, "-m", "services.console", "--hash-password", "alice"],
+                         input="s3cret pass\n", capture_output=True, text=True, cwd=procs.ROOT,
+                         timeout=60)
     assert out.returncode == 0, out.stderr
     path = tmp_path_factory.mktemp("auth") / "users"
     path.write_text("# console users\n" + out.stdout)
@@ -63,22 +58,10 @@ def test_basic_refuses_wrong_credentials_and_admits_a_user(served, users_file):
 
 
 def test_proxy_header_trusts_only_the_configured_proxies(served):
-    trusted = served.console(
-        "--auth",
-        "proxy-header",
-        "--trusted-proxy",
-        "127.0.0.0/8",
-        "--identity-header",
-        "X-Auth-User",
-    )
-    other = served.console(
-        "--auth",
-        "proxy-header",
-        "--trusted-proxy",
-        "10.0.0.0/8",
-        "--identity-header",
-        "X-Auth-User",
-    )
+    trusted = served.console("--auth", "proxy-header", "--trusted-proxy", "127.0.0.0/8",
+                             "--identity-header", "X-Auth-User")
+    other = served.console("--auth", "proxy-header", "--trusted-proxy", "10.0.0.0/8",
+                           "--identity-header", "X-Auth-User")
     try:
         base = f"http://{trusted.address}"
         r = get(base + "/topics", {"X-Auth-User": "bob"})

@@ -25,17 +25,9 @@ pytestmark = pytest.mark.integration
 ARTIFACTS = procs.ROOT / "test-artifacts" / "console"
 AXE = Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"
 BROWSER_TZ = "Asia/Kolkata"  # +05:30: local time differs from UTC by a non-whole hour
-FLAGS = (
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--window-size=1280,900",
-)
+FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         "--window-size=1280,900")
 
 
 @pytest.fixture(scope="module")
@@ -65,13 +57,9 @@ def _axe(browser: webdriver.Chrome) -> list[dict]:
     result = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "axe.run(document).then(r => done(r.violations), e => done([{id: 'axe-error',"
-        " impact: 'critical', help: String(e)}]));"
-    )
-    return [
-        {"id": v["id"], "impact": v["impact"], "help": v["help"]}
-        for v in result
-        if v["impact"] in ("serious", "critical")
-    ]
+        " impact: 'critical', help: String(e)}]));")
+    return [{"id": v["id"], "impact": v["impact"], "help": v["help"]} for v in result
+            if v["impact"] in ("serious", "critical")]
 
 
 def test_search_by_key_with_the_keyboard_and_open_a_message(browser, console):
@@ -93,9 +81,8 @@ def test_search_by_key_with_the_keyboard_and_open_a_message(browser, console):
     WebDriverWait(browser, 30).until(lambda b: b.find_elements(By.CSS_SELECTOR, "pre.body"))
     _shot(browser, "message")
     assert browser.find_element(By.CSS_SELECTOR, "pre.body").text == "<script>alert(1)</script>"
-    assert browser.execute_script(
-        "return window.alerted === undefined && !document.querySelector('main img')"
-    )
+    assert browser.execute_script("return window.alerted === undefined && !document.querySelector"
+                                  "('main img')")
     assert _axe(browser) == []
 
 
@@ -104,10 +91,8 @@ def test_utc_local_switch_shows_the_same_instant(browser, console, served):
     stored = served.put["json"].store_timestamp
 
     def shown() -> list[tuple[str, int]]:
-        return [
-            (t.text, int(t.get_attribute("data-ms")))
-            for t in browser.find_elements(By.CSS_SELECTOR, "time[data-ms]")
-        ]
+        return [(t.text, int(t.get_attribute("data-ms")))
+                for t in browser.find_elements(By.CSS_SELECTOR, "time[data-ms]")]
 
     utc = shown()
     assert utc and all(text.endswith("Z") for text, _ in utc)
@@ -143,9 +128,8 @@ def test_page_through_a_topic(browser, console, served):
         if not nxt:
             break
         nxt[0].send_keys(Keys.ENTER)
-        WebDriverWait(browser, 30).until(
-            lambda b, ids=ids: [a.text for a in b.find_elements(By.CSS_SELECTOR, "a.msgid")] != ids
-        )
+        WebDriverWait(browser, 30).until(lambda b, ids=ids: [
+            a.text for a in b.find_elements(By.CSS_SELECTOR, "a.msgid")] != ids)
     assert sorted(seen) == sorted(r.msg_id for r in served.put.values())
     assert len(seen) == PAGED + 3
 

@@ -62,10 +62,8 @@ def test_group_documents_equal_the_cli_and_pages_show_the_lag(serve) -> None:
         assert (ms is None) == (q["lag"] == 0), q
         assert ms is None or put_at - 1000 <= ms <= now_ms()
 
-    listed = [
-        json.loads(line)
-        for line in cli("group", "list", "--proxy", s.proxy, "--json").stdout.splitlines()
-    ]
+    listed = [json.loads(line) for line in
+              cli("group", "list", "--proxy", s.proxy, "--json").stdout.splitlines()]
     r = get(f"{base}/api/v1/groups")
     assert r.status == 200, r.text
     rows = r.json()["groups"]

@@ -39,9 +39,8 @@ def tree_bytes(root: Path) -> dict[str, bytes]:
     """Relative path -> bytes of every file under ``root``."""
     if not root.is_dir():
         return {}
-    return {
-        str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()
-    }
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file()}
 
 
 def index_files(index_dir: Path) -> list[Path]:
@@ -50,9 +49,8 @@ def index_files(index_dir: Path) -> list[Path]:
     return sorted(p for p in index_dir.iterdir() if is_index_file_name(p.name))
 
 
-def open_index(
-    path: Path, slots: int = GOLDEN_SLOTS, entries: int = GOLDEN_ENTRIES
-) -> ixf.IndexFile:
+def open_index(path: Path, slots: int = GOLDEN_SLOTS,
+               entries: int = GOLDEN_ENTRIES) -> ixf.IndexFile:
     return ixf.IndexFile(path.read_bytes(), slots, entries)
 
 
@@ -60,16 +58,8 @@ def all_entries(f: ixf.IndexFile) -> list[tuple[int, int, int, int]]:
     return [f.entry(n) for n in range(f.entries)]
 
 
-def query_offset(
-    index_dir: Path,
-    topic: str,
-    key: str,
-    max_num: int,
-    begin: int,
-    end: int,
-    slots: int = GOLDEN_SLOTS,
-    entries: int = GOLDEN_ENTRIES,
-) -> list[int]:
+def query_offset(index_dir: Path, topic: str, key: str, max_num: int, begin: int, end: int,
+                 slots: int = GOLDEN_SLOTS, entries: int = GOLDEN_ENTRIES) -> list[int]:
     """``IndexService.queryOffset`` (spec §6.6): newest file first, chains newest first."""
     max_num = min(max_num, MAX_MSGS_NUM_BATCH)
     result: list[int] = []
@@ -78,7 +68,8 @@ def query_offset(
         if f.header.index_count <= 1:
             continue
         if f.is_time_matched(begin, end):
-            result.extend(f.select_phy_offsets(f"{topic}#{key}", max_num - len(result), begin, end))
+            result.extend(f.select_phy_offsets(f"{topic}#{key}", max_num - len(result),
+                                               begin, end))
         if f.header.begin_timestamp < begin or len(result) >= max_num:
             break
     return result
@@ -91,9 +82,8 @@ def assert_same_index(ours_dir, gold_dir, first_time_may_differ=True):
     for n, (o, g) in enumerate(zip(ours, gold, strict=True)):
         fo, fg = open_index(o), open_index(g)
         assert fo.header == fg.header, o.name
-        assert (
-            o.read_bytes()[ixf.HEADER_SIZE : ixf.HEADER_SIZE + 4 * GOLDEN_SLOTS]
-            == (g.read_bytes()[ixf.HEADER_SIZE : ixf.HEADER_SIZE + 4 * GOLDEN_SLOTS])
+        assert o.read_bytes()[ixf.HEADER_SIZE : ixf.HEADER_SIZE + 4 * GOLDEN_SLOTS] == (
+            g.read_bytes()[ixf.HEADER_SIZE : ixf.HEADER_SIZE + 4 * GOLDEN_SLOTS]
         )
         eo, eg = all_entries(fo), all_entries(fg)
         if n > 0 and first_time_may_differ:  # Q2: only the diff of entry 1 may differ

@@ -99,16 +99,11 @@ def test_truncate_equals_a_build_of_the_shorter_commitlog(tmp_path, golden_recor
 def _batch(topic, qid, queue_offsets, phys, sys_flag=0):
     n = len(queue_offsets)
     return Columns(
-        topic=[topic] * n,
-        queue_id=np.full(n, qid, dtype=np.int64),
+        topic=[topic] * n, queue_id=np.full(n, qid, dtype=np.int64),
         queue_offset=np.array(queue_offsets, dtype=np.int64),
-        phy_offset=np.array(phys, dtype=np.int64),
-        size=np.full(n, 100, dtype=np.int64),
-        tags_code=np.arange(n, dtype=np.int64) - 1,
-        store_timestamp=np.zeros(n, dtype=np.int64),
-        keys=[""] * n,
-        uniq_key=[""] * n,
-        sys_flag=np.full(n, sys_flag, dtype=np.int64),
+        phy_offset=np.array(phys, dtype=np.int64), size=np.full(n, 100, dtype=np.int64),
+        tags_code=np.arange(n, dtype=np.int64) - 1, store_timestamp=np.zeros(n, dtype=np.int64),
+        keys=[""] * n, uniq_key=[""] * n, sys_flag=np.full(n, sys_flag, dtype=np.int64),
         next_offset=phys[-1] + 100,
     )
 

@@ -56,9 +56,8 @@ def test_golden_queries_return_rocketmq_offsets(tmp_path, golden_records, golden
     build(tmp_path, golden_records)
     assert len(golden_expected["queries"]) == 40
     for q in golden_expected["queries"]:
-        got = query_offset(
-            tmp_path / "index", q["topic"], q["key"], q["maxNum"], q["begin"], q["end"]
-        )
+        got = query_offset(tmp_path / "index", q["topic"], q["key"], q["maxNum"], q["begin"],
+                           q["end"])
         assert got == q["expected"]["queryOffset"], (q["id"], q["note"])
 
 
@@ -106,9 +105,8 @@ def crash_after(root, records, durable_at, crash_at, batch=20):
 
 
 @pytest.mark.parametrize("durable_at,crash_at", [(40, 90), (120, 200), (0, 150), (70, 70)])
-def test_restart_repairs_and_replay_restores_the_clean_build(
-    tmp_path, golden_records, durable_at, crash_at
-):
+def test_restart_repairs_and_replay_restores_the_clean_build(tmp_path, golden_records,
+                                                              durable_at, crash_at):
     build(tmp_path / "clean", golden_records)
     root = tmp_path / "crashed"
     durable, names_at_crash = crash_after(root, golden_records, durable_at, crash_at)
@@ -195,9 +193,8 @@ def test_counters_and_bad_input(tmp_path, golden_records):
     assert 0 < b.slot_occupancy <= 1
     assert b.mean_chain_length >= 1
     h = b.current.header
-    assert h.hash_slot_count == len(
-        {index_hash(k) % GOLDEN_SLOTS for r in golden_records[:100] for k in index_keys(r)}
-    )
+    assert h.hash_slot_count == len({index_hash(k) % GOLDEN_SLOTS for r in golden_records[:100]
+                                     for k in index_keys(r)})
     b.close()
     # a progress record naming a file that is gone is refused, not silently rebuilt
     layout = StoreLayout.of(tmp_path)
@@ -223,10 +220,8 @@ def test_adopts_files_without_a_progress_record(tmp_path, golden_store, golden_r
 
 def test_durable_files_are_known_by_the_record_not_by_name_order(tmp_path, golden_records):
     """Store times that go backwards across a roll give a new file an older name."""
-    records = [
-        r._replace(store_timestamp=r.store_timestamp - (10**7 if i >= 30 else 0))
-        for i, r in enumerate(golden_records[:60])
-    ]
+    records = [r._replace(store_timestamp=r.store_timestamp - (10**7 if i >= 30 else 0))
+               for i, r in enumerate(golden_records[:60])]
     root = tmp_path / "a"
     b = IndexBuilder(StoreLayout.of(root), 7, 20)
     feed(b, records[:45], 15)  # rolls into files named ~3 hours before the first one

@@ -46,7 +46,7 @@ def test_consume_queue_files_below_the_minimum_go_and_the_queues_reopen(tmp_path
         for p in files[:-1]:  # every file left but the last points at or past the minimum
             last = cq.units(p.read_bytes())[-1]
             assert int(last["offset"]) >= LOW
-        assert files == before[qdir][len(before[qdir]) - len(files) :]  # the oldest went
+        assert files == before[qdir][len(before[qdir]) - len(files):]  # the oldest went
     again = ConsumeQueueBuilder(layout, GOLDEN_CQ_ENTRIES)
     assert {k: q.end for k, q in again.queues.items()} == ends
     again.close()
@@ -92,16 +92,8 @@ def test_a_builder_follows_only_its_own_stores_writer(tmp_path, golden_store):
     for p in [other, *other.rglob("*")]:
         p.chmod(0o755 if p.is_dir() else 0o644)
     (other / "commitlog" / f"{0:020d}").unlink()  # retention took its first segment
-    writer = procs.start(
-        "services.commitlog",
-        "--store",
-        str(other),
-        "--listen",
-        "127.0.0.1:0",
-        "--commitlog-segment-size",
-        "65536",
-        "--no-delivery",
-    )
+    writer = procs.start("services.commitlog", "--store", str(other), "--listen",
+                         "127.0.0.1:0", "--commitlog-segment-size", "65536", "--no-delivery")
     try:
         layout = StoreLayout.of(tmp_path / "mine")
         b = ConsumeQueueBuilder(layout, GOLDEN_CQ_ENTRIES)

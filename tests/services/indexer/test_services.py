@@ -32,26 +32,14 @@ pytestmark = pytest.mark.integration
 
 
 def start_builder(kind: str, store: Path, writer: str, *extra: str) -> procs.ServiceProcess:
-    return procs.start(
-        "services.indexer",
-        kind,
-        "--store",
-        str(store),
-        "--commitlog",
-        writer,
-        "--listen",
-        "127.0.0.1:0",
-        "--flush-interval-ms",
-        "100",
-        *extra,
-    )
+    return procs.start("services.indexer", kind, "--store", str(store), "--commitlog", writer,
+                       "--listen", "127.0.0.1:0", "--flush-interval-ms", "100", *extra)
 
 
 def progress(proc: procs.ServiceProcess) -> indexer_pb2.Progress:
     with channel(proc.address) as ch:
-        return indexer_pb2_grpc.BuilderStub(ch).GetProgress(
-            indexer_pb2.GetProgressRequest(), timeout=5
-        )
+        return indexer_pb2_grpc.BuilderStub(ch).GetProgress(indexer_pb2.GetProgressRequest(),
+                                                            timeout=5)
 
 
 def wait_until(cond, timeout: float, what: str):
@@ -66,17 +54,14 @@ def wait_until(cond, timeout: float, what: str):
 
 
 def wait_durable(proc: procs.ServiceProcess, offset: int, timeout: float = 30) -> None:
-    wait_until(
-        lambda: progress(proc).durable_offset >= offset,
-        timeout,
-        f"{proc.address} to make {offset} durable: " + "\n".join(proc.lines[-20:]),
-    )
+    wait_until(lambda: progress(proc).durable_offset >= offset, timeout,
+               f"{proc.address} to make {offset} durable: "
+               + "\n".join(proc.lines[-20:]))
 
 
 @pytest.mark.golden
-def test_builders_started_before_the_writer_rebuild_the_golden_files(
-    tmp_path, golden_store, golden_expected
-):
+def test_builders_started_before_the_writer_rebuild_the_golden_files(tmp_path, golden_store,
+                                                                     golden_expected):
     store = tmp_path / "store"
     shutil.copytree(golden_store, store)
     for p in [store, *store.rglob("*")]:
@@ -85,43 +70,22 @@ def test_builders_started_before_the_writer_rebuild_the_golden_files(
     shutil.rmtree(store / "index")
     writer_addr = f"127.0.0.1:{procs.free_port()}"
     metrics_port = procs.free_port()
-    cqb = start_builder(
-        "consume-queue",
-        store,
-        writer_addr,
-        "--cq-entries-per-file",
-        str(GOLDEN_CQ_ENTRIES),
-        "--metrics-port",
-        str(metrics_port),
-    )
-    ixb = start_builder(
-        "index",
-        store,
-        writer_addr,
-        "--index-slots",
-        str(GOLDEN_SLOTS),
-        "--index-entries",
-        str(GOLDEN_ENTRIES),
-    )
+    cqb = start_builder("consume-queue", store, writer_addr,
+                        "--cq-entries-per-file", str(GOLDEN_CQ_ENTRIES),
+                        "--metrics-port", str(metrics_port))
+    ixb = start_builder("index", store, writer_addr, "--index-slots", str(GOLDEN_SLOTS),
+                        "--index-entries", str(GOLDEN_ENTRIES))
     writer = None
     try:
         for b in (cqb, ixb):  # up, serving, not connected
             with channel(b.address) as ch:
                 health = health_pb2_grpc.HealthStub(ch).Check(
-                    health_pb2.HealthCheckRequest(service="rmqstore.v1.Builder"), timeout=5
-                )
+                    health_pb2.HealthCheckRequest(service="rmqstore.v1.Builder"), timeout=5)
             assert health.status == health_pb2.HealthCheckResponse.SERVING
             assert not progress(b).connected
-        writer = procs.start(
-            "services.commitlog",
-            "--store",
-            str(store),
-            "--listen",
-            writer_addr,
-            "--commitlog-segment-size",
-            "65536",
-            "--no-delivery",
-        )  # the golden files as RocketMQ left them
+        writer = procs.start("services.commitlog", "--store", str(store), "--listen",
+                             writer_addr, "--commitlog-segment-size", "65536",
+                             "--no-delivery")  # the golden files as RocketMQ left them
         end = golden_expected["commitlogMaxOffset"]
         for b in (cqb, ixb):
             wait_durable(b, end)
@@ -144,13 +108,8 @@ def test_builders_started_before_the_writer_rebuild_the_golden_files(
 
 
 def _message(n: int) -> common_pb2.Message:
-    return common_pb2.Message(
-        topic="CrashT",
-        queue_id=n % 4,
-        body=b"m%06d" % n + b"." * 90,
-        tags="TagA",
-        keys=f"key-{n} shared-{n % 5}",
-    )
+    return common_pb2.Message(topic="CrashT", queue_id=n % 4, body=b"m%06d" % n + b"." * 90,
+                              tags="TagA", keys=f"key-{n} shared-{n % 5}")
 
 
 class Producer(threading.Thread):
@@ -180,15 +139,8 @@ class Producer(threading.Thread):
 def test_builders_killed_under_load_lose_nothing_and_duplicate_nothing(tmp_path):
     rng = random.Random(20261121)
     store = tmp_path / "store"
-    writer = procs.start(
-        "services.commitlog",
-        "--store",
-        str(store),
-        "--listen",
-        "127.0.0.1:0",
-        "--commitlog-segment-size",
-        str(1 << 20),
-    )
+    writer = procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
+                         "--commitlog-segment-size", str(1 << 20))
     cq_args = ("--cq-entries-per-file", "64")
     ix_args = ("--index-slots", "61", "--index-entries", "300")
     cqb = start_builder("consume-queue", store, writer.address, *cq_args)
@@ -206,12 +158,8 @@ def test_builders_killed_under_load_lose_nothing_and_duplicate_nothing(tmp_path)
                     assert producer.is_alive() or producer.error is None, producer.error
                     return progress(p).built_offset >= t
 
-                wait_until(
-                    built_past,
-                    90,
-                    f"{kind} to build past {target}: {progress(proc)}"
-                    + "\n".join(proc.lines[-20:]),
-                )
+                wait_until(built_past, 90, f"{kind} to build past {target}: {progress(proc)}"
+                           + "\n".join(proc.lines[-20:]))
                 index_names_seen |= {p.name for p in index_files(store / "index")}
                 proc.kill()
                 fresh = start_builder(kind, store, writer.address, *args)
@@ -223,11 +171,8 @@ def test_builders_killed_under_load_lose_nothing_and_duplicate_nothing(tmp_path)
         producer.join(30)
         assert producer.error is None and producer.results
         with channel(writer.address) as ch:
-            end = (
-                commitlog_pb2_grpc.CommitLogStub(ch)
-                .GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5)
-                .max_offset
-            )
+            end = commitlog_pb2_grpc.CommitLogStub(ch).GetOffsets(
+                commitlog_pb2.GetOffsetsRequest(), timeout=5).max_offset
         wait_durable(cqb, end, 90)
         wait_durable(ixb, end, 90)
         assert cqb.stop() == 0 and ixb.stop() == 0
@@ -311,41 +256,20 @@ def test_outputs_are_cut_when_the_writer_ends_below_them(tmp_path, golden_store,
         b.close()
         assert b.durable_offset > cut
     expected = tmp_path / "expected"
-    for b in (
-        ConsumeQueueBuilder(StoreLayout.of(expected), GOLDEN_CQ_ENTRIES),
-        IndexBuilder(StoreLayout.of(expected), GOLDEN_SLOTS, GOLDEN_ENTRIES),
-    ):
+    for b in (ConsumeQueueBuilder(StoreLayout.of(expected), GOLDEN_CQ_ENTRIES),
+              IndexBuilder(StoreLayout.of(expected), GOLDEN_SLOTS, GOLDEN_ENTRIES)):
         feed(b, [r for r in golden_records if r.phy_offset < cut], 50)
         b.close()
-    writer = procs.start(
-        "services.commitlog",
-        "--store",
-        str(store),
-        "--listen",
-        "127.0.0.1:0",
-        "--commitlog-segment-size",
-        "65536",
-        "--no-delivery",
-    )
-    cqb = start_builder(
-        "consume-queue", store, writer.address, "--cq-entries-per-file", str(GOLDEN_CQ_ENTRIES)
-    )
-    ixb = start_builder(
-        "index",
-        store,
-        writer.address,
-        "--index-slots",
-        str(GOLDEN_SLOTS),
-        "--index-entries",
-        str(GOLDEN_ENTRIES),
-    )
+    writer = procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
+                         "--commitlog-segment-size", "65536", "--no-delivery")
+    cqb = start_builder("consume-queue", store, writer.address,
+                        "--cq-entries-per-file", str(GOLDEN_CQ_ENTRIES))
+    ixb = start_builder("index", store, writer.address, "--index-slots", str(GOLDEN_SLOTS),
+                        "--index-entries", str(GOLDEN_ENTRIES))
     try:
         for b in (cqb, ixb):
-            wait_until(
-                lambda b=b: (p := progress(b)).connected and p.durable_offset == cut,
-                60,
-                f"{b.address} to cut back to {cut}",
-            )
+            wait_until(lambda b=b: (p := progress(b)).connected and p.durable_offset == cut, 60,
+                       f"{b.address} to cut back to {cut}")
         assert cqb.stop() == 0 and ixb.stop() == 0
     finally:
         for p in (cqb, ixb, writer):
@@ -357,8 +281,7 @@ def test_outputs_are_cut_when_the_writer_ends_below_them(tmp_path, golden_store,
     for o, t in zip(kept, theirs, strict=True):
         fo, ft = open_index(o), open_index(t)
         assert [fo.entry(n) for n in range(GOLDEN_ENTRIES)] == [
-            ft.entry(n) for n in range(GOLDEN_ENTRIES)
-        ]
+            ft.entry(n) for n in range(GOLDEN_ENTRIES)]
         # after a cut the end time is known to the second only
         assert fo.header._replace(end_timestamp=0) == ft.header._replace(end_timestamp=0)
         assert 0 <= fo.header.end_timestamp - ft.header.end_timestamp < 1000

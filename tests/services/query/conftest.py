@@ -35,28 +35,15 @@ def golden_services(golden_store: Path, tmp_path_factory: pytest.TempPathFactory
     """A copy of the golden store served by the real writer and the real query service."""
     store = copy_store(golden_store, tmp_path_factory.mktemp("golden") / "store")
     writer = procs.start(
-        "services.commitlog",
-        "--store",
-        str(store),
-        "--listen",
-        "127.0.0.1:0",
-        "--commitlog-segment-size",
-        str(GOLDEN_SEGMENT_SIZE),
+        "services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
+        "--commitlog-segment-size", str(GOLDEN_SEGMENT_SIZE),
         "--no-delivery",  # the golden store as RocketMQ left it (its delayed ones are due)
     )
     try:
         query = procs.start(
-            "services.query",
-            "--store",
-            str(store),
-            "--commitlog",
-            writer.address,
-            "--listen",
-            "127.0.0.1:0",
-            "--index-slots",
-            str(GOLDEN_INDEX_SLOTS),
-            "--index-entries",
-            str(GOLDEN_INDEX_ENTRIES),
+            "services.query", "--store", str(store), "--commitlog", writer.address,
+            "--listen", "127.0.0.1:0", "--index-slots", str(GOLDEN_INDEX_SLOTS),
+            "--index-entries", str(GOLDEN_INDEX_ENTRIES),
         )
     except BaseException:
         writer.stop()

@@ -31,9 +31,9 @@ def expected_page(messages: list[dict], q: dict) -> tuple[list[int], bool]:
 # Golden queries whose answer differs from RocketMQ's queryMessageKeyMatch, and why.
 DIFFERS_FROM_ROCKETMQ = {
     5: "begin is a hit's exact store time: RocketMQ reads the index time truncated to the "
-    "second, finds it before begin and drops the hit; we keep it",
+       "second, finds it before begin and drops the hit; we keep it",
     8: "end is a hit's store time - 1: the truncated index time is <= end, so RocketMQ "
-    "keeps a hit stored after end; we check the real store time and drop it",
+       "keeps a hit stored after end; we check the real store time and drop it",
     12: "maxNum 100 on a key with 90 hits: RocketMQ caps at maxMsgsNumBatch=64; we have no "
-    "hard cap and return all 90",
+        "hard cap and return all 90",
 }

@@ -57,15 +57,9 @@ class BuiltStore:
         )
 
 
-def build_store(
-    root: Path,
-    messages: list[dict],
-    slots: int,
-    entries: int,
-    segment_size: int = 4 * 1024 * 1024,
-    index_chunk: int = 17,
-    cq_entries_per_file: int = 300_000,
-) -> BuiltStore:
+def build_store(root: Path, messages: list[dict], slots: int, entries: int,
+                segment_size: int = 4 * 1024 * 1024, index_chunk: int = 17,
+                cq_entries_per_file: int = 300_000) -> BuiltStore:
     """``messages``: dicts with topic, queue_id, keys, uniq_key, tags, store_timestamp, body."""
     layout = StoreLayout.of(root)
     layout.commitlog_dir.mkdir(parents=True)
@@ -87,14 +81,9 @@ def build_store(
         q = (m["topic"], m["queue_id"])
         qoff = queue_next.get(q, 0)
         rec = commitlog.Record(
-            topic=m["topic"],
-            queue_id=m["queue_id"],
-            body=m.get("body", b"x"),
-            properties=props_fmt.encode(props),
-            queue_offset=qoff,
-            physical_offset=pos,
-            store_timestamp=m["store_timestamp"],
-            born_timestamp=m["store_timestamp"],
+            topic=m["topic"], queue_id=m["queue_id"], body=m.get("body", b"x"),
+            properties=props_fmt.encode(props), queue_offset=qoff, physical_offset=pos,
+            store_timestamp=m["store_timestamp"], born_timestamp=m["store_timestamp"],
         )
         raw = commitlog.encode(rec)
         if pos + len(raw) + commitlog.BLANK_SIZE > segment_size:
@@ -104,18 +93,9 @@ def build_store(
         records.append(rec)
         queue_next[q] = qoff + 1
         cq_units.setdefault(q, []).append((pos, len(raw), dispatch.from_record(rec).tags_code))
-        built.messages.append(
-            Stored(
-                pos,
-                m["topic"],
-                m["queue_id"],
-                qoff,
-                m.get("keys", ""),
-                m.get("uniq_key", ""),
-                m.get("tags", ""),
-                m["store_timestamp"],
-            )
-        )
+        built.messages.append(Stored(pos, m["topic"], m["queue_id"], qoff, m.get("keys", ""),
+                                     m.get("uniq_key", ""), m.get("tags", ""),
+                                     m["store_timestamp"]))
         pos += len(raw)
     (layout.commitlog_dir / segment_name(0)).write_bytes(bytes(seg))
     for (topic, qid), units in cq_units.items():
@@ -130,9 +110,8 @@ def build_store(
     return built
 
 
-def _write_index(
-    layout: StoreLayout, records: list[commitlog.Record], slots: int, entries: int, chunk: int
-) -> None:
+def _write_index(layout: StoreLayout, records: list[commitlog.Record], slots: int,
+                 entries: int, chunk: int) -> None:
     keys, phys, times = [], [], []
     for rec in records:
         for k in dispatch.index_keys(dispatch.from_record(rec)):
@@ -158,13 +137,8 @@ def _write_index(
         i += n
 
 
-def random_messages(
-    rng: random.Random,
-    n: int,
-    topics: list[str],
-    vocab: list[str],
-    start_ms: int = 1_700_000_000_000,
-) -> list[dict]:
+def random_messages(rng: random.Random, n: int, topics: list[str], vocab: list[str],
+                    start_ms: int = 1_700_000_000_000) -> list[dict]:
     """Messages with random keys (duplicates, empty parts), UNIQ_KEYs and rising times."""
     gen = UniqKeyGenerator(pid=rng.randrange(1 << 16))
     t = start_ms
@@ -173,17 +147,15 @@ def random_messages(
         t += rng.choice((0, 0, 1, 7, 250, 999, 1000, 1001, 2500))
         ks = [rng.choice(vocab) for _ in range(rng.randrange(0, 4))]
         keys = (" " * rng.randrange(1, 3)).join(ks)
-        out.append(
-            {
-                "topic": rng.choice(topics),
-                "queue_id": rng.randrange(2),
-                "keys": keys,
-                "uniq_key": gen.next(t) if rng.random() < 0.9 else "",
-                "tags": rng.choice(("", "TagA", "TagB", "TagC")),
-                "store_timestamp": t,
-                "body": rng.randbytes(rng.randrange(0, 40)),
-            }
-        )
+        out.append({
+            "topic": rng.choice(topics),
+            "queue_id": rng.randrange(2),
+            "keys": keys,
+            "uniq_key": gen.next(t) if rng.random() < 0.9 else "",
+            "tags": rng.choice(("", "TagA", "TagB", "TagC")),
+            "store_timestamp": t,
+            "body": rng.randbytes(rng.randrange(0, 40)),
+        })
     return out
 
 

@@ -15,9 +15,8 @@ def _query(golden_expected: dict, qid: int) -> dict:
 
 
 @pytest.mark.parametrize("qid", range(1, 41))
-def test_golden_query_returns_exactly_the_matching_messages(
-    golden_app: QueryApp, golden_expected: dict, qid: int
-):
+def test_golden_query_returns_exactly_the_matching_messages(golden_app: QueryApp,
+                                                            golden_expected: dict, qid: int):
     q = _query(golden_expected, qid)
     want, truncated = expected_page(golden_expected["messages"], q)
     res = run(golden_app.keys.by_key(q["topic"], q["key"], q["begin"], q["end"], q["maxNum"]))
@@ -53,7 +52,8 @@ def test_colliding_keys_aa_and_bb_never_leak(golden_app: QueryApp, golden_expect
 
 
 @pytest.mark.parametrize("page", [1, 7, 64])
-def test_cursor_pages_through_the_hot_key(golden_app: QueryApp, golden_expected: dict, page: int):
+def test_cursor_pages_through_the_hot_key(golden_app: QueryApp, golden_expected: dict,
+                                          page: int):
     want = matching(golden_expected["messages"], "TopicB", "hot", 0, 2**62)
     got: list[int] = []
     cursor = ""
@@ -67,7 +67,8 @@ def test_cursor_pages_through_the_hot_key(golden_app: QueryApp, golden_expected:
     assert got == want
 
 
-def test_exact_begin_hit_kept_across_index_rollover(golden_app: QueryApp, golden_expected: dict):
+def test_exact_begin_hit_kept_across_index_rollover(golden_app: QueryApp,
+                                                    golden_expected: dict):
     """Every message found by its own exact store time as [begin, end] (both index files)."""
     for m in golden_expected["messages"]:
         s = m["stored"]

@@ -35,8 +35,7 @@ def _index_file(path, first_ms: int, phy: int, count: int = 1) -> None:
     ixf.IndexFile(buf, SLOTS, ENTRIES).put_many(
         np.full(count, 7, np.int64),
         phy + np.arange(count, dtype=np.int64),
-        first_ms + np.arange(count, dtype=np.int64),
-    )
+        first_ms + np.arange(count, dtype=np.int64))
     path.write_bytes(buf)
 
 
@@ -72,9 +71,8 @@ def test_changes_right_after_each_other_are_seen(tmp_path, check_every_query):
     catalog.close()
 
 
-def test_a_settled_directory_is_not_listed_again_until_it_changes(
-    tmp_path, check_every_query, monkeypatch
-):
+def test_a_settled_directory_is_not_listed_again_until_it_changes(tmp_path, check_every_query,
+                                                                  monkeypatch):
     monkeypatch.setattr(listing, "SETTLE_NS", 50_000_000)
     catalog = IndexCatalog(tmp_path, SLOTS, ENTRIES)
     _changes_seen(tmp_path, catalog, 0.06)
@@ -108,9 +106,8 @@ def test_a_change_that_leaves_the_directory_time_as_it_was_is_seen(tmp_path, che
     catalog.close()
 
 
-def test_a_directory_swapped_for_an_older_one_is_listed_again(
-    tmp_path, check_every_query, monkeypatch
-):
+def test_a_directory_swapped_for_an_older_one_is_listed_again(tmp_path, check_every_query,
+                                                              monkeypatch):
     monkeypatch.setattr(listing, "SETTLE_NS", 50_000_000)
     index, staged = tmp_path / "index", tmp_path / "staged"
     index.mkdir()
@@ -151,8 +148,7 @@ def test_a_first_file_is_seen_at_once(tmp_path, monkeypatch):
 
 
 def test_an_empty_newer_file_does_not_hide_that_the_newest_with_entries_is_full(
-    tmp_path, monkeypatch
-):
+        tmp_path, monkeypatch):
     # files emptied in place by a truncation stay as spares, named after the current one
     monkeypatch.setattr(index_reader, "CHECK_NS", 3600 * 10**9)
     a, spare, c = "20231114221320000", "20231114221330000", "20231114221340000"
@@ -166,8 +162,7 @@ def test_an_empty_newer_file_does_not_hide_that_the_newest_with_entries_is_full(
 
 
 def test_while_the_newest_has_room_other_changes_are_seen_within_the_check_interval(
-    tmp_path, monkeypatch
-):
+        tmp_path, monkeypatch):
     now = [10**12]  # the catalog's monotonic clock, in ns
     monkeypatch.setattr(index_reader, "time", SimpleNamespace(monotonic_ns=lambda: now[0]))
     a, b = "20231114221320000", "20231114221330000"
@@ -182,7 +177,8 @@ def test_while_the_newest_has_room_other_changes_are_seen_within_the_check_inter
     catalog.close()
 
 
-def test_while_the_newest_has_room_a_query_costs_no_look_at_the_directory(tmp_path, monkeypatch):
+def test_while_the_newest_has_room_a_query_costs_no_look_at_the_directory(
+        tmp_path, monkeypatch):
     monkeypatch.setattr(index_reader, "CHECK_NS", 3600 * 10**9)
     a, b = "20231114221320000", "20231114221330000"
     _index_file(tmp_path / a, 1_700_000_000_000, 100, ENTRIES - 2)  # one entry short
@@ -194,14 +190,8 @@ def test_while_the_newest_has_room_a_query_costs_no_look_at_the_directory(tmp_pa
 
 
 def _found(catalog: IndexCatalog, key: str) -> set[int]:
-    walk = KeyWalk(
-        catalog,
-        catalog.names(),
-        index_hash(build_key("T", key)),
-        0,
-        POS_INF,
-        Budget(BudgetLimits()),
-    )
+    walk = KeyWalk(catalog, catalog.names(), index_hash(build_key("T", key)), 0, POS_INF,
+                   Budget(BudgetLimits()))
     return {e.phy_offset for e in walk if e is not PAUSE}
 
 
@@ -216,22 +206,10 @@ def test_every_key_the_real_builder_has_applied_is_found_at_once(tmp_path, monke
     applied: dict[str, set[int]] = {}
 
     def apply(first: int, count: int, later_ms: int = 0) -> None:
-        records = [
-            DispatchRecord(
-                "T",
-                0,
-                i,
-                100 * i,
-                100,
-                0,
-                1_700_000_000_000 + 10 * i + later_ms,
-                f"k{i % 11} u{i}",
-                "",
-                0,
-                0,
-            )
-            for i in range(first, first + count)
-        ]
+        records = [DispatchRecord("T", 0, i, 100 * i, 100, 0,
+                                  1_700_000_000_000 + 10 * i + later_ms, f"k{i % 11} u{i}",
+                                  "", 0, 0)
+                   for i in range(first, first + count)]
         builder.apply(Columns.from_records(records))
         for r in records:
             for k in r.keys.split(" "):

@@ -23,62 +23,22 @@ def live(tmp_path):
     store = tmp_path / "store"
     started = []
     try:
-        writer = procs.start(
-            "services.commitlog",
-            "--store",
-            str(store),
-            "--listen",
-            "127.0.0.1:0",
-            "--commitlog-segment-size",
-            str(256 * 1024),
-            "--queues-per-topic",
-            "2",
-        )
+        writer = procs.start("services.commitlog", "--store", str(store), "--listen",
+                             "127.0.0.1:0", "--commitlog-segment-size", str(256 * 1024),
+                             "--queues-per-topic", "2")
         started.append(writer)
-        common = [
-            "--store",
-            str(store),
-            "--commitlog",
-            writer.address,
-            "--listen",
-            "127.0.0.1:0",
-            "--flush-interval-ms",
-            "50",
-        ]
-        started.append(
-            procs.start(
-                "services.indexer", "consume-queue", *common, "--cq-entries-per-file", str(CQ_UNITS)
-            )
-        )
-        started.append(
-            procs.start(
-                "services.indexer",
-                "index",
-                *common,
-                "--index-slots",
-                str(SLOTS),
-                "--index-entries",
-                str(ENTRIES),
-            )
-        )
-        query = procs.start(
-            "services.query",
-            "--store",
-            str(store),
-            "--commitlog",
-            writer.address,
-            "--listen",
-            "127.0.0.1:0",
-            "--index-slots",
-            str(SLOTS),
-            "--index-entries",
-            str(ENTRIES),
-        )
+        common = ["--store", str(store), "--commitlog", writer.address, "--listen",
+                  "127.0.0.1:0", "--flush-interval-ms", "50"]
+        started.append(procs.start("services.indexer", "consume-queue", *common,
+                                   "--cq-entries-per-file", str(CQ_UNITS)))
+        started.append(procs.start("services.indexer", "index", *common,
+                                   "--index-slots", str(SLOTS), "--index-entries", str(ENTRIES)))
+        query = procs.start("services.query", "--store", str(store), "--commitlog",
+                            writer.address, "--listen", "127.0.0.1:0",
+                            "--index-slots", str(SLOTS), "--index-entries", str(ENTRIES))
         started.append(query)
-        yield (
-            commitlog_pb2_grpc.CommitLogStub(channel(writer.address)),
-            query_pb2_grpc.QueryStub(channel(query.address)),
-        )
+        yield (commitlog_pb2_grpc.CommitLogStub(channel(writer.address)),
+               query_pb2_grpc.QueryStub(channel(query.address)))
     finally:
         for p in reversed(started):
             p.stop()
@@ -111,15 +71,9 @@ def test_queries_while_builders_write(live):
     results = []
     topic_seen = False
     for batch in range(12):
-        msgs = [
-            common_pb2.Message(
-                topic="Live",
-                body=f"m{batch}-{i}".encode(),
-                keys=f"live-{i % 5} b{batch}",
-                tags=f"T{i % 3}",
-            )
-            for i in range(25)
-        ]
+        msgs = [common_pb2.Message(topic="Live", body=f"m{batch}-{i}".encode(),
+                                   keys=f"live-{i % 5} b{batch}", tags=f"T{i % 3}")
+                for i in range(25)]
         resp = writer.PutBatch(commitlog_pb2.PutBatchRequest(messages=msgs), timeout=30)
         for m, r in zip(msgs, resp.results, strict=True):
             put[r.phy_offset] = m
@@ -128,9 +82,8 @@ def test_queries_while_builders_write(live):
                 by_key.setdefault(k, []).append(r.phy_offset)
         for k in ("live-0", "live-3", f"b{batch}"):
             try:
-                got = query.QueryByKey(
-                    query_pb2.QueryByKeyRequest(topic="Live", key=k, max_results=1000), timeout=10
-                )
+                got = query.QueryByKey(query_pb2.QueryByKeyRequest(topic="Live", key=k,
+                                                                   max_results=1000), timeout=10)
             except grpc.RpcError as e:
                 # until the consume-queue builder has made the topic's directory, the files
                 # hold no such topic; once they did, they always do
@@ -141,9 +94,8 @@ def test_queries_while_builders_write(live):
 
     def all_found():
         for k, offs in by_key.items():
-            got = query.QueryByKey(
-                query_pb2.QueryByKeyRequest(topic="Live", key=k, max_results=1000), timeout=10
-            )
+            got = query.QueryByKey(query_pb2.QueryByKeyRequest(topic="Live", key=k,
+                                                               max_results=1000), timeout=10)
             if _check_answer(got, k, put) != sorted(offs, reverse=True):
                 return None
         return True
@@ -160,9 +112,8 @@ def test_queries_while_builders_write(live):
 
         def queue_built(qid: int = qid, n: int = count) -> bool | None:
             try:
-                resp = query.QueueOffsets(
-                    query_pb2.QueueOffsetsRequest(topic="Live", queue_id=qid), timeout=10
-                )
+                resp = query.QueueOffsets(query_pb2.QueueOffsetsRequest(topic="Live",
+                                                                        queue_id=qid), timeout=10)
             except grpc.RpcError:
                 return None
             return True if resp.max_offset == n else None
@@ -170,10 +121,8 @@ def test_queries_while_builders_write(live):
         _poll(queue_built)
         got, offset = [], 0
         while True:
-            resp = query.Pull(
-                query_pb2.PullRequest(topic="Live", queue_id=qid, offset=offset, max_messages=32),
-                timeout=10,
-            )
+            resp = query.Pull(query_pb2.PullRequest(topic="Live", queue_id=qid, offset=offset,
+                                                    max_messages=32), timeout=10)
             if resp.status == query_pb2.OFFSET_OVERFLOW_ONE:
                 break
             assert resp.status == query_pb2.FOUND

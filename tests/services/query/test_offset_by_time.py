@@ -24,9 +24,8 @@ def _upper(times: list[int], t: int) -> int:
 @pytest.mark.golden
 def test_golden_queues(golden_store, golden_source, golden_expected):
     search = TimeSearch(QueueCatalog(golden_store / "consumequeue"), golden_source)
-    time_of = {
-        m["stored"]["phyOffset"]: m["stored"]["storeTimestamp"] for m in golden_expected["messages"]
-    }
+    time_of = {m["stored"]["phyOffset"]: m["stored"]["storeTimestamp"]
+               for m in golden_expected["messages"]}
     for name, units in golden_expected["consumeQueues"].items():
         topic, qid = name.split("/")
         times = [time_of[u["phyOffset"]] for u in units]
@@ -47,13 +46,8 @@ def test_equal_time_runs(tmp_path, seed):
     msgs = random_messages(rng, rng.choice((1, 2, 17, 300)), ["T1"], ["k"])
     for m in msgs:
         m["queue_id"] = 0
-    store = build_store(
-        tmp_path / "store",
-        msgs,
-        slots=5,
-        entries=2000,
-        cq_entries_per_file=rng.choice((7, 300_000)),
-    )
+    store = build_store(tmp_path / "store", msgs, slots=5, entries=2000,
+                        cq_entries_per_file=rng.choice((7, 300_000)))
     source = SegmentRecordSource(store.root / "commitlog", store.segment_size)
     search = TimeSearch(QueueCatalog(store.root / "consumequeue"), source)
     times = [m.store_timestamp for m in store.messages]

@@ -36,9 +36,8 @@ def _app(store: BuiltStore, limits: BudgetLimits | None = None) -> tuple[QueryAp
     return app, source
 
 
-def _page_all(
-    keys: KeyLookup, topic: str, key: str, begin: int, end: int, limit: int, max_pages: int = 10_000
-) -> tuple[list[int], int]:
+def _page_all(keys: KeyLookup, topic: str, key: str, begin: int, end: int, limit: int,
+              max_pages: int = 10_000) -> tuple[list[int], int]:
     got: list[int] = []
     cursor, pages = "", 0
     while pages < max_pages:
@@ -57,9 +56,8 @@ def _page_all(
 def test_random_queries_match_the_model(tmp_path, seed: int):
     rng = random.Random(seed)
     msgs = random_messages(rng, 300, TOPICS, VOCAB)
-    store = build_store(
-        tmp_path / "store", msgs, slots=rng.choice((1, 3, 7)), entries=rng.choice((20, 60, 150))
-    )
+    store = build_store(tmp_path / "store", msgs, slots=rng.choice((1, 3, 7)),
+                        entries=rng.choice((20, 60, 150)))
     assert len(list((tmp_path / "store" / "index").iterdir())) > 1  # roll-overs happened
     app, _ = _app(store)
     times = [m.store_timestamp for m in store.messages]
@@ -82,9 +80,8 @@ def test_random_queries_match_the_model(tmp_path, seed: int):
 
 def test_tiny_budgets_still_page_to_the_exact_answer(tmp_path):
     rng = random.Random(11)
-    store = build_store(
-        tmp_path / "store", random_messages(rng, 200, TOPICS, VOCAB), slots=1, entries=40
-    )
+    store = build_store(tmp_path / "store", random_messages(rng, 200, TOPICS, VOCAB),
+                        slots=1, entries=40)
     app, _ = _app(store, BudgetLimits(hops=5, bytes=10**9, millis=60_000))
     res = run(app.keys.by_key("T1", "k1", 0, 0, 1000))
     assert res.budget_exhausted and res.truncated and res.cursor
@@ -127,18 +124,13 @@ def test_cursor_of_another_query_is_refused(tmp_path):
     from rmqstore.errors import InvalidArgumentError
 
     rng = random.Random(3)
-    store = build_store(
-        tmp_path / "store", random_messages(rng, 100, TOPICS, VOCAB), slots=2, entries=500
-    )
+    store = build_store(tmp_path / "store", random_messages(rng, 100, TOPICS, VOCAB),
+                        slots=2, entries=500)
     app, _ = _app(store)
     res = run(app.keys.by_key("T1", "k1", 0, 0, 1))
     assert res.truncated
-    for other in (
-        ("T1", "k2", 0, 0),
-        ("T2", "k1", 0, 0),
-        ("T1", "k1", 1, 0),
-        ("T1", "k1", 0, 2**40),
-    ):
+    for other in (("T1", "k2", 0, 0), ("T2", "k1", 0, 0), ("T1", "k1", 1, 0),
+                  ("T1", "k1", 0, 2**40)):
         with pytest.raises(InvalidArgumentError, match="another query"):
             run(app.keys.by_key(*other, 1, res.cursor))
     for garbage in ("x", "!!!", res.cursor[:-3], "A" * 200):

@@ -22,10 +22,8 @@ def _golden_puller(store: Path, source, memory_bytes: int | None = None) -> Pull
 
 
 def _tags_by_phy(golden_expected: dict) -> dict[int, str]:
-    return {
-        m["stored"]["phyOffset"]: m["stored"]["properties"].get("TAGS", "")
-        for m in golden_expected["messages"]
-    }
+    return {m["stored"]["phyOffset"]: m["stored"]["properties"].get("TAGS", "")
+            for m in golden_expected["messages"]}
 
 
 @pytest.mark.golden
@@ -111,16 +109,11 @@ def test_batch_limits_in_memory_and_on_disk(tmp_path):
     for m in msgs:
         m["queue_id"] = 0
         m["body"] = rng.randbytes(rng.choice((10, 9000, 20000)))
-    store = build_store(
-        tmp_path / "store", msgs, slots=11, entries=1000, segment_size=8 * 1024 * 1024
-    )
+    store = build_store(tmp_path / "store", msgs, slots=11, entries=1000,
+                        segment_size=8 * 1024 * 1024)
     source = SegmentRecordSource(store.root / "commitlog", store.segment_size)
-    sizes = [
-        cq.decode(
-            (store.root / "consumequeue/T1/0/00000000000000000000").read_bytes(), i * cq.UNIT_SIZE
-        ).size
-        for i in range(len(msgs))
-    ]
+    sizes = [cq.decode((store.root / "consumequeue/T1/0/00000000000000000000").read_bytes(),
+                       i * cq.UNIT_SIZE).size for i in range(len(msgs))]
 
     def expected_count(start: int, max_msgs: int, max_bytes: int, max_count: int) -> int:
         n = total = 0
@@ -143,17 +136,10 @@ def test_batch_limits_in_memory_and_on_disk(tmp_path):
 
 
 @pytest.mark.golden
-@pytest.mark.parametrize(
-    "args",
-    [
-        ("TopicA", 0, -1, 1),
-        ("TopicA", -1, 0, 1),
-        ("TopicA", 0, 0, -5),
-        ("bad topic", 0, 0, 1),
-        ("", 0, 0, 1),
-        ("T" * 200, 0, 0, 1),
-    ],
-)
+@pytest.mark.parametrize("args", [
+    ("TopicA", 0, -1, 1), ("TopicA", -1, 0, 1), ("TopicA", 0, 0, -5), ("bad topic", 0, 0, 1),
+    ("", 0, 0, 1), ("T" * 200, 0, 0, 1),
+])
 def test_pull_bad_input(golden_store, golden_source, args):
     with pytest.raises(InvalidArgumentError):
         run(_golden_puller(golden_store, golden_source).pull(*args))

@@ -26,21 +26,15 @@ def test_every_offset_id_reads_its_record(golden_app: QueryApp, golden_expected:
 def test_every_uniq_key_finds_its_copies(golden_app: QueryApp, golden_expected: dict):
     msgs = [m["stored"] for m in golden_expected["messages"]]
     for uk in sorted({s["uniqKey"] for s in msgs if s.get("uniqKey")}):
-        want = sorted(
-            (
-                s["phyOffset"]
-                for s in msgs
-                if s.get("uniqKey") == uk and s["sysFlag"] & ROLLBACK != ROLLBACK
-            ),
-            reverse=True,
-        )
+        want = sorted((s["phyOffset"] for s in msgs
+                       if s.get("uniqKey") == uk and s["sysFlag"] & ROLLBACK != ROLLBACK),
+                      reverse=True)
         got = [r.physical_offset for r in run(golden_app.keys.by_id(uk))]
         assert got == want, uk
         for topic in {s["topic"] for s in msgs if s["phyOffset"] in want}:
             got_t = [r.physical_offset for r in run(golden_app.keys.by_id(uk, topic))]
-            assert got_t == [
-                p for p in want if any(s["phyOffset"] == p and s["topic"] == topic for s in msgs)
-            ]
+            assert got_t == [p for p in want if any(
+                s["phyOffset"] == p and s["topic"] == topic for s in msgs)]
 
 
 def test_unknown_and_malformed_ids(golden_app: QueryApp):
@@ -54,8 +48,7 @@ def test_unknown_and_malformed_ids(golden_app: QueryApp):
 
 
 def test_an_id_whose_port_no_host_can_have_is_not_read_as_an_offset_id(
-    golden_app: QueryApp, golden_source, golden_expected: dict
-):
+        golden_app: QueryApp, golden_source, golden_expected: dict):
     first = golden_expected["messages"][0]["stored"]  # the record at offset 0
     ip = first["storeHostHex"][:8].upper()
     reads = golden_source.reads
@@ -79,16 +72,10 @@ def test_uniq_key_windows_go_back_month_by_month():
     assert wins[-1][0] <= now - 400 * 86_400_000
 
 
-def test_uniq_key_lookup_that_runs_out_of_budget_says_so(
-    golden_store, golden_source, golden_expected
-):
-    app = QueryApp.build(
-        golden_store,
-        golden_source,
-        GOLDEN_INDEX_SLOTS,
-        GOLDEN_INDEX_ENTRIES,
-        BudgetLimits(hops=1, bytes=10**9, millis=60_000),
-    )
+def test_uniq_key_lookup_that_runs_out_of_budget_says_so(golden_store, golden_source,
+                                                         golden_expected):
+    app = QueryApp.build(golden_store, golden_source, GOLDEN_INDEX_SLOTS, GOLDEN_INDEX_ENTRIES,
+                         BudgetLimits(hops=1, bytes=10**9, millis=60_000))
     oldest = golden_expected["messages"][0]["stored"]
     with pytest.raises(BudgetExhaustedError, match="budget"):
         run(app.keys.by_id(oldest["uniqKey"], "TopicA"))

@@ -18,8 +18,7 @@ def _write(path, first_phy: int, count: int) -> None:
     data = bytearray(cq.file_size(EPF))
     phys = np.arange(first_phy, first_phy + count, dtype=np.int64)
     data[: count * cq.UNIT_SIZE] = cq.encode_many(
-        phys, np.full(count, 100, np.int32), np.zeros(count, np.int64)
-    )
+        phys, np.full(count, 100, np.int32), np.zeros(count, np.int64))
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(data)
     os.replace(tmp, path)  # linked into place at full size, as the builder does

@@ -36,16 +36,9 @@ def _code(fn, request) -> grpc.StatusCode:
 def test_golden_queries_over_grpc(stub, golden_expected):
     for q in golden_expected["queries"]:
         want, truncated = expected_page(golden_expected["messages"], q)
-        resp = stub.QueryByKey(
-            query_pb2.QueryByKeyRequest(
-                topic=q["topic"],
-                key=q["key"],
-                begin_timestamp=q["begin"],
-                end_timestamp=q["end"],
-                max_results=q["maxNum"],
-            ),
-            timeout=10,
-        )
+        resp = stub.QueryByKey(query_pb2.QueryByKeyRequest(
+            topic=q["topic"], key=q["key"], begin_timestamp=q["begin"],
+            end_timestamp=q["end"], max_results=q["maxNum"]), timeout=10)
         assert [m.phy_offset for m in resp.messages] == want, q["id"]
         assert resp.truncated == truncated
         assert not resp.budget_exhausted
@@ -57,9 +50,8 @@ def test_cursor_and_default_limit_over_grpc(stub, golden_expected):
     assert [m.phy_offset for m in resp.messages] == want[:64]  # default limit 64
     got = [m.phy_offset for m in resp.messages]
     while resp.truncated:
-        resp = stub.QueryByKey(
-            query_pb2.QueryByKeyRequest(topic="TopicB", key="hot", cursor=resp.cursor), timeout=10
-        )
+        resp = stub.QueryByKey(query_pb2.QueryByKeyRequest(
+            topic="TopicB", key="hot", cursor=resp.cursor), timeout=10)
         got.extend(m.phy_offset for m in resp.messages)
     assert got == want
 
@@ -67,43 +59,31 @@ def test_cursor_and_default_limit_over_grpc(stub, golden_expected):
 def test_by_id_pull_and_offsets_over_grpc(stub, golden_expected):
     m = golden_expected["messages"][47]["stored"]  # IPv6 store host: a 56-character id
     (got,) = stub.QueryById(query_pb2.QueryByIdRequest(id=m["msgId"]), timeout=10).messages
-    assert (got.msg_id, got.phy_offset, got.store_host) == (
-        m["msgId"],
-        m["phyOffset"],
-        m["storeHost"],
-    )
+    assert (got.msg_id, got.phy_offset, got.store_host) == (m["msgId"], m["phyOffset"],
+                                                           m["storeHost"])
     assert got.unique_key == m["uniqKey"] and got.keys == m["keys"]
     resp = stub.QueryById(query_pb2.QueryByIdRequest(id=m["uniqKey"]), timeout=10)
     assert [x.phy_offset for x in resp.messages] == [m["phyOffset"]]
 
     units = golden_expected["consumeQueues"]["TopicB/1"]
-    resp = stub.Pull(
-        query_pb2.PullRequest(topic="TopicB", queue_id=1, offset=10, max_messages=4), timeout=10
-    )
+    resp = stub.Pull(query_pb2.PullRequest(topic="TopicB", queue_id=1, offset=10,
+                                           max_messages=4), timeout=10)
     assert resp.status == query_pb2.FOUND
     assert [x.phy_offset for x in resp.messages] == [u["phyOffset"] for u in units[10:14]]
     assert (resp.next_offset, resp.min_offset, resp.max_offset) == (14, 0, len(units))
     resp = stub.Pull(query_pb2.PullRequest(topic="Nope", queue_id=1), timeout=10)
     assert resp.status == query_pb2.NO_MATCHED_LOGIC_QUEUE
 
-    time_of = {
-        x["stored"]["phyOffset"]: x["stored"]["storeTimestamp"] for x in golden_expected["messages"]
-    }
+    time_of = {x["stored"]["phyOffset"]: x["stored"]["storeTimestamp"]
+               for x in golden_expected["messages"]}
     t = time_of[units[5]["phyOffset"]]
-    for boundary, delta, want in (
-        (query_pb2.LOWER, 0, 5),
-        (query_pb2.UPPER, 0, 5),
-        (query_pb2.LOWER, 1, 6),
-        (query_pb2.UPPER, -1, 4),
-    ):
-        resp = stub.OffsetByTime(
-            query_pb2.OffsetByTimeRequest(
-                topic="TopicB", queue_id=1, timestamp=t + delta, boundary=boundary
-            ),
-            timeout=10,
-        )
+    for boundary, delta, want in ((query_pb2.LOWER, 0, 5), (query_pb2.UPPER, 0, 5),
+                                  (query_pb2.LOWER, 1, 6), (query_pb2.UPPER, -1, 4)):
+        resp = stub.OffsetByTime(query_pb2.OffsetByTimeRequest(
+            topic="TopicB", queue_id=1, timestamp=t + delta, boundary=boundary), timeout=10)
         assert resp.offset == want
-    resp = stub.QueueOffsets(query_pb2.QueueOffsetsRequest(topic="TopicB", queue_id=1), timeout=10)
+    resp = stub.QueueOffsets(query_pb2.QueueOffsetsRequest(topic="TopicB", queue_id=1),
+                             timeout=10)
     assert (resp.min_offset, resp.max_offset) == (0, len(units))
 
 
@@ -136,15 +116,13 @@ def test_every_field_of_the_messages_returned(stub, golden_expected):
         (got,) = stub.QueryById(query_pb2.QueryByIdRequest(id=m["msgId"]), timeout=10).messages
         _assert_stored(got, m)
     m = golden_expected["messages"][47]["stored"]
-    resp = stub.Pull(
-        query_pb2.PullRequest(topic="TopicB", queue_id=1, offset=0, max_messages=16), timeout=10
-    )
+    resp = stub.Pull(query_pb2.PullRequest(topic="TopicB", queue_id=1, offset=0,
+                                           max_messages=16), timeout=10)
     assert len(resp.messages) >= 4  # as many as the pull's byte limits allow
     for got in resp.messages:
         _assert_stored(got, by_phy[got.phy_offset])
-    resp = stub.QueryByKey(
-        query_pb2.QueryByKeyRequest(topic="TopicA", key=m["uniqKey"]), timeout=10
-    )
+    resp = stub.QueryByKey(query_pb2.QueryByKeyRequest(topic="TopicA", key=m["uniqKey"]),
+                           timeout=10)
     assert [x.phy_offset for x in resp.messages] == [m["phyOffset"]]
     _assert_stored(resp.messages[0], m)
 
@@ -152,10 +130,8 @@ def test_every_field_of_the_messages_returned(stub, golden_expected):
 def test_bad_input_statuses(stub):
     bad = grpc.StatusCode.INVALID_ARGUMENT
     q = query_pb2.QueryByKeyRequest
-    assert (
-        _code(stub.QueryByKey, q(topic="TopicA", key="k", begin_timestamp=5, end_timestamp=4))
-        == bad
-    )
+    assert _code(stub.QueryByKey, q(topic="TopicA", key="k", begin_timestamp=5,
+                                    end_timestamp=4)) == bad
     assert _code(stub.QueryByKey, q(topic="TopicA", key="k", begin_timestamp=-1)) == bad
     assert _code(stub.QueryByKey, q(topic="TopicA", key="k", max_results=-1)) == bad
     assert _code(stub.QueryByKey, q(topic="bad topic", key="k")) == bad
@@ -187,70 +163,31 @@ def test_health_and_reflection(golden_services):
         assert resp.status == health_pb2.HealthCheckResponse.SERVING
     refl = reflection_pb2_grpc.ServerReflectionStub(ch)
     (resp,) = refl.ServerReflectionInfo(
-        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10
-    )
+        iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
     names = {s.name for s in resp.list_services_response.service}
     assert "rmqstore.v1.Query" in names
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", *args],
-        cwd=procs.ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return subprocess.run([sys.executable, "-m", "services.cli.main", *args],
+                          cwd=procs.ROOT, capture_output=True, text=True, timeout=60)
 
 
 def test_cli_json(golden_services, golden_expected):
     _store, _writer, query = golden_services
     want = matching(golden_expected["messages"], "TopicB", "hot", 0, 2**62)
-    r = _cli(
-        "query-key",
-        "--query",
-        query.address,
-        "--topic",
-        "TopicB",
-        "--key",
-        "hot",
-        "--max",
-        "5",
-        "--json",
-    )
+    r = _cli("query-key", "--query", query.address, "--topic", "TopicB", "--key", "hot",
+             "--max", "5", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert [m["phyOffset"] for m in doc["messages"]] == want[:5]
     assert doc["truncated"] is True and doc["cursor"]
     m0 = doc["messages"][0]
-    for field in (
-        "msgId",
-        "uniqKey",
-        "topic",
-        "queueId",
-        "queueOffset",
-        "phyOffset",
-        "storeTimestamp",
-        "keys",
-        "tags",
-        "properties",
-        "body",
-    ):
+    for field in ("msgId", "uniqKey", "topic", "queueId", "queueOffset", "phyOffset",
+                  "storeTimestamp", "keys", "tags", "properties", "body"):
         assert field in m0
-    r2 = _cli(
-        "query-key",
-        "--query",
-        query.address,
-        "--topic",
-        "TopicB",
-        "--key",
-        "hot",
-        "--max",
-        "5",
-        "--cursor",
-        doc["cursor"],
-        "--json",
-    )
+    r2 = _cli("query-key", "--query", query.address, "--topic", "TopicB", "--key", "hot",
+              "--max", "5", "--cursor", doc["cursor"], "--json")
     assert [m["phyOffset"] for m in json.loads(r2.stdout)["messages"]] == want[5:10]
 
     binary = golden_expected["messages"][141]["stored"]  # body bytes 0..255
@@ -258,40 +195,14 @@ def test_cli_json(golden_services, golden_expected):
     (m,) = json.loads(r.stdout)["messages"]
     assert m["bodyEncoding"] == "base64" and m["phyOffset"] == binary["phyOffset"]
 
-    r = _cli(
-        "pull",
-        "--query",
-        query.address,
-        "--topic",
-        "TopicA",
-        "--queue",
-        "0",
-        "--offset",
-        "0",
-        "--max",
-        "3",
-        "--tags",
-        "*",
-        "--json",
-    )
+    r = _cli("pull", "--query", query.address, "--topic", "TopicA", "--queue", "0",
+             "--offset", "0", "--max", "3", "--tags", "*", "--json")
     doc = json.loads(r.stdout)
     assert doc["status"] == "FOUND" and doc["nextOffset"] == 3 and len(doc["messages"]) == 3
 
     t = doc["messages"][1]["storeTimestamp"]
-    r = _cli(
-        "offset-by-time",
-        "--query",
-        query.address,
-        "--topic",
-        "TopicA",
-        "--queue",
-        "0",
-        "--time",
-        str(t),
-        "--boundary",
-        "upper",
-        "--json",
-    )
+    r = _cli("offset-by-time", "--query", query.address, "--topic", "TopicA", "--queue", "0",
+             "--time", str(t), "--boundary", "upper", "--json")
     assert json.loads(r.stdout)["offset"] == 1
 
     r = _cli("query-key", "--query", query.address, "--topic", "bad topic", "--key", "k")
@@ -301,21 +212,9 @@ def test_cli_json(golden_services, golden_expected):
 def test_metrics_sigterm_and_wrong_index_size(golden_services):
     store, writer, _query = golden_services
     port = procs.free_port()
-    q = procs.start(
-        "services.query",
-        "--store",
-        str(store),
-        "--commitlog",
-        writer.address,
-        "--listen",
-        "127.0.0.1:0",
-        "--index-slots",
-        str(GOLDEN_INDEX_SLOTS),
-        "--index-entries",
-        str(GOLDEN_INDEX_ENTRIES),
-        "--metrics-port",
-        str(port),
-    )
+    q = procs.start("services.query", "--store", str(store), "--commitlog", writer.address,
+                    "--listen", "127.0.0.1:0", "--index-slots", str(GOLDEN_INDEX_SLOTS),
+                    "--index-entries", str(GOLDEN_INDEX_ENTRIES), "--metrics-port", str(port))
     stub = query_pb2_grpc.QueryStub(channel(q.address))
     stub.QueryByKey(query_pb2.QueryByKeyRequest(topic="TopicA", key="Aa"), timeout=10)
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
@@ -323,16 +222,6 @@ def test_metrics_sigterm_and_wrong_index_size(golden_services):
     assert 'rmqstore_query_latency_seconds_count{kind="key"} 1.0' in text
     assert q.stop() == 0
     with pytest.raises(RuntimeError, match="index-slots 5000"):
-        procs.start(
-            "services.query",
-            "--store",
-            str(store),
-            "--commitlog",
-            writer.address,
-            "--listen",
-            "127.0.0.1:0",
-            "--index-slots",
-            "5000",
-            "--index-entries",
-            str(GOLDEN_INDEX_ENTRIES),
-        )
+        procs.start("services.query", "--store", str(store), "--commitlog", writer.address,
+                    "--listen", "127.0.0.1:0", "--index-slots", "5000",
+                    "--index-entries", str(GOLDEN_INDEX_ENTRIES))
