@@ -196,6 +196,8 @@ class _Served(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._pending: deque[bytes | Awaitable[commitlog_pb2.PutStreamReply]] = deque()
         self._writing: asyncio.Task | None = None  # writes ``_pending`` out
+        self._awaited: object = None  # the answer that task waits for now
+        self._lost = False  # the connection is gone
         self._counted = False  # counted in as a put stream
         self._ending = False  # no more requests are taken; closed once answers are out
         self._paused = 0  # reasons reading is paused: the socket's buffer, answers waiting
@@ -266,10 +268,15 @@ class _Served(asyncio.Protocol):
             while self._pending:
                 item = self._pending[0]
                 if not isinstance(item, bytes):
+                    self._awaited = item
                     try:
                         item = _reply_bytes(await item)
                     except StoreError as e:
                         item = _refusal(status_code(e), str(e))
+                    finally:
+                        self._awaited = None
+                    if self._lost:  # while it waited (a cancel can come too late to stop it)
+                        return
                 self._pending.popleft()
                 if len(self._pending) == AHEAD - 1:
                     self._pause(-1)
@@ -305,14 +312,17 @@ class _Served(asyncio.Protocol):
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if self._writing is not None:
+        self._lost = True
+        pending, self._pending = self._pending, deque()
+        if self._writing is not None:  # the answer it waits for ends with it
             self._writing.cancel()
-        for item in self._pending:  # answers nobody will read (the puts stay appended)
-            if isinstance(item, asyncio.Future | asyncio.Task):
+        for item in pending:  # answers nobody will read (the puts stay appended)
+            if item is self._awaited:
+                continue
+            if isinstance(item, asyncio.Future):
                 item.cancel()
             elif inspect.iscoroutine(item):
                 item.close()
-        self._pending.clear()
         if self._counted:
             self._counted = False
             self._puts.close_put_stream()

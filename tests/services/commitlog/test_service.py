@@ -358,6 +358,26 @@ def test_put_socket_under_sync_flush_answers_many_requests_sent_at_once_in_order
         writer.stop()
 
 
+def test_put_socket_clients_gone_with_answers_waiting_under_sync_flush(tmp_path):
+    """Clients that send many puts and close at once: the writer drops their answers (the
+    puts stay appended), logs nothing but its usual lines, and goes on serving."""
+    path = str(tmp_path / "w.sock")
+    writer = _start(tmp_path / "store", "--flush", "sync", "--put-socket", path)
+    request = put_socket.frame(
+        commitlog_pb2.PutBatchRequest(messages=[_msg(1)]).SerializeToString())
+    try:
+        for _ in range(5):
+            with _socket(path) as s:
+                s.sendall(request * 40)
+        with _socket(path) as s:
+            s.sendall(request)
+            reply = commitlog_pb2.PutStreamReply.FromString(_frame(s.makefile("rb")))
+        assert not reply.status_code and len(reply.response.results) == 1
+    finally:
+        writer.stop()
+    assert not [line for line in writer.lines if "Traceback" in line or "Error" in line]
+
+
 def _read_one(stub, offset):
     record = stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=[offset])).records[0]
     return commitlog.decode(record)
