@@ -2,7 +2,8 @@
 to the same clients against a MessagingService that stores nothing, in the same run.
 
 * the official Python producer (``rocketmq-python-client``): synchronous ``send`` from
-  several processes, and ``send_async`` with many in flight: proxy rate / no-op rate;
+  4 processes (more senders than cores: the machine is saturated) and from 2, and
+  ``send_async`` with many in flight: proxy rate / no-op rate;
 * our own load generator (``benchmarks.proxy_load``): requests of 32 messages of 1 KiB, 8 in
   flight, and of 128 messages, 4 in flight, from two processes each;
 * the proxy's own CPU per message (from /proc, over the run), the writer's, and the sending
@@ -69,6 +70,9 @@ def run(scale: Scale) -> list[dict]:
                 ("client sync", lambda t, topic: [
                     [str(CLIENT_PYTHON), str(SEND), t, topic, "sync", str(sync_each), "1",
                      str(BODY)] for _ in range(sync_procs)]),
+                ("client sync 2 processes", lambda t, topic: [
+                    [str(CLIENT_PYTHON), str(SEND), t, topic, "sync", str(2 * sync_each), "1",
+                     str(BODY)] for _ in range(2)]),
                 ("client async", lambda t, topic: [
                     [str(CLIENT_PYTHON), str(SEND), t, topic, "async", str(async_count), "256",
                      str(BODY)]]),
