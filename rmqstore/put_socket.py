@@ -226,6 +226,8 @@ class _Served(asyncio.Protocol):
                 error = _refusal(grpc.StatusCode.INTERNAL, UNDECODABLE)
                 break
             self._answer(request)
+            if self._ending:  # it failed the connection: nothing after it is taken
+                return
         if error is not None:
             self._end(error)
 

@@ -1,10 +1,14 @@
 """The put socket's framing (the writer's side is tested with the writer, the proxy's with
 the proxy)."""
 
+import asyncio
+
+import grpc
 import pytest
 
 from rmqstore import put_socket
 from rmqstore.server import MAX_MESSAGE_BYTES
+from rmqstore.v1 import commitlog_pb2, common_pb2
 
 
 def test_frames_come_whole_however_the_bytes_are_cut():
@@ -32,3 +36,55 @@ def test_an_oversized_frame_is_an_error():
     with pytest.raises(put_socket.FrameError, match="over the") as e:
         frames.feed(put_socket.frame(b"ok")[3:] + huge + b"rest")
     assert e.value.before == [b"ok"]  # what came whole ahead of it
+
+
+class _Puts:
+    """What the socket serves, kept in memory: appends each request's message count, and
+    fails (as a bug would) on a request with ``fail`` as its first message's topic."""
+
+    def __init__(self) -> None:
+        self.appended: list[int] = []
+        self.open = 0
+
+    def open_put_stream(self) -> None:
+        self.open += 1
+
+    def close_put_stream(self) -> None:
+        self.open -= 1
+
+    def answer_put(self, request):
+        if request.messages and request.messages[0].topic == "fail":
+            raise RuntimeError("boom")
+        self.appended.append(len(request.messages))
+        return commitlog_pb2.PutStreamReply(
+            response=commitlog_pb2.PutBatchResponse(
+                columns=commitlog_pb2.PutResultColumns(phy_offset=[len(self.appended)])))
+
+
+def test_a_failing_put_ends_the_connection_and_nothing_after_it_is_taken(tmp_path):
+    def request(topic: str) -> commitlog_pb2.PutBatchRequest:
+        return commitlog_pb2.PutBatchRequest(messages=[common_pb2.Message(topic=topic)])
+
+    async def run(puts: _Puts) -> list:
+        path = str(tmp_path / "p.sock")
+        server = await put_socket.serve(path, puts)
+        try:
+            reader, writer = await asyncio.open_unix_connection(path)
+            writer.write(b"".join(  # in one write: one read on the server's side
+                put_socket.frame(request(t).SerializeToString()) for t in ("a", "fail", "b")))
+            replies = []
+            while (head := await reader.read(put_socket.HEADER.size)):
+                (size,) = put_socket.HEADER.unpack(head)
+                replies.append(commitlog_pb2.PutStreamReply.FromString(
+                    await reader.readexactly(size)))  # fmt: skip
+            writer.close()
+            return replies  # until the server closed the connection
+        finally:
+            await put_socket.close(server, path)
+
+    puts = _Puts()
+    first, failed = asyncio.run(run(puts))  # and nothing for "b"
+    assert not first.status_code and list(first.response.columns.phy_offset) == [1]
+    assert failed.status_code == grpc.StatusCode.INTERNAL.value[0]
+    assert "the writer failed: boom" in failed.error
+    assert puts.appended == [1] and puts.open == 0  # "b" never taken; the stream counted out
