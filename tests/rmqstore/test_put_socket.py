@@ -73,8 +73,13 @@ def test_a_failing_put_ends_the_connection_and_nothing_after_it_is_taken(tmp_pat
             writer.write(b"".join(  # in one write: one read on the server's side
                 put_socket.frame(request(t).SerializeToString()) for t in ("a", "fail", "b")))
             replies = []
-            while (head := await reader.read(put_socket.HEADER.size)):
-                (size,) = put_socket.HEADER.unpack(head)
+            while not reader.at_eof():
+                try:
+                    (size,) = put_socket.HEADER.unpack(
+                        await reader.readexactly(put_socket.HEADER.size))
+                except asyncio.IncompleteReadError as e:
+                    assert not e.partial  # the connection ends between replies
+                    break
                 replies.append(commitlog_pb2.PutStreamReply.FromString(
                     await reader.readexactly(size)))  # fmt: skip
             writer.close()
