@@ -15,7 +15,8 @@ from rmqstore.v1 import commitlog_pb2, topics_pb2
 from services.commitlog import topics
 from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig, add_background_flags
 from services.commitlog.delivery import DeliveryService
-from services.commitlog.engine import LINGER_BELOW, CommitLogEngine
+from services.commitlog.dispatching import LINGER_BELOW
+from services.commitlog.engine import CommitLogEngine
 from services.commitlog.observe import WriterObserver
 from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.retention import Retention

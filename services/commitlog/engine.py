@@ -1,4 +1,5 @@
-"""The commitlog writer engine: append, flush, read, dispatch — no gRPC in here.
+"""The commitlog writer engine: append, flush, read, dispatch (its own part, see
+``dispatching``) — no gRPC in here.
 
 One append lock assigns physical offsets, queue offsets and the store timestamp; records are
 encoded and validated before it is taken, so a bad message never leaves a byte behind, and a
@@ -7,20 +8,16 @@ batch either fits (segments pre-created first) or nothing of it is written.
 
 import bisect
 import logging
-import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
-from functools import partial
+from collections.abc import Callable, Sequence
 from itertools import count
 
 from rmqstore import identity, quarantine
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
-    InvalidArgumentError,
     OffsetOutOfRangeError,
-    ResourceExhaustedError,
     StoreError,
     UnavailableError,
 )
@@ -30,7 +27,8 @@ from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.dispatch_cache import DispatchCache
-from services.commitlog.dispatch_files import RecentBatches, decode_dispatch
+from services.commitlog.dispatch_files import RecentBatches
+from services.commitlog.dispatching import LINGER_BELOW, Dispatching
 from services.commitlog.epochs import Epochs
 from services.commitlog.flusher import Flusher
 from services.commitlog.messages import MessageBuilder
@@ -42,13 +40,8 @@ from services.commitlog.stored import Stored
 from services.commitlog.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
-DEFAULT_BATCH_RECORDS = 4096
 INDEX_SUBSCRIBER = "index"  # builders' subscriber names: their acks feed the checkpoint
 CONSUME_QUEUE_SUBSCRIBER = "consume-queue"
-SUBSCRIBER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-MAX_SUBSCRIBERS = 64
-MAX_BATCH_RECORDS = 100_000
-LINGER_BELOW = 4 * 1024 * 1024  # dispatch: bytes waiting below which a subscriber lingers
 
 
 DURABLE_TIMEOUT_S = 5.0  # a sync-flush put not durable by then fails (FLUSH_DISK_TIMEOUT)
@@ -64,7 +57,7 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-class CommitLogEngine:
+class CommitLogEngine(Dispatching):
     read_only = False  # see ``ReadOnlyStore`` for a store served read-only
 
     def __init__(self, config: WriterConfig) -> None:
@@ -369,119 +362,6 @@ class CommitLogEngine:
             if len(segs) < 2 or segs[0] is self._head or segs[0].end > self.max_offset:
                 return None
             return self.segments.retire_first()
-
-    # -- dispatch ------------------------------------------------------------------------
-    def check_subscribe_offset(self, offset: int) -> None:
-        if offset == self.max_offset:
-            return
-        if offset > self.max_offset or offset < self.min_offset:
-            raise OffsetOutOfRangeError(
-                f"subscribe offset {offset} is outside [{self.min_offset}, {self.max_offset}]"
-            )
-        if offset % self.config.segment_size == 0:
-            return
-        self._record_at(offset)
-
-    @staticmethod
-    def check_subscriber(name: str) -> None:
-        """Subscriber names become ack-table keys and metric labels: keep them tame."""
-        if not SUBSCRIBER_NAME.match(name):
-            raise InvalidArgumentError(
-                f"subscriber name {name[:80]!r} must be 1-64 characters of [A-Za-z0-9_.-]"
-            )
-
-    def _register(self, name: str) -> None:
-        self.check_subscriber(name)
-        if name not in self.acks and len(self.acks) >= MAX_SUBSCRIBERS:
-            raise ResourceExhaustedError(
-                f"{len(self.acks)} subscribers are known already (at most {MAX_SUBSCRIBERS})"
-            )
-
-    def subscribe(
-        self, name: str, offset: int, max_records: int, active: Callable[[], bool]
-    ) -> Iterator[WireBatch]:
-        """Dispatch batches (serialized) from ``offset`` on while ``active()``."""
-        self._register(name)
-        if not 0 <= max_records <= MAX_BATCH_RECORDS:
-            raise InvalidArgumentError(
-                f"max batch records {max_records} is outside 0..{MAX_BATCH_RECORDS} (0 = default)"
-            )
-        try:
-            self.check_subscribe_offset(offset)
-        except InvalidArgumentError as e:
-            raise OffsetOutOfRangeError(str(e)) from None
-        max_records = max_records or DEFAULT_BATCH_RECORDS
-        self.acks.setdefault(name, offset)
-        self._subscriptions[name] = self._subscriptions.get(name, 0) + 1
-        try:
-            yield from self._stream(offset, max_records, active)
-        finally:
-            self._subscriptions[name] -= 1
-
-    def active_subscriptions(self) -> dict[str, int]:
-        return dict(self._subscriptions)
-
-    def _stream(
-        self, offset: int, max_records: int, active: Callable[[], bool]
-    ) -> Iterator[WireBatch]:
-        pos = offset
-        linger = self.config.dispatch_linger_ms / 1000
-        while active() and not self._closed:
-            with self._appended:
-                while self.max_offset <= pos and active() and not self._closed:
-                    self._appended.wait(0.25)
-                if linger and self._small_batch(pos, max_records):
-                    # only a little is waiting: let the puts right behind it join (a builder
-                    # pays a fixed cost per batch, and each put is a chunk of its own)
-                    self._linger(pos, max_records, time.monotonic() + linger, active)
-            if not active() or self._closed:
-                return
-            batch = self.cache.take(pos, max_records)
-            if batch is None:  # decode files, up to where the cache can take over again
-                batch = self.file_batches.get_or_decode(
-                    pos, max_records, partial(self._decode_files, pos, max_records)
-                )
-            pos = batch.next_offset
-            yield batch
-
-    def _linger(
-        self, pos: int, max_records: int, until: float, active: Callable[[], bool]
-    ) -> None:
-        """Wait (holding ``_appended``) until ``until``, or until the batch from ``pos`` is no
-        longer small in bytes, or the engine closes."""
-        self._lingering.append(pos)
-        try:
-            while self._small_batch(pos, max_records) and not self._closed:
-                left = until - time.monotonic()
-                if left <= 0 or not active():
-                    break
-                self._grown.wait(left)
-        finally:
-            self._lingering.remove(pos)
-
-    def _small_batch(self, pos: int, max_records: int) -> bool:
-        """Whether the batch from ``pos`` would be short of ``max_records`` and of
-        ``LINGER_BELOW`` bytes, with every record of it in memory."""
-        if self.max_offset - pos >= LINGER_BELOW:
-            return False
-        waiting = self.cache.records_from(pos, max_records)
-        return waiting is not None and waiting < max_records
-
-    def _decode_files(self, pos: int, max_records: int) -> WireBatch:
-        head, stop = self.max_offset, self.cache.next_start(pos)
-        end = head if stop is None else min(stop, head)
-        return WireBatch.of(decode_dispatch(self.segments, pos, end, max_records, head))
-
-    def ack(self, name: str, durable_offset: int) -> None:
-        self._register(name)
-        if not 0 <= durable_offset <= self.max_offset:
-            raise OffsetOutOfRangeError(
-                f"acknowledged offset {durable_offset} is outside [0, {self.max_offset}]"
-            )
-        self.acks[name] = durable_offset
-
-    def lag(self) -> dict[str, int]:
-        return {n: max(self.max_offset - off, 0) for n, off in self.acks.items()}
 
     # -- shutdown ------------------------------------------------------------------------
     def close(self) -> None:
