@@ -147,6 +147,30 @@ def test_batches_wait_to_fill_only_for_a_sender_with_puts_overlapping_and_arrivi
     assert sorted(s.queue_offset for [s] in burst) == list(range(21))  # queue 2
 
 
+class _Feeder:
+    """A pipelining sender: overlapping puts of ``records``, two every 20 ms, until stopped."""
+
+    def __init__(self, appender: Appender, records: list, sender: str) -> None:
+        self.appender, self.records, self.sender = appender, records, sender
+        self.flow: list[asyncio.Future] = []
+        self._feeding = True
+        self._task = asyncio.ensure_future(self._feed())
+
+    async def _feed(self) -> None:
+        while self._feeding:
+            self.flow.extend(
+                asyncio.ensure_future(self.appender.put(self.records, sender=self.sender))
+                for _ in range(2)
+            )
+            await asyncio.sleep(0.02)
+
+    async def stop(self) -> list:
+        """Stop feeding; every put's result, in order."""
+        self._feeding = False
+        await self._task
+        return await asyncio.wait_for(asyncio.gather(*self.flow), 30)
+
+
 @pytest.mark.integration
 @pytest.mark.parametrize("slots", [1, 2])
 def test_a_lone_put_ends_a_pipelining_senders_linger(tmp_path, slots):
@@ -160,22 +184,12 @@ def test_a_lone_put_ends_a_pipelining_senders_linger(tmp_path, slots):
     async def run() -> tuple[list, list]:
         channel = grpc.aio.insecure_channel(writer.address)
         appender = Appender(channel, 10_000, slots, 0.2, path, 60, 10_000)
-        feeding, flow = True, []
-
-        async def feed() -> None:  # overlapping puts, two every 20 ms
-            while feeding:
-                flow.extend(asyncio.ensure_future(appender.put([_plain(1)], sender="async"))
-                            for _ in range(2))  # fmt: skip
-                await asyncio.sleep(0.02)
-
         try:
             await appender.put([_plain(1)], sender="async")  # a batch started just now
-            feeder = asyncio.ensure_future(feed())
+            feeder = _Feeder(appender, [_plain(1)], "async")
             await asyncio.sleep(0.5)  # its batches linger by now
             lone = await asyncio.wait_for(appender.put([_plain(0)], sender="sync"), 30)
-            feeding = False
-            await feeder
-            return lone, await asyncio.wait_for(asyncio.gather(*flow), 30)
+            return lone, await feeder.stop()
         finally:
             await appender.close()
             await channel.close()
@@ -199,22 +213,12 @@ def test_a_batch_stops_lingering_once_enough_messages_wait(tmp_path):
     async def run() -> list:
         channel = grpc.aio.insecure_channel(writer.address)
         appender = Appender(channel, 10_000, 1, 0.2, path, 60)
-        feeding, flow = True, []
-
-        async def feed() -> None:  # overlapping requests of 20 messages, two every 20 ms
-            while feeding:
-                flow.extend(asyncio.ensure_future(appender.put([_plain(1)] * 20, sender="gen"))
-                            for _ in range(2))  # fmt: skip
-                await asyncio.sleep(0.02)
-
         try:
             await appender.put([_plain(1)], sender="gen")  # a batch started just now
-            feeder = asyncio.ensure_future(feed())
+            feeder = _Feeder(appender, [_plain(1)] * 20, "gen")  # requests of 20 messages
             await asyncio.sleep(0.5)  # its batches linger by now
-            first = await asyncio.wait_for(asyncio.shield(flow[-1]), 30)
-            feeding = False
-            await feeder
-            return [first, *await asyncio.wait_for(asyncio.gather(*flow), 30)]
+            first = await asyncio.wait_for(asyncio.shield(feeder.flow[-1]), 30)
+            return [first, *await feeder.stop()]
         finally:
             await appender.close()
             await channel.close()
