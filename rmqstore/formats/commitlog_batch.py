@@ -271,6 +271,11 @@ class PlainFew:
     sizes: list[int]  # total sizes
     sys_flag: int  # every record's
 
+    @classmethod
+    def of(cls, encoder: BatchEncoder, record: Prepared) -> "PlainFew":
+        """One prepared record."""
+        return cls(encoder, [record], [record[TOTAL_SIZE]], record[SYS_FLAG])
+
     def __len__(self) -> int:
         return len(self.records)
 

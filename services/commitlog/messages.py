@@ -388,10 +388,33 @@ class MessageBuilder:
         tags: list[str], keys: list[str], uniqs: list[str], born_timestamp: int | list[int],
         born: Host, born_property: str,
     ) -> batch_fmt.Plain:  # fmt: skip
-        """The records of checked columns. A batch with one tag (or none) for all and keys
-        for all (or none) shares its properties' fixed text: each message's properties are
-        that text with its keys and unique key put in, never formatted one by one."""
-        n = len(sizes)
+        """The records of checked columns. One message (a synchronous sender's) has its
+        properties formatted from its template and is prepared on its own."""
+        try:
+            if len(sizes) == 1:  # a synchronous sender's message: nothing to share
+                t, k, u = tags[0], keys[0], uniqs[0]
+                props = self._templates[(bool(t), bool(k), True, bool(born_property))]
+                record = self.encoder.prepare(
+                    topic, queue_ids[0], bodies[0] if isinstance(bodies, list) else bodies,
+                    props.format(t, k, u, born_property).encode(), 0, 0,
+                    born_timestamp if isinstance(born_timestamp, int) else born_timestamp[0],
+                    born,
+                )  # fmt: skip
+                return batch_fmt.PlainFew.of(self.encoder, record)
+            return self.encoder.prepare_plain(
+                topic, queue_ids, bodies, sizes, self._parts(tags, keys, uniqs, born_property),
+                born_timestamp, born,
+            )  # fmt: skip
+        except CorruptRecordError as e:
+            raise MessageIllegalError(str(e)) from None
+
+    def _parts(self, tags: list[str], keys: list[str], uniqs: list[str], born_property: str
+               ) -> list:  # fmt: skip
+        """The properties of many messages, as ``prepare_plain`` takes them. A batch with
+        one tag (or none) for all and keys for all (or none) shares its properties' fixed
+        text: each message's properties are that text with its keys and unique key put in,
+        never formatted one by one."""
+        n = len(tags)
         if tags.count(tags[0]) == n and (keys.count("") in (0, n)):
             # keys and unique keys encoded at once, split where none has a \x01 (checked)
             values = {
@@ -399,22 +422,15 @@ class MessageBuilder:
                 2: "\x01".join(uniqs).encode().split(b"\x01"),
             }
             shared = self._shared_parts(tags[0], bool(keys[0]), born_property)
-            parts = [values.get(p, p) for p in shared]
-        else:
-            templates, has_born = self._templates, bool(born_property)
-            parts = [
-                [
-                    templates[(bool(t), bool(k), True, has_born)]
-                    .format(t, k, u, born_property).encode()
-                    for t, k, u in zip(tags, keys, uniqs, strict=True)
-                ]
-            ]  # fmt: skip
-        try:
-            return self.encoder.prepare_plain(
-                topic, queue_ids, bodies, sizes, parts, born_timestamp, born
-            )
-        except CorruptRecordError as e:
-            raise MessageIllegalError(str(e)) from None
+            return [values.get(p, p) for p in shared]
+        templates, has_born = self._templates, bool(born_property)
+        return [
+            [
+                templates[(bool(t), bool(k), True, has_born)]
+                .format(t, k, u, born_property).encode()
+                for t, k, u in zip(tags, keys, uniqs, strict=True)
+            ]
+        ]  # fmt: skip
 
     def _shared_parts(self, tags: str, has_keys: bool, born_property: str = "") -> list:
         """The properties of a message with these tags, keys or not, a unique key and this

@@ -139,6 +139,10 @@ def _as_messages(c) -> list:
         dict(topic="C", body_size=[1] * 9, bodies=b"v" * 9, queue_id=[1], keys=["k"],
              unique_key=[UK + str(i) for i in range(9)], born_timestamps=list(range(1, 10)),
              born_host_property="{x}"),  # numpy's way, and braces in the value
+        # a synchronous sender's one message (formatted on its own)
+        dict(topic="C", body_size=[3], bodies=b"vwx", queue_id=[2], tags=["T{0}"], keys=[""],
+             unique_key=[UK + "1"], born_timestamps=[7], born_host_property="h{1}"),
+        dict(topic="C", body_size=[0], bodies=b"", queue_id=[0], keys=["k"], unique_key=[UK]),
     ],
 )  # fmt: skip
 def test_columns_make_the_records_their_messages_make(tmp_path, fields):
