@@ -8,7 +8,10 @@ to the same clients against a MessagingService that stores nothing, in the same 
   flight, and of 128 messages, 4 in flight, from two processes each;
 * the proxy's own CPU per message (from /proc, over the run), the writer's, and the sending
   processes' (the clients are the bottleneck of their own rows: on this 2-core machine every
-  microsecond the proxy and the writer spend is taken from them).
+  microsecond the proxy and the writer spend is taken from them);
+* for synchronous sends, a third target: a second proxy whose puts go to a put socket that
+  stores nothing (``benchmarks.noop_put_socket``), so what it costs is the proxy and the hop
+  to a writer process, without the append: the ceiling of this design on this machine.
 
 Each scenario runs the no-op and the proxy one after the other, ``rounds`` times (3 at full
 scale): this machine's speed moves by the minute, so a ratio is only meaningful within a
@@ -64,6 +67,9 @@ def run(scale: Scale) -> list[dict]:
         proxy = procs.start("services.proxy", "--listen", "127.0.0.1:0", "--commitlog",
                             writer.address, "--commitlog-socket", f"{tmp}/writer.sock")  # fmt: skip
         noop = procs.start("benchmarks.noop_messaging", "--listen", "127.0.0.1:0")
+        nothing = procs.start("benchmarks.noop_put_socket", "--socket", f"{tmp}/nothing.sock")
+        hop = procs.start("services.proxy", "--listen", "127.0.0.1:0", "--commitlog",
+                          writer.address, "--commitlog-socket", f"{tmp}/nothing.sock")  # fmt: skip
         try:
             rates: dict[tuple[str, str], float] = {}
             for scenario, commands in (
@@ -83,18 +89,20 @@ def run(scale: Scale) -> list[dict]:
                     [sys.executable, "-m", "benchmarks.proxy_load", t, topic, str(load_each),
                      "128", "4", str(BODY)] for _ in range(2)]),
             ):  # fmt: skip
-                for round_, target, svc in [
-                    (r, target, svc) for r in range(1, rounds + 1)
-                    for target, svc in (("no-op", noop), ("proxy", proxy))
+                targets = [("no-op", noop, None), ("proxy", proxy, writer)]
+                if scenario.startswith("client sync"):
+                    targets.append(("proxy, writer stores nothing", hop, nothing))
+                for round_, target, svc, store in [
+                    (r, *t) for r in range(1, rounds + 1) for t in targets
                 ]:  # fmt: skip
                     topic = f"Bench{scenario.title().replace(' ', '')}"
                     before = _max_offset(writer.address)
                     cpu0 = procs.cpu_seconds(svc.proc.pid)
-                    writer_cpu0 = procs.cpu_seconds(writer.proc.pid)
+                    writer_cpu0 = procs.cpu_seconds(store.proc.pid) if store else 0.0
                     results = procs.run_json_all(commands(svc.address, topic), env, True)
                     clients = sum(r["cpu"] for r in results)
                     cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
-                    writer_cpu = procs.cpu_seconds(writer.proc.pid) - writer_cpu0
+                    writer_cpu = procs.cpu_seconds(store.proc.pid) - writer_cpu0 if store else 0.0
                     sent, rate = _rate(results)
                     stored = _max_offset(writer.address) - before
                     if target == "proxy" and stored < sent * BODY:
@@ -107,14 +115,15 @@ def run(scale: Scale) -> list[dict]:
                         "senders CPU us/msg": clients / sent * 1e6 if sent else 0.0,
                         "load": os.getloadavg()[0],
                     }  # fmt: skip
-                    if target == "proxy":
+                    if store is not None:
                         noop_rate = rates[(scenario, "no-op")]
                         row["of no-op"] = rate / noop_rate if noop_rate else 0.0
                         row["writer CPU us/msg"] = writer_cpu / sent * 1e6 if sent else 0.0
-                        row["MB/s into store"] = stored / 1e6 / (sent / rate) if rate else 0.0
+                        if store is writer:
+                            row["MB/s into store"] = stored / 1e6 / (sent / rate) if rate else 0.0
                     rows.append(row)
         finally:
-            for p in (noop, proxy, writer):
+            for p in (hop, nothing, noop, proxy, writer):
                 p.stop()
     return rows
 
