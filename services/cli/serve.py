@@ -237,6 +237,37 @@ def _check_tls() -> None:
         raise CliError(f"TLS (from the environment): {e}", USAGE) from None
 
 
+SOCKETS = "rmqstore-serve-"  # + serve's pid + "-" + mkdtemp's random part
+
+
+def socket_dir(tmp: str | None = None) -> str:
+    """A new directory for the writer's put socket, named with this process's pid, in
+    ``tmp`` (the system's temporary directory by default). Those a serve killed with -9
+    left behind (this user's, their pid gone) are removed first."""
+    tmp = tmp or tempfile.gettempdir()
+    for name in os.listdir(tmp):
+        pid = name.removeprefix(SOCKETS).partition("-")[0]
+        path = os.path.join(tmp, name)
+        if not name.startswith(SOCKETS) or not pid.isdigit() or _alive(int(pid)):
+            continue
+        try:
+            if os.lstat(path).st_uid == os.getuid() and os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+        except OSError:
+            continue
+    return tempfile.mkdtemp(prefix=f"{SOCKETS}{os.getpid()}-", dir=tmp)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
+
+
 def run(args: argparse.Namespace) -> int:
     ports = _ports(args)
     _check_tls()
@@ -245,8 +276,7 @@ def run(args: argparse.Namespace) -> int:
     failure = ""
     # the proxy puts over a Unix socket of the writer's (see rmqstore.put_socket), in a
     # directory of serve's own: a store path can be longer than a socket path may be
-    sockets = "" if args.read_only or not args.put_socket_on else tempfile.mkdtemp(
-        prefix="rmqstore-serve-")
+    sockets = "" if args.read_only or not args.put_socket_on else socket_dir()
     args.put_socket = os.path.join(sockets, "writer.sock") if sockets else ""
     try:
         for spec in SERVICES:

@@ -1,6 +1,7 @@
 """``rmqstore serve`` starts every service on one store and stops them all on SIGTERM."""
 
 import json
+import os
 import re
 import signal
 import socket
@@ -130,6 +131,24 @@ def test_serve_gives_the_console_the_proxy_unless_read_only():
         cmd = _command(console, build_parser().parse_args(["serve", *extra]), ports)
         options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
         assert options.get("--proxy") == proxy and options["--query"] == "127.0.0.1:9001"
+
+
+def test_the_socket_directories_of_killed_serves_are_removed(tmp_path):
+    from services.cli.serve import SOCKETS, socket_dir
+
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()  # a pid no process has now
+    left = tmp_path / f"{SOCKETS}{gone.pid}-abc"
+    left.mkdir()
+    (left / "writer.sock").touch()
+    live = tmp_path / f"{SOCKETS}1-abc"  # pid 1 lives
+    other = tmp_path / f"{SOCKETS}x-abc"  # not ours
+    live.mkdir()
+    other.mkdir()
+    made = socket_dir(str(tmp_path))
+    assert not left.exists() and live.exists() and other.exists()
+    assert made.startswith(str(tmp_path / f"{SOCKETS}{os.getpid()}-"))
+    assert socket_dir(str(tmp_path)) != made and os.path.isdir(made)  # its own is kept
 
 
 def test_serve_gives_the_writer_and_the_proxy_one_put_socket():
