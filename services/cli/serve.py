@@ -16,6 +16,7 @@ import ipaddress
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -238,23 +239,29 @@ def _check_tls() -> None:
 
 
 SOCKETS = "rmqstore-serve-"  # + serve's pid + "-" + mkdtemp's random part
+STALE_AFTER_S = 60  # a younger socket directory may be a serve's that is starting
 
 
 def socket_dir(tmp: str | None = None) -> str:
     """A new directory for the writer's put socket, named with this process's pid, in
     ``tmp`` (the system's temporary directory by default). Those a serve killed with -9
-    left behind (this user's, their pid gone) are removed first."""
+    left behind are removed first: this user's, over a minute old, their pid gone and no
+    writer answering on their socket (a serve in another pid namespace may share ``tmp``)."""
     tmp = tmp or tempfile.gettempdir()
     for name in os.listdir(tmp):
         pid = name.removeprefix(SOCKETS).partition("-")[0]
-        path = os.path.join(tmp, name)
         if not name.startswith(SOCKETS) or not pid.isdigit() or _alive(int(pid)):
             continue
+        path = os.path.join(tmp, name)
         try:
-            if os.lstat(path).st_uid == os.getuid() and os.path.isdir(path):
-                shutil.rmtree(path, ignore_errors=True)
+            st = os.lstat(path)
+            if (st.st_uid != os.getuid() or not os.path.isdir(path)
+                    or time.time() - st.st_mtime < STALE_AFTER_S
+                    or _answers(os.path.join(path, "writer.sock"))):  # fmt: skip
+                continue
         except OSError:
             continue
+        shutil.rmtree(path, ignore_errors=True)
     return tempfile.mkdtemp(prefix=f"{SOCKETS}{os.getpid()}-", dir=tmp)
 
 
@@ -265,6 +272,16 @@ def _alive(pid: int) -> bool:
         return False
     except PermissionError:  # another user's
         return True
+    return True
+
+
+def _answers(path: str) -> bool:
+    """Whether something listens on the Unix socket ``path``."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        try:
+            s.connect(path)
+        except OSError:
+            return False
     return True
 
 

@@ -2,11 +2,14 @@
 
 import json
 import os
+import pathlib
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -133,22 +136,46 @@ def test_serve_gives_the_console_the_proxy_unless_read_only():
         assert options.get("--proxy") == proxy and options["--query"] == "127.0.0.1:9001"
 
 
-def test_the_socket_directories_of_killed_serves_are_removed(tmp_path):
-    from services.cli.serve import SOCKETS, socket_dir
+@pytest.fixture
+def short_tmp():
+    """A directory with a short path (a Unix socket's path is limited to ~107 bytes)."""
+    d = tempfile.mkdtemp(prefix="rs-")
+    yield pathlib.Path(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_socket_directories_of_killed_serves_are_removed(short_tmp):
+    from services.cli.serve import SOCKETS, STALE_AFTER_S, socket_dir
+
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # a pid no process has now
-    left = tmp_path / f"{SOCKETS}{gone.pid}-abc"
-    left.mkdir()
-    (left / "writer.sock").touch()
-    live = tmp_path / f"{SOCKETS}1-abc"  # pid 1 lives
-    other = tmp_path / f"{SOCKETS}x-abc"  # not ours
-    live.mkdir()
-    other.mkdir()
-    made = socket_dir(str(tmp_path))
-    assert not left.exists() and live.exists() and other.exists()
-    assert made.startswith(str(tmp_path / f"{SOCKETS}{os.getpid()}-"))
-    assert socket_dir(str(tmp_path)) != made and os.path.isdir(made)  # its own is kept
+
+    def made(name: str, age_s: float = 2 * STALE_AFTER_S) -> pathlib.Path:
+        d = short_tmp / name
+        d.mkdir()
+        (d / "writer.sock").touch()  # nothing listens on it
+        os.utime(d, (time.time() - age_s,) * 2)
+        return d
+
+    left = made(f"{SOCKETS}{gone.pid}-abc")
+    young = made(f"{SOCKETS}{gone.pid}-def", age_s=1)  # a serve starting
+    live = made(f"{SOCKETS}1-abc")  # pid 1 lives
+    other = made(f"{SOCKETS}x-abc")  # not ours
+    served = short_tmp / f"{SOCKETS}{gone.pid}-ghi"  # another pid namespace's live serve
+    served.mkdir()
+    listening = socket.socket(socket.AF_UNIX)
+    listening.bind(str(served / "writer.sock"))
+    listening.listen()
+    os.utime(served, (time.time() - 2 * STALE_AFTER_S,) * 2)
+    try:
+        mine = socket_dir(str(short_tmp))
+    finally:
+        listening.close()
+    assert not left.exists()
+    assert young.exists() and live.exists() and other.exists() and served.exists()
+    assert mine.startswith(str(short_tmp / f"{SOCKETS}{os.getpid()}-"))
+    assert socket_dir(str(short_tmp)) != mine and os.path.isdir(mine)  # its own is kept
 
 
 def test_serve_gives_the_writer_and_the_proxy_one_put_socket():
