@@ -1,35 +1,22 @@
-"""From a producer's message to the record RocketMQ's broker would store (validated first).
-
-Properties are assembled as the broker does: the client's map (TAGS, KEYS, user properties,
-DELAY, WAIT, UNIQ_KEY in insertion order), WAIT removed for a normal send, CLUSTER added;
-a delayed message keeps WAIT and gains REAL_TOPIC/REAL_QID and moves to SCHEDULE_TOPIC_XXXX
-queue level-1. Then serialized in Java HashMap order.
+"""From a producer's message to the record RocketMQ's broker would store (validated first);
+its properties string comes from ``message_properties``.
 """
 
-import itertools
-import string
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from rmqstore import delay
 from rmqstore.errors import CorruptRecordError, MessageIllegalError
 from rmqstore.formats import commitlog
 from rmqstore.formats import commitlog_batch as batch_fmt
 from rmqstore.formats import properties as P
 from rmqstore.formats.hosts import Host, parse_host
-from rmqstore.formats.javahash import tags_code, utf16_len
+from rmqstore.formats.javahash import tags_code
 from rmqstore.formats.msgid import UniqKeyGenerator
-from rmqstore.layout import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, validate_topic
+from rmqstore.layout import SCHEDULE_TOPIC, validate_topic
 from services.commitlog.config import WriterConfig
+from services.commitlog.message_properties import PropertiesText, check_text
 
-RESERVED = frozenset(
-    (P.KEYS, P.TAGS, P.UNIQ_KEY, P.DELAY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
-)
-# a transaction's half message names its real destination (as RocketMQ 4.9 stores it)
-HALF_MESSAGE_PROPERTIES = frozenset((P.REAL_TOPIC, P.REAL_QID))
-# TIMER_DELIVER_MS may come as a property (a RocketMQ 5 client's delivery time, with the
-# delay level it was parked on); ``deliver_at_ms`` sets it instead and picks the level
 CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
 
 
@@ -65,11 +52,6 @@ def _column(values, n: int, name: str, empty: str | None = "", one: bool = True)
     )
 
 
-def _check_text(what: str, value: str) -> None:
-    if P.has_separator(value):
-        raise MessageIllegalError(f"{what} contains a property separator (\\x01 or \\x02)")
-
-
 class MessageBuilder:
     """Turns producer messages into encoded records; one per writer (it caches per topic)."""
 
@@ -81,31 +63,11 @@ class MessageBuilder:
         )
         self._born_cache: dict[str, Host] = {}
         self._topics: dict[str, bytes] = {}
-        # the properties string of the common case (no user properties but __BORNHOST, no
-        # delay) for each combination of present fields, in HashMap order, as a str.format
-        # template over (tags, keys, unique key, __BORNHOST), the names inserted in the order
-        # _general_properties inserts them; WAIT was in the client's map too, so the map once
-        # held one more entry
-        self._templates: dict[tuple[bool, ...], str] = {}
-        cluster = config.cluster_name.replace("{", "{{").replace("}", "}}")
-        slot = {P.TAGS: "{0}", P.KEYS: "{1}", P.UNIQ_KEY: "{2}", P.BORN_HOST: "{3}",
-                P.CLUSTER: cluster}  # fmt: skip
-        for present in itertools.product((False, True), repeat=4):
-            names = [
-                n for n, on in zip((P.TAGS, P.KEYS, P.BORN_HOST, P.UNIQ_KEY),
-                                   (present[0], present[1], present[3], present[2]), strict=True)
-                if on
-            ] + [P.CLUSTER]  # fmt: skip
-            order = P.hashmap_order(names, len(names) + 1)
-            self._templates[present] = P.PROPERTY_SEPARATOR.join(
-                f"{n}{P.NAME_VALUE_SEPARATOR}{slot[n]}" for n in order
-            )
-            if not present[3]:  # the key without __BORNHOST, as most callers give it
-                self._templates[present[:3]] = self._templates[present]
+        self.props = PropertiesText(config.cluster_name)
+        self._templates = self.props.templates  # read on the hot paths
         self.encoder = batch_fmt.BatchEncoder(self.store_host)
         self._record_limit = min(config.max_message_size + 64 * 1024, config.segment_size - 8)
         self._tag_codes: dict[str, int] = {}
-        self._parts_cache: dict[tuple[str, bool, str], list] = {}
 
     def _born(self, text: str) -> Host:
         if not text:
@@ -166,16 +128,16 @@ class MessageBuilder:
             raise MessageIllegalError("give a delay level or a delivery time, not both")
         tags, keys, uniq = m.tags, m.keys, m.unique_key
         if "\x01" in tags or "\x02" in tags:
-            _check_text("tags", tags)
+            check_text("tags", tags)
         if "\x01" in keys or "\x02" in keys:
-            _check_text("keys", keys)
+            check_text("keys", keys)
         if "\x01" in uniq or "\x02" in uniq:
-            _check_text("unique key", uniq)
+            check_text("unique key", uniq)
         if not uniq and not m.without_unique_key:
             uniq = self.uniq.next(now_ms)
         delay_ms = 0
         if m.properties or level > 0 or m.deliver_at_ms:
-            prop_str, topic, queue_id, delay_ms = self._general_properties(m, uniq, now_ms)
+            prop_str, topic, queue_id, delay_ms = self.props.general(m, uniq, now_ms)
             if delay_ms:
                 topic_bytes = topic.encode()
         else:
@@ -354,7 +316,7 @@ class MessageBuilder:
                              ("born host property", [born_property])):  # fmt: skip
             text = "".join(values)
             if "\x01" in text or "\x02" in text:
-                _check_text(what, text)
+                check_text(what, text)
         if not any(uniqs):
             uniqs = self.uniq.many(now_ms, n)
         elif not all(uniqs):
@@ -401,113 +363,9 @@ class MessageBuilder:
                     born,
                 )  # fmt: skip
                 return batch_fmt.PlainFew.of(self.encoder, record)
+            parts = self.props.batch_parts(tags, keys, uniqs, born_property)
             return self.encoder.prepare_plain(
-                topic, queue_ids, bodies, sizes, self._parts(tags, keys, uniqs, born_property),
-                born_timestamp, born,
-            )  # fmt: skip
+                topic, queue_ids, bodies, sizes, parts, born_timestamp, born
+            )
         except CorruptRecordError as e:
             raise MessageIllegalError(str(e)) from None
-
-    def _parts(self, tags: list[str], keys: list[str], uniqs: list[str], born_property: str
-               ) -> list:  # fmt: skip
-        """The properties of many messages, as ``prepare_plain`` takes them. A batch with
-        one tag (or none) for all and keys for all (or none) shares its properties' fixed
-        text: each message's properties are that text with its keys and unique key put in,
-        never formatted one by one."""
-        n = len(tags)
-        if tags.count(tags[0]) == n and (keys.count("") in (0, n)):
-            # keys and unique keys encoded at once, split where none has a \x01 (checked)
-            values = {
-                1: "\x01".join(keys).encode().split(b"\x01"),
-                2: "\x01".join(uniqs).encode().split(b"\x01"),
-            }
-            shared = self._shared_parts(tags[0], bool(keys[0]), born_property)
-            return [values.get(p, p) for p in shared]
-        templates, has_born = self._templates, bool(born_property)
-        return [
-            [
-                templates[(bool(t), bool(k), True, has_born)]
-                .format(t, k, u, born_property).encode()
-                for t, k, u in zip(tags, keys, uniqs, strict=True)
-            ]
-        ]  # fmt: skip
-
-    def _shared_parts(self, tags: str, has_keys: bool, born_property: str = "") -> list:
-        """The properties of a message with these tags, keys or not, a unique key and this
-        __BORNHOST (or none): its fixed text in pieces, with 1 where its keys go and 2 where
-        its unique key goes."""
-        parts = self._parts_cache.get((tags, has_keys, born_property))
-        if parts is None:
-            template = self._templates[(bool(tags), has_keys, True, bool(born_property))]
-            parts, text = [], ""
-            for literal, name, _, _ in string.Formatter().parse(template):
-                text += literal
-                if name == "0":
-                    text += tags
-                elif name == "3":
-                    text += born_property
-                elif name:
-                    parts += [text.encode(), int(name)]
-                    text = ""
-            parts.append(text.encode())
-            if len(self._parts_cache) < 10_000:
-                self._parts_cache[(tags, has_keys, born_property)] = parts
-        return parts
-
-    def _general_properties(
-        self, m, uniq: str, now_ms: int | None
-    ) -> tuple[str, str, int, int]:
-        """User properties and/or delay: (properties, stored topic, stored queue, delay ms).
-        A delivery time is parked on the largest level not beyond it (see rmqstore.delay)."""
-        cfg = self.config
-        props: dict[str, str] = {}
-        if m.tags:
-            props[P.TAGS] = m.tags
-        if m.keys:
-            props[P.KEYS] = m.keys
-        for prop in m.properties:
-            if not prop.name or not prop.value:
-                raise MessageIllegalError(f"property {prop.name!r} has an empty name or value")
-            if prop.name in RESERVED and not (
-                m.topic == TRANS_HALF_TOPIC and prop.name in HALF_MESSAGE_PROPERTIES
-            ):
-                raise MessageIllegalError(f"property {prop.name} is set by its own field")
-            _check_text(f"property {prop.name!r}", prop.name + prop.value)
-            props[prop.name] = prop.value
-        level = m.delay_level
-        if m.deliver_at_ms:
-            if m.deliver_at_ms < 0:
-                raise MessageIllegalError(f"delivery time {m.deliver_at_ms} is negative")
-            now = now_ms if now_ms is not None else int(time.time() * 1000)
-            level = delay.level_for(m.deliver_at_ms - now)
-            if level:
-                props[delay.TIMER_DELIVER_MS] = str(m.deliver_at_ms)
-        tx = commitlog.transaction_type(m.sys_flag)
-        delayed = level > 0 and tx in (
-            commitlog.TRANSACTION_NOT_TYPE,
-            commitlog.TRANSACTION_COMMIT_TYPE,
-        )
-        if level > 0:
-            props[P.DELAY] = str(level)
-        props[P.WAIT] = "false" if m.no_wait_store else "true"
-        if uniq:
-            props[P.UNIQ_KEY] = uniq
-        topic, queue_id, delay_ms = m.topic, m.queue_id, 0
-        if delayed:
-            level = delay.clamp_level(level)
-            props[P.CLUSTER] = cfg.cluster_name
-            props[P.REAL_TOPIC] = topic
-            props[P.REAL_QID] = str(queue_id)
-            max_size = len(props)
-            topic, queue_id = SCHEDULE_TOPIC, level - 1
-            delay_ms = delay.delay_ms(level)
-        else:
-            max_size = len(props) + 1
-            del props[P.WAIT]
-            props[P.CLUSTER] = cfg.cluster_name
-        prop_str = P.encode(props, max_size)
-        if utf16_len(prop_str) > P.MAX_PROPERTIES_LENGTH:
-            raise MessageIllegalError(
-                f"properties are {utf16_len(prop_str)} characters, the limit is 32767"
-            )
-        return prop_str, topic, queue_id, delay_ms
