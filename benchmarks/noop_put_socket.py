@@ -42,7 +42,7 @@ async def serve(path: str) -> None:
     stop = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop.set)
     await stop.wait()
-    await put_socket.close(server, path)
+    await put_socket.close(server)
 
 
 def main() -> int:

@@ -18,7 +18,9 @@ A refused request is answered with its status and the connection goes on; a conn
 the writer cannot serve at all (too many streams, bytes that do not parse, a frame over
 ``MAX_MESSAGE_BYTES``) gets the answers to the requests before, then one reply with the
 status, then is closed. The socket file is made readable and writable by its owner only:
-whoever can open it can put.
+whoever can open it can put. When the writer stops, each connection takes no more requests,
+writes the answers of those it took (under sync flush, once their group commit is done;
+for up to ``DRAIN_S``), then ends the connection: a put it appended is not reported lost.
 """
 
 import asyncio
@@ -40,6 +42,7 @@ from rmqstore.v1 import commitlog_pb2
 
 HEADER = struct.Struct(">I")  # the message's length
 AHEAD = 16  # requests appended while earlier answers still wait (sync flush), at most
+DRAIN_S = 5.0  # how long a stopping writer waits for the answers its connections owe
 log = logging.getLogger(__name__)
 Answer = commitlog_pb2.PutStreamReply | Awaitable[commitlog_pb2.PutStreamReply]
 
@@ -190,8 +193,9 @@ class _Served(asyncio.Protocol):
     is ready with nothing before it still waiting is written at once; otherwise it joins
     ``_pending``, which one task writes out in order."""
 
-    def __init__(self, puts: Puts) -> None:
+    def __init__(self, puts: Puts, server: "PutServer") -> None:
         self._puts = puts
+        self._server = server
         self._frames = Frames()
         self._transport: asyncio.Transport | None = None
         self._pending: deque[bytes | Awaitable[commitlog_pb2.PutStreamReply]] = deque()
@@ -201,9 +205,11 @@ class _Served(asyncio.Protocol):
         self._counted = False  # counted in as a put stream
         self._ending = False  # no more requests are taken; closed once answers are out
         self._paused = 0  # reasons reading is paused: the socket's buffer, answers waiting
+        self._draining = False  # the writer stops: answers out, then end of file
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self._transport = transport
+        self._server.opened(self)
         try:
             self._puts.open_put_stream()
         except StoreError as e:
@@ -294,6 +300,8 @@ class _Served(asyncio.Protocol):
             self._close()
 
     def _pause(self, by: int) -> None:
+        if self._draining:  # reading goes on, to discard what the client still sends
+            return
         was = self._paused
         self._paused += by
         if self._transport is None or self._transport.is_closing():
@@ -309,11 +317,33 @@ class _Served(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._pause(-1)
 
-    def _close(self) -> None:
+    def drain(self) -> None:
+        """Take no more requests; once the answers of those taken are written, end the
+        connection with an end of file (read on until the client closes: closing with its
+        requests unread would reset the connection, and could lose those answers)."""
+        if self._ending or self._transport is None:
+            return
+        self._ending = self._draining = True
+        if self._paused:
+            self._paused = 0
+            self._transport.resume_reading()
+        if self._writing is None:  # no answer waits
+            self._close()
+
+    def abort(self) -> None:
         if self._transport is not None:
+            self._transport.abort()
+
+    def _close(self) -> None:
+        if self._transport is None:
+            return
+        if self._draining and self._transport.can_write_eof():
+            self._transport.write_eof()  # the client closes; then the connection is lost
+        else:
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._server.lost(self)
         self._lost = True
         pending, self._pending = self._pending, deque()
         if self._writing is not None:  # the answer it waits for ends with it
@@ -330,25 +360,64 @@ class _Served(asyncio.Protocol):
             self._puts.close_put_stream()
 
 
-async def serve(path: str, puts: Puts) -> asyncio.Server:
+class PutServer:
+    """A put socket being served: its listening server and the connections open on it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.server: asyncio.Server | None = None
+        self.connections: set[_Served] = set()
+        self._none_open = asyncio.Event()
+        self._none_open.set()
+
+    def opened(self, conn: "_Served") -> None:
+        self.connections.add(conn)
+        self._none_open.clear()
+
+    def lost(self, conn: "_Served") -> None:
+        self.connections.discard(conn)
+        if not self.connections:
+            self._none_open.set()
+
+    async def drained(self, timeout_s: float) -> bool:
+        """Whether every connection closed within ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self._none_open.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+
+async def serve(path: str, puts: Puts) -> PutServer:
     """Answer puts on the Unix socket ``path`` (a stale socket file there is replaced; any
     other file is an error)."""
     with contextlib.suppress(FileNotFoundError):
         if not _is_socket(path):
             raise OSError(f"{path} exists and is not a socket")
         os.unlink(path)
+    served = PutServer(path)
     loop = asyncio.get_running_loop()
-    server = await loop.create_unix_server(lambda: _Served(puts), path)
+    served.server = await loop.create_unix_server(lambda: _Served(puts, served), path)
     os.chmod(path, 0o600)
-    return server
+    return served
 
 
 def _is_socket(path: str) -> bool:
     return stat.S_ISSOCK(os.lstat(path).st_mode)
 
 
-async def close(server: asyncio.Server, path: str) -> None:
-    """Take no more connections and remove the socket file (open ones end with the loop)."""
-    server.close()
+async def close(served: PutServer, grace_s: float = DRAIN_S) -> None:
+    """Take no more connections and remove the socket file; each open connection takes no
+    more requests, writes the answers it owes and closes (those still open after
+    ``grace_s`` are cut)."""
+    if served.server is not None:
+        served.server.close()
     with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)
+        os.unlink(served.path)
+    for conn in list(served.connections):
+        conn.drain()
+    if not await served.drained(grace_s):
+        log.warning("%d put-socket connections still owed answers after %.0f s: cut",
+                    len(served.connections), grace_s)  # fmt: skip
+        for conn in list(served.connections):
+            conn.abort()

@@ -163,7 +163,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     def stop() -> None:
         if put_server is not None:
-            service.call(put_socket.close(put_server, args.put_socket))
+            service.call(put_socket.close(put_server))
         service.stop()
         _stop_background(delivery, retention)  # before the engine they append to closes
         engine.close()

@@ -85,7 +85,7 @@ def test_a_failing_put_ends_the_connection_and_nothing_after_it_is_taken(tmp_pat
             writer.close()
             return replies  # until the server closed the connection
         finally:
-            await put_socket.close(server, path)
+            await put_socket.close(server)
 
     puts = _Puts()
     first, failed = asyncio.run(run(puts))  # and nothing for "b"
@@ -93,3 +93,67 @@ def test_a_failing_put_ends_the_connection_and_nothing_after_it_is_taken(tmp_pat
     assert failed.status_code == grpc.StatusCode.INTERNAL.value[0]
     assert "the writer failed: boom" in failed.error
     assert puts.appended == [1] and puts.open == 0  # "b" never taken; the stream counted out
+
+
+class _DurablePuts(_Puts):
+    """Answers each put once ``durable`` is set, as under sync flush."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.durable = asyncio.Event()
+
+    def answer_put(self, request):
+        reply = super().answer_put(request)
+
+        async def once_durable():
+            await self.durable.wait()
+            return reply
+
+        return once_durable()
+
+
+def test_a_stopping_writer_answers_the_puts_it_took_then_closes(tmp_path):
+    request = commitlog_pb2.PutBatchRequest(messages=[common_pb2.Message(topic="a")])
+
+    async def run(puts: _DurablePuts) -> tuple[list, bool]:
+        path = str(tmp_path / "p.sock")
+        server = await put_socket.serve(path, puts)
+        conn = await put_socket.PutConnection.open(path)
+        for _ in range(3):
+            await conn.write(request)
+        while len(puts.appended) < 3:  # taken, answers owed
+            await asyncio.sleep(0.01)
+        closing = asyncio.ensure_future(put_socket.close(server))
+        await asyncio.sleep(0)  # the stop begins: the connection takes no more requests
+        await conn.write(request)  # so this one is not taken
+        await asyncio.sleep(0.05)  # (time for it to arrive)
+        waited = not closing.done()  # the stop waits for the answers it owes
+        puts.durable.set()
+        replies = [await conn.read() for _ in range(4)]
+        await asyncio.wait_for(closing, 5)
+        return replies, waited
+
+    puts = _DurablePuts()
+    replies, waited = asyncio.run(run(puts))
+    assert waited
+    assert [list(r.response.columns.phy_offset) for r in replies[:3] if r] == [[1], [2], [3]]
+    assert replies[3] is None  # then the connection ended
+    assert puts.appended == [1, 1, 1] and puts.open == 0
+
+
+def test_a_stop_cuts_answers_owed_past_its_grace(tmp_path):
+    request = commitlog_pb2.PutBatchRequest(messages=[common_pb2.Message(topic="a")])
+
+    async def run(puts: _DurablePuts) -> object:
+        path = str(tmp_path / "p.sock")
+        server = await put_socket.serve(path, puts)
+        conn = await put_socket.PutConnection.open(path)
+        await conn.write(request)
+        while not puts.appended:
+            await asyncio.sleep(0.01)
+        await put_socket.close(server, grace_s=0.2)  # never durable: cut after 0.2 s
+        return await asyncio.wait_for(conn.read(), 5)
+
+    puts = _DurablePuts()
+    assert asyncio.run(run(puts)) is None
+    assert puts.open == 0

@@ -1,7 +1,9 @@
 """The writer as a real process over gRPC: puts, reads, bad input, locking, crashes."""
 
+import contextlib
 import os
 import queue
+import signal
 import socket
 import stat
 import threading
@@ -376,6 +378,48 @@ def test_put_socket_clients_gone_with_answers_waiting_under_sync_flush(tmp_path)
     finally:
         writer.stop()
     assert not [line for line in writer.lines if "Traceback" in line or "Error" in line]
+
+
+def test_a_stopping_writer_answers_every_put_it_appended_under_sync_flush(tmp_path):
+    """SIGTERM while a client streams puts that wait for their group commit: every put the
+    writer appended is answered before the connection closes, so what the client was told
+    is stored is exactly what the store holds after a restart."""
+    path = str(tmp_path / "w.sock")
+    writer = _start(tmp_path / "store", "--flush", "sync", "--put-socket", path)
+    request = put_socket.frame(commitlog_pb2.PutBatchRequest(
+        messages=[_msg(1)], columnar_results=True).SerializeToString())  # fmt: skip
+    replies: list = []
+    try:
+        with _socket(path) as s:
+
+            def send() -> None:  # until the writer closes the connection
+                with contextlib.suppress(OSError):
+                    while True:
+                        s.sendall(request * 8)
+
+            sender = threading.Thread(target=send, daemon=True)
+            sender.start()
+            s.settimeout(30)
+            f = s.makefile("rb")
+            while header := f.read(put_socket.HEADER.size):
+                (size,) = put_socket.HEADER.unpack(header)
+                replies.append(commitlog_pb2.PutStreamReply.FromString(f.read(size)))
+                if len(replies) == 200:  # streaming: stop the writer now
+                    writer.proc.send_signal(signal.SIGTERM)
+            s.shutdown(socket.SHUT_RDWR)  # the end of file: close, as the proxy does
+            sender.join(30)
+    finally:
+        assert writer.stop() == 0
+    assert len(replies) >= 200 and not any(r.status_code for r in replies)
+    phys = [r.response.columns.phy_offset[0] for r in replies]
+    assert phys == [phys[1] * i for i in range(len(phys))]  # from 0, one record size apart
+    again = _start(tmp_path / "store")
+    try:
+        stub = commitlog_pb2_grpc.CommitLogStub(channel(again.address))
+        stored = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest()).max_offset // phys[1]
+    finally:
+        again.stop()
+    assert stored == len(replies), f"{stored} stored, {len(replies)} answered"
 
 
 def _read_one(stub, offset):
