@@ -125,8 +125,8 @@ def test_a_stopping_writer_answers_the_puts_it_took_then_closes(tmp_path):
             await asyncio.sleep(0.01)
         closing = asyncio.ensure_future(put_socket.close(server))
         await asyncio.sleep(0)  # the stop begins: the connection takes no more requests
-        await conn.write(request)  # so this one is not taken
-        await asyncio.sleep(0.05)  # (time for it to arrive)
+        await conn.write(request)  # in the writer's socket before any answer: not taken
+        await asyncio.sleep(0)
         waited = not closing.done()  # the stop waits for the answers it owes
         puts.durable.set()
         replies = [await conn.read() for _ in range(4)]
