@@ -9,6 +9,8 @@ from rmqstore.formats.commitlog import DEFAULT_MAX_MESSAGE_SIZE
 from rmqstore.formats.hosts import Host, parse_host
 
 DEFAULT_SEGMENT_SIZE = 1024 * 1024 * 1024
+ROLES = ("async_master", "sync_master", "slave")  # RocketMQ's brokerRole
+HA_PORT_SLOT = 6  # ``rmqstore serve``: the HA port is the port base + 6
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,11 @@ class WriterConfig:
     disk_max_used_ratio: float = 75.0  # percent: above it, expired segments go at once
     disk_forced_ratio: float = 85.0  # percent: above it, the oldest segments go expired or not
     retention_interval_s: float = 10.0  # RocketMQ's cleanResourceInterval
+    role: str = "async_master"  # see ROLES
+    ha_port: int = 0  # slaves connect here (0: no HA listener)
+    slave_timeout_s: float = 3.0  # sync_master: FLUSH_SLAVE_TIMEOUT after this long
+    slave_fallbehind_max: int = 256 << 20  # sync_master: SLAVE_NOT_AVAILABLE this far behind
+    min_sync_replicas: int = 0  # refuse puts while fewer slaves are in sync (0: off)
 
     def __post_init__(self) -> None:
         if self.flush not in ("async", "sync"):
@@ -59,6 +66,16 @@ class WriterConfig:
             raise ValueError("--disk-max-used-ratio must be in (0, 100]")
         if self.retention_interval_s <= 0:
             raise ValueError("the retention interval must be positive")
+        if self.role not in ROLES:
+            raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if not 0 <= self.ha_port <= 65535:
+            raise ValueError("--ha-port must be in 0..65535")
+        if not self.slave_timeout_s > 0:
+            raise ValueError("--slave-timeout must be positive")
+        if self.slave_fallbehind_max <= 0:
+            raise ValueError("--slave-fallbehind-max must be positive")
+        if self.min_sync_replicas < 0:
+            raise ValueError("--min-sync-replicas must be 0 or more")
 
     @property
     def host(self) -> Host:
@@ -107,3 +124,43 @@ def background_args(args: argparse.Namespace) -> list[str]:
         "--retention-check-seconds", str(args.retention_check_seconds),
     ]  # fmt: skip
     return out if args.delivery else [*out, "--no-delivery"]
+
+
+def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") -> None:
+    """RocketMQ's master/slave replication, the master's side (``docs/replication.md``)."""
+    p.add_argument(
+        "--role", choices=ROLES, default=WriterConfig.role,
+        help="async_master: puts answered once stored; sync_master: also once a slave holds "
+        "them (else FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE); slave: follows a master "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-port", type=int, default=None,
+        help=ha_port_help or "take slaves (RocketMQ's HA protocol) on this port, on the host "
+        "of --listen (default: none)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slave-timeout", type=float, default=WriterConfig.slave_timeout_s,
+        help="sync_master: seconds a put waits for a slave before FLUSH_SLAVE_TIMEOUT "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slave-fallbehind-max", type=int, default=WriterConfig.slave_fallbehind_max,
+        help="sync_master: bytes behind at which a slave does not count (SLAVE_NOT_AVAILABLE; "
+        "default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--min-sync-replicas", type=int, default=WriterConfig.min_sync_replicas,
+        help="refuse puts (UNAVAILABLE, nothing written) while fewer slaves than this are "
+        "connected and less than --slave-fallbehind-max behind (default: 0, off)",
+    )  # fmt: skip
+
+
+def replication_args(args: argparse.Namespace, ha_port: int) -> list[str]:
+    """The flags of ``add_replication_flags`` as parsed, as the writer's command line."""
+    return [
+        "--role", args.role, "--ha-port", str(ha_port),
+        "--slave-timeout", str(args.slave_timeout),
+        "--slave-fallbehind-max", str(args.slave_fallbehind_max),
+        "--min-sync-replicas", str(args.min_sync_replicas),
+    ]  # fmt: skip
