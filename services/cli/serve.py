@@ -28,7 +28,14 @@ from dataclasses import dataclass, field
 from rmqstore import tls
 from rmqstore.startup import PARENT_PID_ENV, StopSignal
 from services.cli.errors import UNAVAILABLE, USAGE, CliError
-from services.commitlog.config import WriterConfig, add_background_flags, background_args
+from services.commitlog.config import (
+    HA_PORT_SLOT,
+    WriterConfig,
+    add_background_flags,
+    add_replication_flags,
+    background_args,
+    replication_args,
+)
 from services.proxy import config as proxy_config
 
 START_TIMEOUT_S = 600.0  # a large store's recovery may take minutes
@@ -55,6 +62,7 @@ def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
         "--dispatch-linger-ms", str(args.dispatch_linger_ms),
         *_given(args, "commitlog-segment-size"), *background_args(args),
         *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),
+        *replication_args(args, args.ha_port or args.port_base + HA_PORT_SLOT),
     ]
 
 
@@ -319,6 +327,10 @@ def run(args: argparse.Namespace) -> int:
             where = (f"http://{child.address}/" if spec.scheme == "http"
                      else f"grpc {child.address}")
             print(f"{spec.name:14s} {where}{metrics}", flush=True)
+            if spec.name == "commitlog" and not args.read_only and args.role != "slave":
+                ha_port = args.ha_port or args.port_base + HA_PORT_SLOT
+                print(f"{'replication':14s} {args.role}, slaves connect to "
+                      f"{args.host}:{ha_port}", flush=True)  # fmt: skip
         if not failure and not stopping.is_set():
             print("serving" + (" read-only" if args.read_only else "") + "; Ctrl-C to stop",
                   flush=True)
@@ -369,6 +381,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default: %(default)s)",
     )
     add_background_flags(p)
+    add_replication_flags(p, ha_port_help=f"the writer's HA port, where slaves connect "
+                          f"(default: base + {HA_PORT_SLOT})")  # fmt: skip
     p.add_argument("--index-slots", type=int, default=None,
                    help="default: read from the store's index files, else 5,000,000")
     p.add_argument("--index-entries", type=int, default=None,
