@@ -20,9 +20,10 @@ writes commit-log files named by their start offset (20 digits), as RocketMQ's s
 default) and serves the files of a commit-log directory to every slave that connects: nothing
 before the first report; report 0 starts at the first byte of the last file; any other report
 starts exactly there; frames as above; a heartbeat after 5 s without sending. ``max_offset``
-is where its data ends (by default found by walking the record headers of the last file: a
-record starts with ``int32 total size | int32 magic``; a blank end-of-file record has magic
-0xCBD43194; a size of 0 ends the data). ``acked`` is the highest offset any slave reported.
+is where its data ends (by default found by walking the record headers of the last file
+that holds any: a record starts with ``int32 total size | int32 magic``; a blank end-of-file
+record has magic 0xCBD43194; a size of 0 ends the data); set it to serve more as files grow.
+``acked`` is the highest offset any slave reported; ``first_reports`` each slave's first.
 """
 
 import os
@@ -212,21 +213,22 @@ class PeerMaster:
         return sorted(int(n) for n in os.listdir(self.dir) if n.isdigit())
 
     def _data_end(self) -> int:
-        files = self._files()
-        if not files:
-            return 0
-        last = files[-1]
-        with open(os.path.join(self.dir, f"{last:020d}"), "rb") as f:
-            data = f.read()
-        pos = 0
-        while pos + 8 <= len(data):
-            size, magic = struct.unpack_from(">iI", data, pos)
-            if magic == BLANK_MAGIC:
-                return last + self.file_size
-            if size <= 0 or magic not in MAGICS:
-                break
-            pos += size
-        return last + pos
+        """Where the data ends: in the last file that holds any (a store may have its next
+        file made already, still empty)."""
+        for first in reversed(self._files()):
+            with open(os.path.join(self.dir, f"{first:020d}"), "rb") as f:
+                data = f.read()
+            pos = 0
+            while pos + 8 <= len(data):
+                size, magic = struct.unpack_from(">iI", data, pos)
+                if magic == BLANK_MAGIC:
+                    return first + self.file_size
+                if size <= 0 or magic not in MAGICS:
+                    break
+                pos += size
+            if pos:
+                return first + pos
+        return 0
 
     def _accept(self) -> None:
         while not self._stop.is_set():

@@ -3,6 +3,7 @@ peer (``tests/ha_peer.py``) playing RocketMQ's slave: frames, start points, hear
 statuses under sync_master, --min-sync-replicas and divergence refusals."""
 
 import time
+import urllib.request
 from pathlib import Path
 
 import grpc
@@ -263,3 +264,46 @@ def test_a_later_report_beyond_the_end_closes_the_connection(master):
         assert slave.wait_closed(timeout=20)
     finally:
         slave.close()
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+def _sample(text: str, name: str) -> float:
+    """The value of the one sample ``name`` (with its labels) in a scrape."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    raise AssertionError(f"no sample {name}")
+
+
+def test_replication_metrics(tmp_path):
+    mport = procs.free_port()
+    p, port = _start(tmp_path / "store", "--role", "sync_master", "--slave-timeout", "0.3",
+                     "--metrics-port", str(mport))  # fmt: skip
+    try:
+        stub = _stub(p)
+        _put(stub, 2)  # SLAVE_NOT_AVAILABLE
+        slave = PeerSlave("127.0.0.1", port, first_report=0)
+        slave.follow()
+        try:
+            _wait_slaves(stub, 1)
+            _put(stub, 3, 2)  # PUT_OK
+            end = _max(stub)
+            assert slave.wait_for(end, timeout=10)
+            text = _scrape(mport)
+            assert _sample(text, 'rmqstore_writer_role{role="sync_master"}') == 1
+            assert _sample(text, 'rmqstore_writer_role{role="async_master"}') == 0
+            assert _sample(text, 'rmqstore_writer_put_status_total{status="PUT_OK"}') == 3
+            assert _sample(
+                text, 'rmqstore_writer_put_status_total{status="SLAVE_NOT_AVAILABLE"}') == 2
+            assert _sample(text, "rmqstore_writer_slaves") == 1
+            assert _sample(text, "rmqstore_writer_sync_replica_wait_seconds_count") == 1
+            lag = [x for x in text.splitlines() if x.startswith("rmqstore_writer_slave_lag_bytes{")]
+            assert len(lag) == 1 and float(lag[0].rsplit(" ", 1)[1]) >= 0
+        finally:
+            slave.close()
+    finally:
+        p.stop()
