@@ -42,6 +42,7 @@ STATUS_NAMES = {s: commitlog_pb2.PutStatus.Name(s) for s in commitlog_pb2.PutSta
 
 SENDER_IDLE_S = 0.1  # RocketMQ's sender waits up to 100 ms unless a put wakes it
 READ_CHUNK = 4096
+SEND_BURST = 1 << 20  # bytes of frames a sender writes at once before it lets others run
 
 Replica = int | asyncio.Future  # a put's status now, or a future that settles to it
 
@@ -280,16 +281,19 @@ class Replication:
         while True:
             end = e.max_offset
             if offset < end:
-                n = ha.frame_span(offset, end, size)
-                try:
-                    seg = e.segments.find(offset)
-                    pos = offset - seg.start
-                    body = seg.map[pos : pos + n]
-                except (ValueError, StoreError) as err:  # retention deleted it meanwhile
-                    raise ConnectionError(f"offset {offset} is no longer on this master: "
-                                          f"{err}") from None  # fmt: skip
-                writer.write(ha.encode_frame_header(offset, n) + body)
-                offset = link.sent = offset + n
+                budget = SEND_BURST  # frames written before the loop serves anything else
+                while offset < end and budget > 0:
+                    n = ha.frame_span(offset, end, size)
+                    try:
+                        seg = e.segments.find(offset)
+                        pos = offset - seg.start
+                        body = seg.map[pos : pos + n]
+                    except (ValueError, StoreError) as err:  # retention deleted it meanwhile
+                        raise ConnectionError(f"offset {offset} is no longer on this master: "
+                                              f"{err}") from None  # fmt: skip
+                    writer.writelines((ha.encode_frame_header(offset, n), body))
+                    offset = link.sent = offset + n
+                    budget -= n
                 last_sent = time.monotonic()
                 await writer.drain()
                 continue
