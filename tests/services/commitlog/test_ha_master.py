@@ -307,3 +307,24 @@ def test_replication_metrics(tmp_path):
             slave.close()
     finally:
         p.stop()
+
+
+def test_a_first_report_below_the_oldest_file_is_refused(tmp_path):
+    p, port = _start(tmp_path / "store", "--retention-hours", "0", "--delete-when", "always",
+                     "--retention-check-seconds", "0.2")  # fmt: skip
+    try:
+        stub = _stub(p)
+        _put(stub, 300)  # five files; retention deletes all but the one being written
+        for builder in ("consume-queue", "index"):  # once the builders have them
+            stub.Ack(commitlog_pb2.AckRequest(subscriber=builder, durable_offset=_max(stub)),
+                     timeout=10)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=10).min_offset < \
+                2 * SEGMENT:  # fmt: skip
+            assert time.monotonic() < deadline, "retention deleted nothing"
+            time.sleep(0.05)
+        _refused(p, port, SEGMENT, "below this master's oldest file")
+        st = _replication(stub)
+        assert (st.refused_below_min, st.refused_divergent) == (1, 0)
+    finally:
+        p.stop()
