@@ -328,3 +328,22 @@ def test_a_first_report_below_the_oldest_file_is_refused(tmp_path):
         assert (st.refused_below_min, st.refused_divergent) == (1, 0)
     finally:
         p.stop()
+
+
+@pytest.mark.parametrize("master", [("--role", "sync_master", "--slave-timeout", "0.3")],
+                         indirect=True)  # fmt: skip
+def test_a_silent_slave_is_dropped_after_20_seconds(master):
+    """As a frozen slave (SIGSTOP): FLUSH_SLAVE_TIMEOUT while connected, then, once the
+    master has read nothing from it for 20 s and dropped it, SLAVE_NOT_AVAILABLE."""
+    p, port, _store = master
+    stub = _stub(p)
+    slave = PeerSlave("127.0.0.1", port, first_report=0, acking=False)
+    try:
+        _wait_slaves(stub, 1)
+        assert _put(stub, 1).results[0].status == commitlog_pb2.FLUSH_SLAVE_TIMEOUT
+        assert slave.wait_closed(timeout=60), "the writer kept a slave silent for 60 s"
+    finally:
+        slave.close()
+    _wait_slaves(stub, 0)
+    assert _put(stub, 1, 1).results[0].status == commitlog_pb2.SLAVE_NOT_AVAILABLE
+    assert any("nothing read for 20 s" in line for line in p.lines)
