@@ -131,7 +131,8 @@ class Replication:
             fut.set_result(FLUSH_SLAVE_TIMEOUT)
             self.waited(time.perf_counter() - t0)
 
-    def _acknowledged(self, link: SlaveLink, offset: int) -> None:
+    def acknowledge(self, link: SlaveLink, offset: int) -> None:
+        """``link`` reported ``offset``: settle the puts it covers (PUT_OK)."""
         link.acked = offset
         if offset <= self.acked:
             return
@@ -189,7 +190,7 @@ class Replication:
             if refused:
                 why = refused
                 return
-            self._acknowledged(link, first)
+            self.acknowledge(link, first)
             sender = asyncio.ensure_future(self._send(writer, link, first))
             sender.add_done_callback(lambda _t: writer.close())  # ends the reading too
             why = await self._read_acks(reader, link, buf)
@@ -246,7 +247,7 @@ class Replication:
             if offset > self.engine.max_offset:
                 return (f"it reported offset {offset}, beyond this master's end "
                         f"{self.engine.max_offset}")  # fmt: skip
-            self._acknowledged(link, offset)
+            self.acknowledge(link, offset)
 
     def _refusal(self, address: str, first: int) -> str:
         """Why a first report cannot be served (logged, counted), or ''."""
