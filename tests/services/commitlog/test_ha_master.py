@@ -149,8 +149,10 @@ def test_nothing_is_sent_before_the_first_report_then_a_heartbeat_when_idle(mast
         slave.close()
 
 
-@pytest.mark.parametrize("master", [("--role", "sync_master", "--slave-timeout", "0.5")],
-                         indirect=True)  # fmt: skip
+@pytest.mark.parametrize("master", [
+    ("--role", "sync_master", "--slave-timeout", "0.5"),
+    ("--role", "sync_master", "--slave-timeout", "0.5", "--flush", "sync"),  # durable, then a slave
+], indirect=True)  # fmt: skip
 def test_sync_master_statuses(master):
     p, port, _store = master
     stub = _stub(p)
