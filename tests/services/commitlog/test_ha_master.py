@@ -2,6 +2,8 @@
 peer (``tests/ha_peer.py``) playing RocketMQ's slave: frames, start points, heartbeats, put
 statuses under sync_master, --min-sync-replicas and divergence refusals."""
 
+import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -349,3 +351,28 @@ def test_a_silent_slave_is_dropped_after_20_seconds(master):
     _wait_slaves(stub, 0)
     assert _put(stub, 1, 1).results[0].status == commitlog_pb2.SLAVE_NOT_AVAILABLE
     assert any("nothing read for 20 s" in line for line in p.lines)
+
+
+@pytest.mark.parametrize("master", [("--role", "sync_master", "--slave-timeout", "3")],
+                         indirect=True)  # fmt: skip
+def test_pipelined_streams_wait_for_the_slave_without_holding_each_other_up(master):
+    """The load generator's PutStreams (4 batches in flight, 2 producers) under sync_master:
+    every batch PUT_OK once the slave has it; the slave ends with the master's bytes."""
+    p, port, store = master
+    stub = _stub(p)
+    slave = PeerSlave("127.0.0.1", port, first_report=0)
+    slave.follow()
+    try:
+        _wait_slaves(stub, 1)
+        out = subprocess.run(
+            [sys.executable, "-m", "services.cli.main", "put", "--commitlog", p.address,
+             "--topic", "Load", "--count", "3000", "--body-size", "200", "--producers", "2"],
+            cwd=procs.ROOT, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.rstrip().endswith("; status PUT_OK 3000"), out.stdout
+        end = _max(stub)
+        assert slave.wait_for(end, timeout=10)
+        assert bytes(slave.bytes) == _log_bytes(store, slave.start, end)
+    finally:
+        slave.close()
