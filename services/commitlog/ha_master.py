@@ -180,15 +180,15 @@ class Replication:
         log.info("slave %s connected", link.address)
         sender: asyncio.Task | None = None
         why = "closed by the slave"
+        refused = ""
         try:
             buf = bytearray()
             first = await self._first_report(reader, buf)
             if first is None:
                 return
             link.first_report = first
-            refused = self._refusal(link.address, first)
+            refused = self._refusal(link.address, first)  # logged there, in one line
             if refused:
-                why = refused
                 return
             self.acknowledge(link, first)
             sender = asyncio.ensure_future(self._send(writer, link, first))
@@ -206,8 +206,9 @@ class Replication:
                     await sender
             writer.close()
             self._tasks.discard(task)
-            log.info("slave %s disconnected (%s), acknowledged up to %d", link.address, why,
-                     link.acked)  # fmt: skip
+            if not refused:
+                log.info("slave %s disconnected (%s), acknowledged up to %d", link.address, why,
+                         link.acked)  # fmt: skip
 
     async def _first_report(self, reader: asyncio.StreamReader, buf: bytearray) -> int | None:
         """The slave's first report (None at end of file or after 20 s of silence): nothing

@@ -248,6 +248,8 @@ def test_divergent_first_reports_are_refused(master):
     _refused(p, port, r.results[1].phy_offset + 10, "not the start of a record")
     st = _replication(stub)
     assert st.refused_divergent == 2 and st.refused_below_min == 0
+    said = [line for line in p.lines if "refused" in line or "disconnected" in line]
+    assert len(said) == 2 and all("wipe the slave's store" in line for line in said)  # one each
     # a first report at a record start is served from there
     slave = PeerSlave("127.0.0.1", port, first_report=r.results[1].phy_offset)
     try:
