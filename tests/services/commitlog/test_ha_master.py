@@ -2,6 +2,7 @@
 peer (``tests/ha_peer.py``) playing RocketMQ's slave: frames, start points, heartbeats, put
 statuses under sync_master, --min-sync-replicas and divergence refusals."""
 
+import socket
 import subprocess
 import sys
 import time
@@ -378,3 +379,19 @@ def test_pipelined_streams_wait_for_the_slave_without_holding_each_other_up(mast
         assert bytes(slave.bytes) == _log_bytes(store, slave.start, end)
     finally:
         slave.close()
+
+
+def test_an_ha_port_in_use_is_a_startup_error(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run(
+            [sys.executable, "-m", "services.commitlog", "--store", str(tmp_path / "store"),
+             "--listen", "127.0.0.1:0", "--ha-port", str(port)],
+            cwd=procs.ROOT, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert r.returncode != 0
+    assert f"cannot listen on the HA port 127.0.0.1:{port}" in r.stderr + r.stdout
+    assert "Traceback" not in r.stderr
+    assert not (tmp_path / "store" / "abort").exists()  # the store was closed cleanly
