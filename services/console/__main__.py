@@ -15,7 +15,7 @@ import sys
 
 from aiohttp import web
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.formats.index_file import DEFAULT_ENTRIES
 from rmqstore.layout import StoreLayout
 from rmqstore.server import announce, configure_logging
@@ -39,6 +39,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="commitlog writer HOST:PORT, for the store page's offsets")
     p.add_argument("--proxy", default="",
                    help="RocketMQ 5 protocol service HOST:PORT, for the consumer group pages")
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them")
     p.add_argument("--listen", default="127.0.0.1:8105", help="HOST:PORT (port 0 = any free)")
     p.add_argument("--auth", choices=MODES, default="none",
                    help="none (loopback only), basic (--users-file) or proxy-header")
@@ -71,12 +72,13 @@ def _split(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: int) -> None:
+async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: int,
+                proxy_keys: tuple[str, str] = ("", "")) -> None:
     backend = Backend.connect(
         tls.aio_client_channel(args.query, args),
         tls.aio_client_channel(args.commitlog, args) if args.commitlog else None,
         args.timeout,
-        tls.aio_client_channel(args.proxy, args) if args.proxy else None)
+        tls.aio_client_channel(args.proxy, args) if args.proxy else None, proxy_keys)
     settings = Settings(StoreLayout.of(args.store), args.max_window * 1000, args.index_entries)
     application = console_app.build(backend, settings, auth)
     runner = web.AppRunner(application, access_log=None, handle_signals=False)
@@ -114,11 +116,12 @@ def main(argv: list[str] | None = None) -> int:
         auth = Authenticator.configure(args.auth, host, args.users_file, args.trusted_proxy,
                                        args.identity_header)
         auth.secure_cookie = args.secure_cookie
+        proxy_keys = access_keys.client_keys(args)
     except (ValueError, AuthConfigError) as e:
         print(f"rmqstore console: {e}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(args, auth, host, port))
+        asyncio.run(serve(args, auth, host, port, proxy_keys))
     except OSError as e:
         print(f"rmqstore console: cannot listen on {args.listen}: {e.strerror}",
               file=sys.stderr)

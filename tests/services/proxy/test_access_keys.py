@@ -1,6 +1,7 @@
 """Access keys with the official clients: the Python and Node.js producers sign their calls
 (``Credentials(ak, sk)``, ``sessionCredentials``) and a proxy started with ``--access-key``
-and ``--secret-key`` takes them; a wrong secret is refused and nothing is stored."""
+and its secret in ``$RMQSTORE_SECRET_KEY`` takes them (their signed dates within its
+window); a wrong secret is refused and nothing is stored."""
 
 import subprocess
 
@@ -45,7 +46,8 @@ def secured(tmp_path_factory):
     writer = procs.start("services.commitlog", "--store", str(tmp / "store"), "--listen",
                          "127.0.0.1:0")  # fmt: skip
     proxy = procs.start("services.proxy", "--listen", "127.0.0.1:0", "--commitlog",
-                        writer.address, "--access-key", "AK", "--secret-key", "SK")  # fmt: skip
+                        writer.address, "--access-key", "AK",
+                        env={"RMQSTORE_SECRET_KEY": "SK"})  # fmt: skip
     try:
         yield writer, proxy, client_env(tmp / "home")
     finally:
