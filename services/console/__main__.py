@@ -22,6 +22,7 @@ from rmqstore.server import announce, configure_logging
 from services.console import app as console_app
 from services.console.auth import MODES, AuthConfigError, Authenticator, hash_line
 from services.console.backend import Backend
+from services.console.security import host_name
 from services.console.views import Settings
 
 log = logging.getLogger("services.console")
@@ -43,6 +44,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--listen", default="127.0.0.1:8105", help="HOST:PORT (port 0 = any free)")
     p.add_argument("--auth", choices=MODES, default="none",
                    help="none (loopback only), basic (--users-file) or proxy-header")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a name the console is served under (repeatable); requests naming "
+                   "another host in Host get 421. Always allowed: the --listen address, "
+                   "localhost, 127.0.0.1, [::1]. Checked with --auth none, or whenever given")
     p.add_argument("--users-file", help="users and scrypt hashes for --auth basic")
     p.add_argument("--trusted-proxy", action="append", default=[],
                    help="address or network whose identity header is trusted (repeatable)")
@@ -65,6 +70,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def allowed_hosts(listen_host: str, mode: str, given: list[str]) -> frozenset[str] | None:
+    """The names the console answers under: checked with ``--auth none`` (a page of another
+    site could read it through DNS rebinding) and whenever ``--allowed-host`` is given."""
+    if mode != "none" and not given:
+        return None
+    return frozenset(host_name(h) for h in (listen_host, *LOOPBACK_NAMES, *given))
+
+
 def _split(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
@@ -73,14 +89,15 @@ def _split(listen: str) -> tuple[str, int]:
 
 
 async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: int,
-                proxy_keys: tuple[str, str] = ("", "")) -> None:
+                proxy_keys: tuple[str, str] = ("", "")) -> None:  # fmt: skip
     backend = Backend.connect(
         tls.aio_client_channel(args.query, args),
         tls.aio_client_channel(args.commitlog, args) if args.commitlog else None,
         args.timeout,
         tls.aio_client_channel(args.proxy, args) if args.proxy else None, proxy_keys)
     settings = Settings(StoreLayout.of(args.store), args.max_window * 1000, args.index_entries)
-    application = console_app.build(backend, settings, auth)
+    application = console_app.build(backend, settings, auth,
+                                    allowed_hosts(host, args.auth, args.allowed_host))
     runner = web.AppRunner(application, access_log=None, handle_signals=False)
     await runner.setup()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
