@@ -21,7 +21,7 @@ NOW = 1_790_000_000_000
 
 
 def _msg(**system) -> pb.Message:
-    sp = pb.SystemProperties(message_id="01AB", message_type=pb.NORMAL, **system)
+    sp = pb.SystemProperties(**{"message_id": "01AB", "message_type": pb.NORMAL, **system})
     return pb.Message(topic=pb.Resource(name="T"), body=b"b", system_properties=sp)
 
 
@@ -75,6 +75,7 @@ def test_a_normal_message_goes_as_plain_columns_with_its_born_time_and_host_name
         ({}, {"TAGS": "x"}, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
         ({}, {"k": "v\x01"}, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
         ({"message_group": "\x02"}, {}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ({"message_id": "0102FC0000000136BF0B19630500000000\n"}, {}, Code.ILLEGAL_MESSAGE_ID),
     ],
 )
 def test_refusals(system, props, code):
@@ -88,7 +89,7 @@ def test_refusals(system, props, code):
 def test_transaction_id_round_trip_and_malformed():
     tid = transactions.transaction_id(0xABCDEF, 7)
     assert transactions.parse_transaction_id(tid) == (0xABCDEF, 7)
-    for bad in ("", "1234", tid.lower(), tid + "0"):
+    for bad in ("", "1234", tid.lower(), tid + "0", tid + "\n"):
         with pytest.raises(BusinessError) as e:
             transactions.parse_transaction_id(bad)
         assert e.value.code == Code.INVALID_TRANSACTION_ID
