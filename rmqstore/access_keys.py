@@ -92,11 +92,11 @@ def add_secret_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup, what:
     p.add_argument("--secret-key", action=_Refused, help=argparse.SUPPRESS)
 
 
-def client_keys(args: argparse.Namespace) -> tuple[str, str]:
-    """A client's (access key, secret key) from its flags and the environment: ("", "")
-    when no access key is given. ValueError when an access key has no secret."""
-    access_key = args.access_key if args.access_key is not None else \
-        os.environ.get(ACCESS_KEY_ENV, "")  # fmt: skip
+def client_keys(args: argparse.Namespace, access_env: bool = True) -> tuple[str, str]:
+    """A client's (access key, secret key) from its flags and the environment (the access
+    key only when ``access_env``): ("", "") when no access key is given. ValueError when an
+    access key has no secret."""
+    access_key = args.access_key or (os.environ.get(ACCESS_KEY_ENV, "") if access_env else "")
     if not access_key:
         return "", ""
     secret = read_secret(args.secret_key_file)

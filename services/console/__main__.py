@@ -40,7 +40,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="commitlog writer HOST:PORT, for the store page's offsets")
     p.add_argument("--proxy", default="",
                    help="RocketMQ 5 protocol service HOST:PORT, for the consumer group pages")
-    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them")
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them",
+                                 access_env=False)
     p.add_argument("--listen", default="127.0.0.1:8105", help="HOST:PORT (port 0 = any free)")
     p.add_argument("--auth", choices=MODES, default="none",
                    help="none (loopback only), basic (--users-file) or proxy-header")
@@ -133,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         auth = Authenticator.configure(args.auth, host, args.users_file, args.trusted_proxy,
                                        args.identity_header)
         auth.secure_cookie = args.secure_cookie
-        proxy_keys = access_keys.client_keys(args)
+        proxy_keys = access_keys.client_keys(args, access_env=False)
     except (ValueError, AuthConfigError) as e:
         print(f"rmqstore console: {e}", file=sys.stderr)
         return 2
