@@ -177,3 +177,22 @@ def test_the_console_under_serve_signs_its_calls_to_the_proxy(secured):
     with urllib.request.urlopen(f"http://{s.address(5)}/api/v1/groups", timeout=60) as r:
         assert r.status == 200
         assert "groups" in json.loads(r.read())
+
+
+@pytest.mark.parametrize("from_file", [True, False], ids=["file", "environment"])
+def test_serve_passes_the_secret_to_no_command_line(tmp_path, monkeypatch, from_file):
+    from services.cli import serve as serve_cmd
+    from services.cli.main import build_parser
+
+    monkeypatch.setenv("RMQSTORE_SECRET_KEY", "" if from_file else SECRET)
+    path = tmp_path / "secret"
+    path.write_text(SECRET)
+    argv = ["serve", "--store", str(tmp_path / "store"), "--access-key", "AK"]
+    args = build_parser().parse_args(argv + (["--secret-key-file", str(path)] if from_file
+                                             else []))  # fmt: skip
+    args.put_socket = ""
+    ports = serve_cmd._ports(args)
+    commands = {s.name: serve_cmd._command(s, args, ports) for s in serve_cmd.SERVICES}
+    assert not [c for c in commands.values() if any(SECRET in word for word in c)]
+    for name in ("proxy", "console"):  # both sign or check with the key
+        assert commands[name][commands[name].index("--access-key") + 1] == "AK"
