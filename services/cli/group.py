@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.group_json import describe_json
 from rmqstore.group_json import group_json as _group_json
 from rmqstore.group_json import queue_json as _queue_json
@@ -26,17 +26,30 @@ DEFAULT_PROXY = "127.0.0.1:8104"
 TIMEOUT_S = 30
 
 
+def keys(args: argparse.Namespace) -> tuple[str, str]:
+    """The access key and secret the proxy's calls are signed with ("" if none)."""
+    try:
+        return access_keys.client_keys(args)
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
+
+
 def _call(args: argparse.Namespace, fn: str, request: Any) -> Any:
+    access_key, secret_key = keys(args)
     try:
         with tls.client_channel(args.proxy, args) as channel:
             stub = groups_pb2_grpc.ConsumerGroupsStub(channel)
-            return getattr(stub, fn)(request, timeout=TIMEOUT_S)
+            md = access_keys.metadata(access_key, secret_key)
+            return getattr(stub, fn)(request, timeout=TIMEOUT_S, metadata=md)
     except grpc.RpcError as e:
         code, details = e.code(), e.details()  # type: ignore[attr-defined]
         if code == grpc.StatusCode.NOT_FOUND:
             raise CliError(details, NOT_FOUND) from None
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             raise CliError(details, USAGE) from None
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            raise CliError(f"proxy at {args.proxy}: {details} (sign with --access-key and "
+                           "--secret-key-file)", USAGE) from None
         raise CliError(f"proxy at {args.proxy}: {code.name}: {details}", UNAVAILABLE) from None
 
 
@@ -104,6 +117,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         v = verbs.add_parser(name, help=help_text)
         v.add_argument("--proxy", default=DEFAULT_PROXY, help="the RocketMQ 5 protocol service")
         v.add_argument("--json", action="store_true", help="JSON lines")
+        access_keys.add_secret_flags(v, "to sign calls to the proxy with")
         tls.add_tls_flags(v)
         v.set_defaults(run=run)
         return v

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.startup import PARENT_PID_ENV, StopSignal
 from services.cli.errors import UNAVAILABLE, USAGE, CliError
 from services.commitlog.config import (
@@ -87,6 +87,10 @@ def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
 def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     proxy = [] if args.read_only or not _exists("services.proxy") else \
         ["--proxy", f"{args.host}:{ports['proxy']}"]  # its consumer groups
+    if proxy and args.access_key:  # it signs its calls as the proxy requires (the secret
+        # by file or environment, as the proxy takes it)
+        proxy += ["--access-key", args.access_key]
+        proxy += ["--secret-key-file", args.secret_key_file] if args.secret_key_file else []
     return ["--query", f"{args.host}:{ports['query']}", *_writer_address(args, ports),
             *_given(args, "index-entries"), *proxy]
 
@@ -293,9 +297,21 @@ def _answers(path: str) -> bool:
     return True
 
 
+def _check_keys(args: argparse.Namespace) -> None:
+    """An access key needs its secret (from --secret-key-file or the environment, which the
+    proxy and the console inherit): refuse to start without it."""
+    try:
+        if args.access_key and not proxy_config.secret_key(args):
+            raise ValueError(f"--access-key needs a secret key: give --secret-key-file or set "
+                             f"{access_keys.SECRET_KEY_ENV}")  # fmt: skip
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
+
+
 def run(args: argparse.Namespace) -> int:
     ports = _ports(args)
     _check_tls()
+    _check_keys(args)
     stopping = StopSignal()
     children: list[Child] = []
     failure = ""

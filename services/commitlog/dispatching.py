@@ -22,7 +22,7 @@ from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.wire_batch import WireBatch
 
 DEFAULT_BATCH_RECORDS = 4096
-SUBSCRIBER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+SUBSCRIBER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MAX_SUBSCRIBERS = 64
 MAX_BATCH_RECORDS = 100_000
 LINGER_BELOW = 4 * 1024 * 1024  # dispatch: bytes waiting below which a subscriber lingers
@@ -64,7 +64,7 @@ class Dispatching:
     @staticmethod
     def check_subscriber(name: str) -> None:
         """Subscriber names become ack-table keys and metric labels: keep them tame."""
-        if not SUBSCRIBER_NAME.match(name):
+        if not SUBSCRIBER_NAME.fullmatch(name):
             raise InvalidArgumentError(
                 f"subscriber name {name[:80]!r} must be 1-64 characters of [A-Za-z0-9_.-]"
             )

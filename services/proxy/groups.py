@@ -1,6 +1,7 @@
 """``rmqstore.v1.ConsumerGroups``: the project's own API over consumer groups (what
 ``rmqstore group`` shows and does), served on the proxy's port beside MessagingService.
-Errors are gRPC statuses: NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE."""
+Errors are gRPC statuses: NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE; with access keys on,
+every call must be signed as a RocketMQ 5 client signs (``auth``), else UNAUTHENTICATED."""
 
 from typing import Any
 
@@ -8,6 +9,7 @@ import grpc
 
 from rmqstore.formats import subscription_groups as sg
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
+from services.proxy.auth import Authenticator
 from services.proxy.consume import Consumption
 from services.proxy.group_stats import describe, group_names
 from services.proxy.progress import Flight
@@ -57,11 +59,20 @@ def _flight(phy: int) -> Flight:
 
 
 class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
-    def __init__(self, consumption: Consumption | None, topics: TopicBook) -> None:
+    def __init__(self, consumption: Consumption | None, topics: TopicBook,
+                 auth: Authenticator | None = None) -> None:  # fmt: skip
         self.consumption = consumption
         self.topics = topics
+        self.auth = auth
 
     async def _c(self, context: Any) -> Consumption:
+        """The groups' state, once the call's signature is checked (every RPC starts here)."""
+        if self.auth is not None:
+            md = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+            try:
+                self.auth.check(md)
+            except BusinessError as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
         if self.consumption is None:
             why = "the proxy was started without --store: no consumer groups"
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, why)

@@ -51,7 +51,9 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
         self.router = router
         self.metrics = metrics
         self.consumption: Consumption | None = None  # set when the proxy knows the store
-        self.auth = Authenticator(config.access_key, config.secret_key)
+        self.auth = Authenticator(
+            config.access_key, config.secret_key, config.signature_window_s
+        )
         self.clients = ClientRegistry(metrics.set_clients)
         self.sender = Sender(config.max_body_size, config.max_delay_ms)
         self._send_counters: dict[tuple[str, int], Any] = {}  # (topic, type) -> its child
