@@ -13,10 +13,16 @@ from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
 from services.commitlog import topics
-from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig, add_background_flags
+from services.commitlog.config import (
+    DEFAULT_SEGMENT_SIZE,
+    WriterConfig,
+    add_background_flags,
+    add_replication_flags,
+)
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.dispatching import LINGER_BELOW
 from services.commitlog.engine import CommitLogEngine
+from services.commitlog.ha_slave import HaSlave
 from services.commitlog.observe import WriterObserver
 from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.retention import Retention
@@ -53,6 +59,7 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
         "default: %(default)s)",
     )
     add_background_flags(p)
+    add_replication_flags(p)
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
@@ -75,6 +82,10 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
         delete_when=args.delete_when,
         disk_max_used_ratio=args.disk_max_used_ratio,
         retention_interval_s=args.retention_check_seconds,
+        role=args.role,
+        ha_master=args.ha_master,
+        ha_retry_s=args.ha_retry_seconds,
+        ha_idle_s=args.ha_idle_seconds,
     )
 
 
@@ -112,11 +123,16 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
-    # delayed delivery appends and retention deletes: only a writable store has them
+    if args.read_only and config.is_slave:
+        engine.close()
+        raise StartupError("--read-only and --role slave do not go together (a slave appends "
+                           "its master's bytes)")  # fmt: skip
+    # delayed delivery appends and retention deletes: only a writable store has them, and a
+    # slave has neither (its master's appear in the bytes it copies)
     delivery: DeliveryService | None = None
     retention: Retention | None = None
     try:
-        if isinstance(engine, CommitLogEngine):
+        if isinstance(engine, CommitLogEngine) and not config.is_slave:
             try:
                 delivery = DeliveryService(engine) if config.delivery else None
             except StoreError as e:
@@ -160,11 +176,16 @@ def _serve(args: argparse.Namespace) -> int:
         delivery.start()
     if retention is not None:
         retention.start()
+    slave = HaSlave(engine) if isinstance(engine, CommitLogEngine) and config.is_slave else None
+    if slave is not None:
+        slave.start()
 
     def stop() -> None:
         if put_server is not None:
             service.call(put_socket.close(put_server))
         service.stop()
+        if slave is not None:  # before the engine it appends to closes
+            slave.close()
         _stop_background(delivery, retention)  # before the engine they append to closes
         engine.close()
         if metrics_server is not None:

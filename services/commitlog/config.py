@@ -5,10 +5,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmqstore import delay
+from rmqstore.formats import ha
 from rmqstore.formats.commitlog import DEFAULT_MAX_MESSAGE_SIZE
 from rmqstore.formats.hosts import Host, parse_host
 
 DEFAULT_SEGMENT_SIZE = 1024 * 1024 * 1024
+ROLES = ("async_master", "sync_master", "slave")  # RocketMQ's brokerRole
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,22 @@ class WriterConfig:
     disk_max_used_ratio: float = 75.0  # percent: above it, expired segments go at once
     disk_forced_ratio: float = 85.0  # percent: above it, the oldest segments go expired or not
     retention_interval_s: float = 10.0  # RocketMQ's cleanResourceInterval
+    role: str = "async_master"  # RocketMQ's brokerRole (see ROLES)
+    ha_master: str = ""  # a slave's master, HOST:PORT of its HA port
+    ha_retry_s: float = ha.SLAVE_RETRY_S  # a slave reconnects after this long
+    ha_idle_s: float = ha.IDLE_TIMEOUT_S  # a slave drops a master silent for this long
 
     def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if self.role == "slave":
+            if not self.ha_master:
+                raise ValueError("--role slave needs --ha-master HOST:PORT (the master's HA port)")
+            master_address(self.ha_master)
+        elif self.ha_master:
+            raise ValueError(f"--ha-master is for --role slave, not {self.role}")
+        if not self.ha_retry_s > 0 or not self.ha_idle_s > 0:
+            raise ValueError("--ha-retry-seconds and --ha-idle-seconds must be positive")
         if self.flush not in ("async", "sync"):
             raise ValueError(f"--flush must be async or sync, not {self.flush!r}")
         if self.segment_size < 4096 or self.segment_size % 4096:
@@ -63,6 +79,50 @@ class WriterConfig:
     @property
     def host(self) -> Host:
         return parse_host(self.store_host)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role == "slave"
+
+
+def master_address(text: str) -> tuple[str, int]:
+    """(host, port) of ``HOST:PORT`` or ``[IPv6]:PORT``; the host may be a name."""
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ha-master must be HOST:PORT, not {text!r}")
+    return host, int(port)
+
+
+def add_replication_flags(p: argparse.ArgumentParser) -> None:
+    """RocketMQ's master/slave replication (its HA protocol, see docs/replication-slave.md)."""
+    p.add_argument(
+        "--role", choices=ROLES, default=WriterConfig.role,
+        help="async_master and sync_master take puts; a slave follows --ha-master and refuses "
+        "puts (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-master", default="", metavar="HOST:PORT",
+        help="a slave's master: its HA port (RocketMQ's broker: listen port + 1, 10912)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-retry-seconds", type=float, default=WriterConfig.ha_retry_s,
+        help="a slave reconnects to its master after this long (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-idle-seconds", type=float, default=WriterConfig.ha_idle_s,
+        help="a slave drops a master it heard nothing from for this long and reconnects "
+        "(default: %(default)s)",
+    )  # fmt: skip
+
+
+def replication_args(args: argparse.Namespace) -> list[str]:
+    """The flags of ``add_replication_flags`` as parsed, as the writer's command line."""
+    out = ["--role", args.role]
+    if args.ha_master:
+        out += ["--ha-master", args.ha_master]
+    return [*out, "--ha-retry-seconds", str(args.ha_retry_seconds),
+            "--ha-idle-seconds", str(args.ha_idle_seconds)]  # fmt: skip
 
 
 def add_background_flags(p: argparse.ArgumentParser) -> None:
