@@ -28,7 +28,13 @@ from dataclasses import dataclass, field
 from rmqstore import tls
 from rmqstore.startup import PARENT_PID_ENV, StopSignal
 from services.cli.errors import UNAVAILABLE, USAGE, CliError
-from services.commitlog.config import WriterConfig, add_background_flags, background_args
+from services.commitlog.config import (
+    WriterConfig,
+    add_background_flags,
+    add_replication_flags,
+    background_args,
+    replication_args,
+)
 from services.proxy import config as proxy_config
 
 START_TIMEOUT_S = 600.0  # a large store's recovery may take minutes
@@ -54,6 +60,7 @@ def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
         "--queues-per-topic", str(args.queues_per_topic),
         "--dispatch-linger-ms", str(args.dispatch_linger_ms),
         *_given(args, "commitlog-segment-size"), *background_args(args),
+        *replication_args(args),
         *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),
     ]
 
@@ -369,6 +376,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default: %(default)s)",
     )
     add_background_flags(p)
+    add_replication_flags(p.add_argument_group("replication (RocketMQ's master/slave HA)"))
     p.add_argument("--index-slots", type=int, default=None,
                    help="default: read from the store's index files, else 5,000,000")
     p.add_argument("--index-entries", type=int, default=None,

@@ -1,6 +1,5 @@
 """A slave in this process (engine + HA client) against the spec-written peer master."""
 
-import time
 from pathlib import Path
 
 import pytest
@@ -11,40 +10,13 @@ from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_slave import HaSlave
 from tests.ha_peer import PeerMaster
-
-SEGMENT = 64 * 1024
-
-
-def source_store(root: Path, count: int, tag: str = "m", body: int = 300) -> int:
-    """A store written by our writer: ``count`` messages over several 64 KiB files."""
-    e = CommitLogEngine(WriterConfig(store=root, segment_size=SEGMENT, preallocate=False))
-    try:
-        for i in range(0, count, 10):
-            e.put([common_pb2.Message(topic=f"T{j % 3}", body=(f"{tag}{i + j}-" * 50)[:body]
-                                      .encode(), keys=f"{tag}-{i + j}", tags=f"tag{j % 2}")
-                   for j in range(min(10, count - i))])  # fmt: skip
-        return e.max_offset
-    finally:
-        e.close()
+from tests.services.commitlog.replicas import SEGMENT, files, source_store, wait_for
 
 
 def slave_engine(root: Path, port: int) -> CommitLogEngine:
     return CommitLogEngine(WriterConfig(
         store=root, segment_size=SEGMENT, role="slave", ha_master=f"127.0.0.1:{port}",
         ha_retry_s=0.05, ha_idle_s=20))  # fmt: skip
-
-
-def wait_for(cond, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
-
-
-def files(d: Path) -> dict[str, bytes]:
-    """The commit-log files that hold data (not the next one, pre-created empty)."""
-    out = {p.name: p.read_bytes() for p in sorted(d.iterdir())}
-    return {name: data for name, data in out.items() if data.count(0) != len(data)}
 
 
 @pytest.fixture
