@@ -5,6 +5,7 @@ or a store our writer wrote."""
 import grpc
 import pytest
 
+from rmqstore.formats import consume_queue as cq
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2, query_pb2, query_pb2_grpc
 from tests import procs
@@ -111,3 +112,55 @@ def test_a_slave_killed_mid_record_resumes_and_ends_identical(tmp_path):
         writer.kill()
         peer.close()
     assert files(store / "commitlog") == files(source / "commitlog")
+
+
+@pytest.mark.golden
+def test_an_empty_slave_of_rocketmqs_store_starts_at_its_last_file(
+    tmp_path, golden_store, golden_expected
+):
+    """An empty slave gets the master's last file only: its consume queues hold RocketMQ's
+    units from there on and pre-blank units (offset 0, size 2^31-1, tags 0) before them, in
+    the same files as RocketMQ's; the index finds the messages it holds."""
+    end = golden_expected["commitlogMaxOffset"]
+    low = end - end % SEGMENT
+    peer = PeerMaster(golden_store / "commitlog", SEGMENT)
+    store = tmp_path / "slave"
+    writer = start_slave(store, peer)
+    cqb = start_builder("consume-queue", store, writer.address,
+                        "--cq-entries-per-file", str(GOLDEN_CQ_ENTRIES))  # fmt: skip
+    ixb = start_builder("index", store, writer.address, "--index-slots", str(GOLDEN_SLOTS),
+                        "--index-entries", str(GOLDEN_ENTRIES))  # fmt: skip
+    query = procs.start("services.query", "--store", str(store), "--commitlog", writer.address,
+                        "--listen", "127.0.0.1:0", "--index-slots", str(GOLDEN_SLOTS),
+                        "--index-entries", str(GOLDEN_ENTRIES))  # fmt: skip
+    held = [m["stored"] for m in golden_expected["messages"] if m["stored"]["phyOffset"] >= low]
+    try:
+        assert peer.wait_acked(end, 60), writer.lines[-20:]
+        for b in (cqb, ixb):
+            wait_durable(b, end, 60)
+        with channel(query.address) as ch:
+            q = query_pb2_grpc.QueryStub(ch)
+            for m in held:
+                found = q.QueryById(query_pb2.QueryByIdRequest(id=m["uniqKey"]), timeout=10)
+                assert m["phyOffset"] in [f.phy_offset for f in found.messages]
+        assert cqb.stop() == 0 and ixb.stop() == 0 and query.stop() == 0
+        assert writer.stop() == 0
+    finally:
+        for p in (query, cqb, ixb, writer):
+            p.kill()
+        peer.close()
+    assert list(files(store / "commitlog")) == [f"{low:020d}"]
+    ours, gold = tree_bytes(store / "consumequeue"), tree_bytes(golden_store / "consumequeue")
+    assert ours and set(ours) <= set(gold)
+    pre_blank, blanks = cq.UNIT.pack(0, 0x7FFFFFFF, 0), 0
+    for name, data in ours.items():
+        for at in range(0, len(data), cq.UNIT_SIZE):
+            unit, theirs = data[at : at + cq.UNIT_SIZE], gold[name][at : at + cq.UNIT_SIZE]
+            below = theirs != bytes(cq.UNIT_SIZE) and cq.UNIT.unpack(theirs)[0] < low
+            assert unit == (pre_blank if below else theirs), (name, at)
+            blanks += below
+    assert blanks  # some queue did start mid-log
+    for name, data in gold.items():  # every file with a unit the slave holds is there
+        units = [cq.UNIT.unpack_from(data, at) for at in range(0, len(data), cq.UNIT_SIZE)]
+        if any(size and off >= low for off, size, _ in units):
+            assert name in ours
