@@ -1,5 +1,7 @@
 """A slave in this process (engine + HA client) against the spec-written peer master."""
 
+import socket
+import struct
 from pathlib import Path
 
 import pytest
@@ -117,3 +119,88 @@ def test_a_slave_ahead_of_another_history_appends_nothing(tmp_path, source, capl
         peer.close()
     assert files(tmp_path / "slave" / "commitlog") == before
     assert "nothing was appended" in caplog.text
+
+
+def test_a_slave_ahead_of_an_empty_master_refuses_its_new_history(tmp_path, source):
+    """Spec §6, the hazard itself: the master is wiped; the slave reports its old end, the
+    master (RocketMQ does not check) waits, then sends its new bytes from there. They begin
+    no record of this store's history: refused, nothing appended."""
+    root, _ = source
+    peer = PeerMaster(root / "commitlog", SEGMENT, end=70_000)
+    e = slave_engine(tmp_path / "slave", peer.port)
+    slave = follow(e)
+    try:
+        wait_for(lambda: peer.acked > 69_000, 30, "the slave to acknowledge")
+    finally:
+        slave.close()
+        peer.close()
+    mine, before = e.max_offset, files(tmp_path / "slave" / "commitlog")
+    e.close()
+    wiped = tmp_path / "wiped" / "commitlog"
+    wiped.mkdir(parents=True)
+    peer = PeerMaster(wiped, SEGMENT, heartbeat_s=0.1)
+    assert peer.end == 0
+    e = slave_engine(tmp_path / "slave", peer.port)
+    slave = follow(e)
+    try:
+        wait_for(lambda: peer.first_reports == [mine], 30, "the slave's first report")
+        new_end = source_store(tmp_path / "wiped", 500, tag="after-the-wipe", body=433)
+        assert new_end > mine
+        peer.set_end(new_end)
+        wait_for(lambda: slave.diverged, 30, "the slave to refuse the new history")
+        assert e.max_offset == mine and slave.written == mine
+    finally:
+        slave.close()
+        e.close()
+        peer.close()
+    assert files(tmp_path / "slave" / "commitlog") == before
+
+
+def test_a_slave_drops_a_silent_master_and_reconnects(tmp_path):
+    """A master that accepts and then says nothing (no frames, no heartbeats)."""
+    quiet = tmp_path / "quiet"
+    quiet.mkdir()
+    peer = PeerMaster(quiet, SEGMENT, heartbeat_s=3600)
+    e = CommitLogEngine(WriterConfig(
+        store=tmp_path / "slave", segment_size=SEGMENT, role="slave",
+        ha_master=f"127.0.0.1:{peer.port}", ha_retry_s=0.05, ha_idle_s=0.3))  # fmt: skip
+    slave = follow(e)
+    try:
+        wait_for(lambda: peer.connections >= 2, 30, "the slave to give up and reconnect")
+        assert "sent nothing for 0.3 s" in slave.last_error
+    finally:
+        slave.close()
+        e.close()
+        peer.close()
+
+
+def test_a_frame_off_the_slaves_end_closes_the_connection(tmp_path):
+    """RocketMQ's rule: a frame whose offset is not the slave's end ends the connection;
+    the slave reconnects and reports its end again. A raw master sends one such frame."""
+    root = tmp_path / "master"
+    source_store(root, 50)
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        e = slave_engine(tmp_path / "slave", port)
+        slave = follow(e)
+        try:
+            conn, _ = server.accept()
+            with conn:
+                assert struct.unpack(">q", conn.recv(8)) == (0,)  # at once, empty
+                first = (root / "commitlog" / f"{0:020d}").read_bytes()[:5000]
+                conn.sendall(struct.pack(">qi", 0, 5000) + first)
+                wait_for(lambda: e.max_offset > 4000, 30, "the first frame to be applied")
+                written = e.max_offset
+                conn.sendall(struct.pack(">qi", 6000, 10) + bytes(10))  # not at 5000
+                conn.settimeout(30)
+                got = b""
+                while chunk := conn.recv(64):
+                    got += chunk
+                assert struct.unpack(">q", got[-8:]) == (written,)
+            again, _ = server.accept()
+            with again:
+                assert struct.unpack(">q", again.recv(8)) == (written,)
+            assert "offset 6000" in slave.last_error
+        finally:
+            slave.close()
+            e.close()
