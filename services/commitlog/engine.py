@@ -247,11 +247,19 @@ class CommitLogEngine(Dispatching):
             seg.wrote = at + len(data)
             self.bytes_written += len(data)
 
-    def publish_replicated(self, end: int, timestamps: Sequence[tuple[int, int]] = ()) -> None:
+    def publish_replicated(
+        self, end: int, timestamps: Sequence[tuple[int, int]] = (),
+        queues: dict[tuple[str, int], int] | None = None,
+    ) -> None:  # fmt: skip
         """Whole records up to ``end`` arrived: readers and dispatch may take them;
-        ``timestamps`` are (end offset, store time) of records among them (checkpoint)."""
+        ``timestamps`` are (end offset, store time) of records among them (checkpoint),
+        ``queues`` the next queue offsets they carry."""
         with self._lock:
             self._marks.extend(timestamps)
+            table = self.queue_table
+            for key, following in (queues or {}).items():
+                if table.get(key, 0) < following:
+                    table[key] = following
             self.max_offset = end
         with self._appended:
             self._appended.notify_all()
@@ -376,8 +384,7 @@ class CommitLogEngine(Dispatching):
         with self._lock:
             offset, table = self.max_offset, dict(self.queue_table)
         self._flush_all()
-        if not self.config.is_slave:  # a slave's queue table is its recovery's, not current
-            save_snapshot(self._snapshot_path, offset, table)
+        save_snapshot(self._snapshot_path, offset, table)
         self._write_checkpoint()
 
     def _write_checkpoint(self) -> None:
@@ -440,8 +447,7 @@ class CommitLogEngine(Dispatching):
         self.flusher.stop()
         self._flush_all()
         try:
-            if not self.config.is_slave:
-                save_snapshot(self._snapshot_path, self.max_offset, dict(self.queue_table))
+            save_snapshot(self._snapshot_path, self.max_offset, dict(self.queue_table))
             self._write_checkpoint()
         except OSError as e:  # e.g. a full disk: the next start walks record headers instead
             log.warning("could not write the queue snapshot or checkpoint at shutdown: %s", e)

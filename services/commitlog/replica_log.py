@@ -11,11 +11,16 @@ partial record is gone from memory, and the slave resumes from the last whole on
 cuts any record torn while it was being written, as on a master).
 
 Every record is checked before it is written: a known magic, a size that fits in its file,
-and the physical offset stored in its header equal to where it lies (spec §6: a master that
+its fields and body CRC (as recovery checks them), and the physical offset stored in its
+header equal to where it lies (spec §6: a master that
 starts sending from somewhere else in its own, different history is refused). An
-end-of-file (BLANK) record is written with the rest of its file.
+end-of-file (BLANK) record is written with the rest of its file. The engine's queue table
+follows the records' own queue offsets, so its snapshots hold on a slave as on a master.
 """
 
+from dataclasses import dataclass, field
+
+from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import BytesLike, commitlog
 from rmqstore.formats.commitlog import BLANK_MAGIC, MAGIC_V1, MAGIC_V2
 from services.commitlog.engine import CommitLogEngine
@@ -27,6 +32,14 @@ _MAGICS = (MAGIC_V1, MAGIC_V2)
 
 class Diverged(Exception):
     """The master's bytes do not continue this store's history; nothing of them is kept."""
+
+
+@dataclass
+class Published:
+    """What whole records bring besides their bytes."""
+
+    stamps: list[tuple[int, int]] = field(default_factory=list)  # (end offset, store time)
+    queues: dict[tuple[str, int], int] = field(default_factory=dict)  # next queue offsets
 
 
 def _long(buf: BytesLike, at: int) -> int:
@@ -79,14 +92,14 @@ class ReplicaLog:
         self.pending += data
         pos = self.received - len(self.pending)
         try:
-            n, stamps = self._whole(pos)
+            n, published = self._whole(pos)
         except Diverged:
             self.restart()
             raise
         if n:
             self.engine.write_replicated(pos, memoryview(self.pending)[:n])
             del self.pending[:n]
-            self.engine.publish_replicated(pos + n, stamps)
+            self.engine.publish_replicated(pos + n, published.stamps, published.queues)
         return self.written
 
     def _check(self, pos: int, buf: BytesLike, at: int, have: int) -> int:
@@ -111,19 +124,28 @@ class ReplicaLog:
                            "from another history")  # fmt: skip
         return size
 
-    def _whole(self, pos: int) -> tuple[int, list[tuple[int, int]]]:
+    def _whole(self, pos: int) -> tuple[int, Published]:
         """How many bytes of ``pending`` (which starts at ``pos``, a record start) are whole
-        records, and each message record's (end, store time)."""
-        buf, at = self.pending, 0
-        stamps: list[tuple[int, int]] = []
+        records, and what they bring (store times, queue offsets)."""
+        with memoryview(self.pending) as view:  # released before ``pending`` is cut
+            return self._walk(pos, view)
+
+    def _walk(self, pos: int, buf: memoryview) -> tuple[int, Published]:
+        at, out = 0, Published()
         while True:
             have = len(buf) - at
             size = self._check(pos + at, buf, at, have)
             if not size or size > have:
-                return at, stamps
+                return at, out
             _, magic = commitlog.peek(buf, at)
             if magic != BLANK_MAGIC:
-                sys_flag = int.from_bytes(buf[at + commitlog.SYS_FLAG_AT : at + 40], "big")
-                stored_at = _long(buf, at + commitlog.store_timestamp_at(sys_flag))
-                stamps.append((pos + at + size, stored_at))
+                try:  # lengths, fields and body CRC, as recovery checks them
+                    meta = commitlog.decode_meta(buf[: at + size], at, True, pos)
+                except CorruptRecordError as e:
+                    raise Diverged(f"the record at offset {pos + at} does not check out: "
+                                   f"{e}") from None  # fmt: skip
+                out.stamps.append((pos + at + size, meta.store_timestamp))
+                if not meta.sys_flag & commitlog.NO_QUEUE_OFFSET_BIT:
+                    key = (meta.topic, meta.queue_id)
+                    out.queues[key] = max(out.queues.get(key, 0), meta.queue_offset + 1)
             at += size

@@ -49,6 +49,11 @@ def test_a_slave_copies_the_whole_log_byte_for_byte(tmp_path, source, frame):
         peer.set_end(end)
         assert peer.wait_acked(end, 60)
         wait_for(lambda: e.max_offset == end, 10, "the last record published")
+        master = CommitLogEngine(WriterConfig(store=root, segment_size=SEGMENT))
+        try:  # the queue offsets a promoted slave would go on from
+            assert e.queue_table == master.queue_table
+        finally:
+            master.close()
         assert e.read([0])[0] == (root / "commitlog" / f"{0:020d}").read_bytes()[: len(
             e.read([0])[0])]  # fmt: skip
     finally:
