@@ -110,6 +110,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     credentials, m_host = preflight(args, calls_writer=False)
+    if args.read_only and args.role == "slave":
+        raise StartupError("--read-only and --role slave do not go together (a slave appends "
+                           "its master's bytes)")  # fmt: skip
+    if (args.role == "slave") != bool(args.ha_master):
+        raise StartupError("--ha-master HOST:PORT (the master's HA port) goes with --role slave, "
+                           "and a slave needs one")  # fmt: skip
     try:
         config = config_from(args)
         delay.use_levels(config.delay_levels)  # before any message is built or dispatched
@@ -123,10 +129,6 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
-    if args.read_only and config.is_slave:
-        engine.close()
-        raise StartupError("--read-only and --role slave do not go together (a slave appends "
-                           "its master's bytes)")  # fmt: skip
     # delayed delivery appends and retention deletes: only a writable store has them, and a
     # slave has neither (its master's appear in the bytes it copies)
     delivery: DeliveryService | None = None
