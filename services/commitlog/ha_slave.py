@@ -1,8 +1,9 @@
 """A slave's HA client: follows a master (ours or RocketMQ 4.9's) over RocketMQ's HA protocol.
 
 One thread connects to the master's HA port, reports this store's end at once (RocketMQ's
-own slave waits ~5 s), then takes every transfer frame in at its end (``ReplicaLog``) and
-reports after each one the end of the whole records in its segment files: the report is the
+own slave waits ~5 s), then takes every transfer frame in at its end (``ReplicaLog``; the
+frames that arrived together are checked and written together) and reports after them the
+end of the whole records in its segment files: the report is the
 acknowledgement, sent once the bytes are in the files (before they are flushed), as RocketMQ's
 slave does. It also reports every
 5 s without frames, drops a master it heard nothing from for 20 s, and reconnects after the
@@ -136,22 +137,22 @@ class HaSlave:
             if chunk:
                 last_read = now
                 buf += chunk
-                pos = 0
+                pos, taken = 0, 0
                 while len(buf) - pos >= ha.FRAME_HEADER_SIZE:
                     header = ha.decode_frame_header(buf, pos)
                     body_at = pos + ha.FRAME_HEADER_SIZE
                     if len(buf) - body_at < header.size:
                         break
-                    body = memoryview(buf)[body_at : body_at + header.size]
-                    try:
-                        applied = self._frame(header, body)
-                    finally:
-                        body.release()
+                    with memoryview(buf) as view:
+                        taken += self._frame(header, view[body_at : body_at + header.size])
                     pos = body_at + header.size
-                    if applied:
-                        sock.sendall(ha.encode_report(replica.written))
-                        last_sent = now
                 del buf[:pos]
+                if taken:  # the frames that came together are checked and written together
+                    replica.flush()
+                    self.frames += taken
+                    self.diverged = ""
+                    sock.sendall(ha.encode_report(replica.written))
+                    last_sent = now
             elif now - last_read >= self.idle_s:
                 raise TimeoutError(f"the master sent nothing for {self.idle_s:g} s")
             if now - last_sent >= self.heartbeat_s:
@@ -159,7 +160,7 @@ class HaSlave:
                 last_sent = now
 
     def _frame(self, header: ha.FrameHeader, body: memoryview) -> bool:
-        """Apply one frame; whether bytes were copied in (a heartbeat copies none)."""
+        """Take one frame in; whether it carried bytes (a heartbeat carries none)."""
         replica = self.replica
         if header.offset != replica.received and not replica.empty:
             raise OutOfStep(f"the master sent offset {header.offset}, this store ends at "
@@ -169,7 +170,5 @@ class HaSlave:
         if replica.empty:
             log.info("empty store: starting the commitlog at the master's offset %d",
                      header.offset)  # fmt: skip
-        replica.apply(header.offset, body)
-        self.frames += 1
-        self.diverged = ""
+        replica.take(header.offset, body)
         return True

@@ -11,6 +11,7 @@ from rmqstore.v1 import common_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_slave import HaSlave
+from services.commitlog.replica_log import ReplicaLog
 from tests.ha_peer import PeerMaster
 from tests.services.commitlog.replicas import SEGMENT, files, source_store, wait_for
 
@@ -209,3 +210,27 @@ def test_a_frame_off_the_slaves_end_closes_the_connection(tmp_path):
         finally:
             slave.close()
             e.close()
+
+
+def test_frames_taken_together_across_file_ends_are_written_file_by_file(tmp_path, source):
+    """Frames that arrive together are checked and written together: here every frame of
+    the source (each end-of-file record and the next file's first records among them) in
+    one go, and a record split between the last two frames taken."""
+    root, end = source
+    data = b"".join((root / "commitlog" / f"{start:020d}").read_bytes()
+                    for start in range(0, end, SEGMENT))  # fmt: skip
+    e = slave_engine(tmp_path / "slave", 1)
+    try:
+        log = ReplicaLog(e)
+        offset = 0
+        while offset < end - 100:
+            n = min(end - 100, offset - offset % SEGMENT + SEGMENT, offset + 32 * 1024) - offset
+            log.take(offset, data[offset : offset + n])
+            offset += n
+        written = log.flush()
+        assert written < end - 100 == log.received  # a record waits for its last 100 bytes
+        log.take(end - 100, data[end - 100 : end])
+        assert log.flush() == end == e.max_offset
+    finally:
+        e.close()
+    assert files(tmp_path / "slave" / "commitlog") == files(root / "commitlog")
