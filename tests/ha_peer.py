@@ -73,6 +73,7 @@ class PeerMaster:
         self.idle_s = idle_s
         self._end = records_end(self.dir, file_size) if end is None else end
         self.acked = -1  # the last report read
+        self.reports = 0  # how many reports were read (heartbeats included)
         self.first_reports: list[int] = []  # each connection's start point
         self.connections = 0
         self._cond = threading.Condition()
@@ -193,6 +194,7 @@ class PeerMaster:
                 value = REPORT.unpack_from(buf, whole - 8)[0]
                 buf = buf[whole:]
                 with self._cond:
+                    self.reports += whole // 8
                     if state["first"] is None:
                         state["first"] = value
                         self.first_reports.append(value)

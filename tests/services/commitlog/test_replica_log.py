@@ -234,3 +234,22 @@ def test_frames_taken_together_across_file_ends_are_written_file_by_file(tmp_pat
     finally:
         e.close()
     assert files(tmp_path / "slave" / "commitlog") == files(root / "commitlog")
+
+
+def test_a_slave_reports_its_end_as_a_heartbeat(tmp_path, source):
+    """Nothing to copy: the slave still reports every heartbeat interval (5 s; here 0.1 s),
+    so a master keeps it as connected."""
+    root, end = source
+    peer = PeerMaster(root / "commitlog", SEGMENT, end=20_000, heartbeat_s=3600)
+    e = slave_engine(tmp_path / "slave", peer.port)
+    slave = HaSlave(e, heartbeat_s=0.1)
+    slave.start()
+    try:
+        wait_for(lambda: peer.acked > 19_000, 30, "the slave to acknowledge")
+        reports = peer.reports
+        wait_for(lambda: peer.reports >= reports + 3, 30, "three heartbeat reports")
+        assert peer.acked == e.max_offset and peer.connections == 1
+    finally:
+        slave.close()
+        e.close()
+        peer.close()
