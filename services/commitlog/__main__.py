@@ -12,7 +12,7 @@ from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
-from services.commitlog import topics
+from services.commitlog import ha_slave, topics
 from services.commitlog.config import (
     DEFAULT_SEGMENT_SIZE,
     WriterConfig,
@@ -180,6 +180,7 @@ def _serve(args: argparse.Namespace) -> int:
         retention.start()
     slave = HaSlave(engine) if isinstance(engine, CommitLogEngine) and config.is_slave else None
     if slave is not None:
+        ha_slave.watch(registry, slave)
         slave.start()
 
     def stop() -> None:

@@ -22,7 +22,10 @@ import socket
 import threading
 import time
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
 from rmqstore.formats import ha
+from rmqstore.metrics_http import on_scrape
 from services.commitlog.config import master_address
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.replica_log import Diverged, ReplicaLog
@@ -172,3 +175,31 @@ class HaSlave:
                      header.offset)  # fmt: skip
         replica.take(header.offset, body)
         return True
+
+
+def watch(registry: CollectorRegistry, slave: HaSlave) -> None:
+    """The slave's Prometheus metrics, read from it at each scrape."""
+    on_scrape(registry, lambda: refresh())  # before the metrics it fills
+    connected = Gauge("rmqstore_ha_slave_connected",
+                      "1 while this slave is connected to its master.", registry=registry)
+    offset = Gauge("rmqstore_ha_slave_offset_bytes", "End of the whole records this slave "
+                   "holds: what it reports to its master.", registry=registry)  # fmt: skip
+    pending = Gauge("rmqstore_ha_slave_pending_bytes", "Bytes of a record received in part, "
+                    "waiting for the rest.", registry=registry)  # fmt: skip
+    diverged = Gauge("rmqstore_ha_slave_diverged", "1 while the master's bytes are refused "
+                     "as another history (see the log).", registry=registry)  # fmt: skip
+    frames = Counter("rmqstore_ha_slave_frames_total", "Transfer frames with bytes taken in.",
+                     registry=registry)  # fmt: skip
+    connections = Counter("rmqstore_ha_slave_connections_total", "Connections made to the "
+                          "master.", registry=registry)  # fmt: skip
+    seen = {"frames": 0, "connections": 0}
+
+    def refresh() -> None:
+        connected.set(1 if slave.connected else 0)
+        offset.set(slave.written)
+        pending.set(len(slave.replica.pending))
+        diverged.set(1 if slave.diverged else 0)
+        for name, counter, now in (("frames", frames, slave.frames),
+                                   ("connections", connections, slave.connections)):
+            counter.inc(now - seen[name])
+            seen[name] = now

@@ -2,6 +2,8 @@
 the spec-written peer master (``tests/ha_peer.py``), which serves RocketMQ 4.9.8's golden store
 or a store our writer wrote."""
 
+import urllib.request
+
 import grpc
 import pytest
 
@@ -23,12 +25,19 @@ from tests.services.indexer.test_services import start_builder, wait_durable
 pytestmark = pytest.mark.integration
 
 
-def start_slave(store, peer: PeerMaster, address: str = "127.0.0.1:0") -> procs.ServiceProcess:
+def start_slave(store, peer: PeerMaster, address: str = "127.0.0.1:0",
+                *extra: str) -> procs.ServiceProcess:  # fmt: skip
     return procs.start(
         "services.commitlog", "--store", str(store), "--listen", address,
         "--commitlog-segment-size", str(SEGMENT), "--flush-interval-ms", "50",
         "--role", "slave", "--ha-master", f"127.0.0.1:{peer.port}", "--ha-retry-seconds", "0.1",
+        *extra,
     )  # fmt: skip
+
+
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        return r.read().decode()
 
 
 @pytest.mark.golden
@@ -43,7 +52,8 @@ def test_a_slave_of_rocketmqs_golden_store_is_identical_and_queryable(
     # the master is still in its first file when the slave connects: it gets everything
     peer = PeerMaster(golden_store / "commitlog", SEGMENT, max_frame=997, end=40_000)
     store = tmp_path / "slave"
-    writer = start_slave(store, peer)
+    metrics_port = procs.free_port()
+    writer = start_slave(store, peer, "127.0.0.1:0", "--metrics-port", str(metrics_port))
     cqb = start_builder("consume-queue", store, writer.address,
                         "--cq-entries-per-file", str(GOLDEN_CQ_ENTRIES))  # fmt: skip
     ixb = start_builder("index", store, writer.address, "--index-slots", str(GOLDEN_SLOTS),
@@ -66,6 +76,10 @@ def test_a_slave_of_rocketmqs_golden_store_is_identical_and_queryable(
                 refused.value.details())  # fmt: skip
             offsets = stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5)
             assert offsets.max_offset == end
+        text = scrape(metrics_port)
+        assert "rmqstore_ha_slave_connected 1.0" in text
+        assert f"rmqstore_ha_slave_offset_bytes {float(end)}" in text
+        assert "rmqstore_ha_slave_diverged 0.0" in text
         for b in (cqb, ixb):
             wait_durable(b, end, 60)
         first = golden_expected["messages"][0]["stored"]
