@@ -173,6 +173,13 @@ class HaSlave:
         if replica.empty:
             log.info("empty store: starting the commitlog at the master's offset %d",
                      header.offset)  # fmt: skip
+            if header.offset % replica.file_size:
+                log.warning(
+                    "the master started this empty store at %d, inside a commitlog file: the "
+                    "file's first %d bytes stay zeros, and a restart's recovery reads them as "
+                    "the end of the data (a RocketMQ master starts an empty slave at a file "
+                    "start)", header.offset, header.offset % replica.file_size,
+                )  # fmt: skip
         replica.take(header.offset, body)
         return True
 
