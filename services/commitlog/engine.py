@@ -227,8 +227,8 @@ class CommitLogEngine(Dispatching):
                         f"(it ends at {last.end if last else 0})"
                     )
                 seg = self._head = self.segments.roll(offset - offset % size)
-                if empty:
-                    seg.wrote = offset - seg.start
+            if empty:
+                seg.wrote = offset - seg.start
             at = offset - seg.start
             if at != seg.wrote or at + len(data) > seg.size:
                 raise OffsetOutOfRangeError(

@@ -24,6 +24,7 @@ import time
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from rmqstore.errors import StoreError
 from rmqstore.formats import ha
 from rmqstore.metrics_http import on_scrape
 from services.commitlog.config import master_address
@@ -104,6 +105,12 @@ class HaSlave:
                 except (OSError, OutOfStep, ValueError) as e:
                     if not self._stop.is_set():
                         self._failed(f"connection to the master {self.master} ended: {e}")
+                except StoreError as e:  # e.g. a full disk: this store cannot take the bytes
+                    self._failed(f"cannot store what the master {self.master} sent: {e}",
+                                 logging.ERROR)  # fmt: skip
+                except Exception as e:  # a bug in us: say so, keep following
+                    log.exception("following the master %s failed", self.master)
+                    self.last_error = f"following the master failed: {e!r}"
                 finally:
                     with self._lock:
                         self._sock = None
