@@ -175,8 +175,8 @@ class PeerMaster:
 
     def _read_reports(self, conn: socket.socket, state: dict) -> None:
         buf = b""
-        conn.settimeout(0.5)
         try:
+            conn.settimeout(0.5)
             while not self._stop(state):
                 try:
                     chunk = conn.recv(4096)

@@ -206,7 +206,7 @@ def test_a_frame_off_the_slaves_end_closes_the_connection(tmp_path):
             again, _ = server.accept()
             with again:
                 assert struct.unpack(">q", again.recv(8)) == (written,)
-            assert "offset 6000" in slave.last_error
+                assert "offset 6000" in slave.last_error  # while this one is open
         finally:
             slave.close()
             e.close()
