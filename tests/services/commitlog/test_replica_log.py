@@ -7,11 +7,12 @@ from pathlib import Path
 import pytest
 
 from rmqstore.errors import NotMasterError
+from rmqstore.formats import commitlog
 from rmqstore.v1 import common_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_slave import HaSlave
-from services.commitlog.replica_log import ReplicaLog
+from services.commitlog.replica_log import Diverged, ReplicaLog
 from tests.ha_peer import PeerMaster
 from tests.services.commitlog.replicas import SEGMENT, files, source_store, wait_for
 
@@ -253,3 +254,32 @@ def test_a_slave_reports_its_end_as_a_heartbeat(tmp_path, source):
         slave.close()
         e.close()
         peer.close()
+
+
+@pytest.mark.parametrize("flip, why", [
+    (commitlog.HEAD_SIZE + 60, "does not check out"),  # a body byte: its CRC fails
+    (commitlog.PHYSICAL_OFFSET_AT + 7, "another history"),  # the stored offset
+    (commitlog.MAGIC_AT, "no record begins"),
+])  # fmt: skip
+def test_a_record_that_does_not_check_out_is_not_written(tmp_path, source, flip, why):
+    """Bytes damaged on the way (or from another history) are refused with nothing of the
+    record written; the records before it are."""
+    root, _ = source
+    data = bytearray((root / "commitlog" / f"{0:020d}").read_bytes()[:20_000])
+    size = commitlog.peek(data, 0).total_size
+    second = size + commitlog.peek(data, size).total_size  # the third record starts here
+    data[second + flip] ^= 0xFF
+    e = slave_engine(tmp_path / "slave", 1)
+    try:
+        log = ReplicaLog(e)
+        with pytest.raises(Diverged, match=why):
+            log.apply(0, data)
+        assert e.max_offset == log.written == 0  # checked before anything is written
+        log.apply(0, data[:second])
+        assert e.max_offset == second
+        with pytest.raises(Diverged, match=why):
+            log.apply(second, data[second:])
+        assert e.max_offset == second == log.received
+        assert e.read([0, size]) == [bytes(data[:size]), bytes(data[size:second])]
+    finally:
+        e.close()
