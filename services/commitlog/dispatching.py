@@ -104,11 +104,17 @@ class Dispatching:
         self, offset: int, max_records: int, active: Callable[[], bool]
     ) -> Iterator[WireBatch]:
         pos = offset
+        # subscribed to an empty store: a slave's first file may start anywhere (its master's
+        # last file), so the first records are wherever the store begins
+        from_empty = pos == 0 == self.max_offset
         linger = self.config.dispatch_linger_ms / 1000
         while active() and not self._closed:
             with self._appended:
                 while self.max_offset <= pos and active() and not self._closed:
                     self._appended.wait(0.25)
+                if from_empty:
+                    pos = max(pos, self.min_offset)
+                    from_empty = False
                 if linger and self._small_batch(pos, max_records):
                     # only a little is waiting: let the puts right behind it join (a builder
                     # pays a fixed cost per batch, and each put is a chunk of its own)

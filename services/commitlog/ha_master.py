@@ -29,12 +29,11 @@ from typing import Any
 from rmqstore.errors import StoreError, UnavailableError
 from rmqstore.formats import ha
 from rmqstore.v1 import commitlog_pb2
+from services.commitlog.config import ASYNC_MASTER, SYNC_MASTER
 from services.commitlog.record_reads import record_at
 
 log = logging.getLogger(__name__)
 
-ASYNC_MASTER, SYNC_MASTER, SLAVE = "async_master", "sync_master", "slave"
-ROLES = (ASYNC_MASTER, SYNC_MASTER, SLAVE)
 PUT_OK = commitlog_pb2.PUT_OK
 FLUSH_SLAVE_TIMEOUT = commitlog_pb2.FLUSH_SLAVE_TIMEOUT
 SLAVE_NOT_AVAILABLE = commitlog_pb2.SLAVE_NOT_AVAILABLE
@@ -71,8 +70,8 @@ class Replication:
         self, engine: Any, role: str = ASYNC_MASTER, slave_timeout_s: float = 3.0,
         fallbehind_max: int = 256 << 20, min_sync_replicas: int = 0,
     ) -> None:  # fmt: skip
-        if role not in ROLES:
-            raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {role!r}")
+        if role not in (ASYNC_MASTER, SYNC_MASTER):
+            raise ValueError(f"a master's role is {ASYNC_MASTER} or {SYNC_MASTER}, not {role!r}")
         self.engine = engine
         self.role = role
         self.slave_timeout_s = slave_timeout_s
