@@ -459,6 +459,21 @@ class Consumption(Redelivery):
     async def records(self, flights: list[Flight]) -> list[commitlog.Record]:
         return await self.reads.records(flights)
 
+    async def present_records(self, group: str, topic: str, entries: list[Entry],
+                              ) -> tuple[list[Entry], list[commitlog.Record]]:  # fmt: skip
+        """The entries whose records are still stored, and those records: the others are
+        skipped (``drop_gone``). A read that fails is tried once more after a fresh look at
+        the commitlog's minimum and the queues' ends (retention or a cut since the last)."""
+        for q, o, f in entries:
+            if f.phy < 0:  # restored after a restart: looked up in the consume queue
+                self._resolve(topic, q, o, f)
+        entries = self.drop_gone(group, topic, entries, fresh=False)
+        try:
+            return entries, await self.records([f for _q, _o, f in entries])
+        except BusinessError:
+            entries = self.drop_gone(group, topic, entries, fresh=True)
+            return entries, await self.records([f for _q, _o, f in entries])
+
     async def _read(
         self,
         g: sg.GroupConfig,
@@ -468,15 +483,7 @@ class Consumption(Redelivery):
         invisible_ms: int,
     ) -> list[pb.Message]:
         try:
-            for q, o, f in taken:
-                if f.phy < 0:  # restored after a restart: looked up in the consume queue
-                    self._resolve(topic, q, o, f)
-            taken = self.drop_gone(g.name, topic, taken, fresh=False)
-            try:
-                records = await self.records([f for _q, _o, f in taken])
-            except BusinessError:  # deleted (retention) or cut away since the last look?
-                taken = self.drop_gone(g.name, topic, taken, fresh=True)
-                records = await self.records([f for _q, _o, f in taken])
+            taken, records = await self.present_records(g.name, topic, taken)
         except BusinessError:
             self._undo(g.name, topic, taken)
             raise
