@@ -115,6 +115,7 @@ class Consumption(Redelivery):
         self._shown_as: dict[str, str] = {}  # retry topic -> the topic its messages are of
         # (group, topic, queue) -> offsets skipped since the start: their messages were gone
         self.skipped: dict[tuple[str, str, int], int] = {}
+        self._skips = 0  # times anything was skipped (a receive that skipped looks again)
         self._corrected: set[tuple[str, str, int]] = set()  # beyond the queue's end, logged
         restored = sum(len(p.inflight) for qs in self.state.values() for p in qs.values())
         if restored:
@@ -191,6 +192,7 @@ class Consumption(Redelivery):
         if n:
             k = (group, topic, q)
             self.skipped[k] = self.skipped.get(k, 0) + n
+            self._skips += 1
             self.on_event(group, self._shown_as.get(topic, topic), "skipped", n)
             log.warning("%s@%s queue %d: %d messages below offset %d are no longer stored "
                         "(retention); skipped", topic, group, q, n, low)  # fmt: skip
@@ -242,6 +244,7 @@ class Consumption(Redelivery):
             if f.phy == GONE:  # its unit is gone and the queue's bounds do not say why
                 self.settle(group, topic, q, o)
                 self.skipped[(group, topic, q)] = self.skipped.get((group, topic, q), 0) + 1
+                self._skips += 1
                 self.on_event(group, self._shown_as.get(topic, topic), "skipped", 1)
                 continue
             kept.append((q, o, f))
@@ -286,9 +289,12 @@ class Consumption(Redelivery):
         while True:
             arrived = self.arrivals.event(topic.name)  # taken before the look: none missed
             self.changed.clear()
+            skips = self._skips
             out = await self._pop(g, topic, filt, batch, invisible_ms, renew_for)
             if out or loop.time() >= deadline:
                 return out
+            if self._skips != skips:  # moved past messages no longer stored: look again
+                continue
             expiring = self._expiry.get((group, topic.name))  # woken by its next expiry too
             await self.arrivals.wait(topic, arrived, self.changed, deadline, expiring)
 

@@ -4,8 +4,9 @@
 
 * below: retention deleted the commitlog segments its next messages were in, while the
   consume-queue file pointing at them stays; the group is moved up to the first message
-  still stored, counts what it skipped, and receives again (a new group starts there; a
-  pull below it is answered with that offset, and counted);
+  still stored, counts what it skipped (a FIFO group's message in flight too), and
+  receives again (a new group starts there; a pull below it is answered with that offset,
+  and counted);
 * above: the commitlog was cut at a damaged record on restart, so the queue ends below the
   group's committed offset; the offset is corrected to the queue's end and the messages
   that take those offsets again are delivered."""
@@ -115,6 +116,37 @@ def test_a_group_behind_retention_skips_what_is_gone_and_receives_again(tmp_path
                                                 max_messages=1), timeout=30)  # fmt: skip
         assert pull.status == query_pb2.FOUND and pull.messages[0].body.decode() in kept
         assert _query_metric(serve, "rmqstore_query_pull_skipped_offsets_total") == first_kept
+    finally:
+        assert serve.stop() == 0, "".join(serve.lines[-50:])
+
+
+def test_a_fifo_groups_message_in_flight_that_retention_deleted_is_skipped(tmp_path):
+    serve = Serve(tmp_path / "store", *RETENTION, "--fifo-group", "F")
+    try:
+        writer = commitlog_pb2_grpc.CommitLogStub(channel(serve.address(0)))
+        r = cli("topic", "create", "Fi", "--queues", "1", "--commitlog", serve.address(0))
+        assert r.returncode == 0, r.stderr
+        put = _put(writer, "Fi", ["first"], 1)
+        # handed out and never acknowledged: a FIFO group delivers it again, in place, at the
+        # next receive after its invisible time (1 s), and nothing else of its queue before
+        r = cli("consume", "--proxy", serve.proxy, "--group", "F", "--topic", "Fi", "--json",
+                "--no-ack", "--invisible", "1", "--count", "1")  # fmt: skip
+        assert r.returncode == 0 and json.loads(r.stdout)["body"] == "first", r.stderr
+        old = [f"old-{i}-" + "x" * 100_000 for i in range(16)]  # ~1.6 segments
+        for body in old:
+            put += _put(writer, "Fi", [body], 1)
+        low = _until("the first segment deleted", lambda: writer.GetOffsets(
+            commitlog_pb2.GetOffsetsRequest(), timeout=10).min_offset)  # fmt: skip
+        bodies = ["first", *old]
+        gone = [b for b, r in zip(bodies, put, strict=True) if r.phy_offset < low]
+        kept = [b for b, r in zip(bodies, put, strict=True) if r.phy_offset >= low]
+        assert "first" in gone and kept
+        got = cli("consume", "--proxy", serve.proxy, "--group", "F", "--topic", "Fi", "--json",
+                  "--wait", "3")  # fmt: skip
+        assert got.returncode == 0, got.stderr
+        assert [json.loads(line)["body"] for line in got.stdout.splitlines()] == kept  # in order
+        (q,) = [q for q in describe(serve, "F")["queues"] if q["topic"] == "Fi"]
+        assert (q["skipped"], q["committedOffset"], q["lag"]) == (len(gone), len(bodies), 0)
     finally:
         assert serve.stop() == 0, "".join(serve.lines[-50:])
 
