@@ -554,3 +554,10 @@ class QueryMetrics:
             ["kind", "budget"],
             registry=r,
         )
+        self.pull_skipped = Counter(
+            "rmqstore_query_pull_skipped_offsets_total",
+            "Queue offsets a pull moved its consumer over because their messages are no longer "
+            "stored: up to the queue's first stored message (OFFSET_TOO_SMALL), or deleted by "
+            "retention while the pull read them.",
+            registry=r,
+        )

@@ -3,7 +3,8 @@ consumer groups of the RocketMQ 5 protocol service, through its ``ConsumerGroups
 proxy owns the groups' progress files).
 
 ``describe`` shows per queue what ``mqadmin consumerProgress`` shows: committed offset, max
-offset, lag and messages in flight — the queues of the topics the group consumes and of its
+offset, lag and messages in flight, and the offsets skipped since the proxy started because
+retention had deleted their messages — the queues of the topics the group consumes and of its
 retry topics (``%RETRY%<group>_<topic>``, queue 0). ``reset`` moves the group's committed
 offset of every queue of the topic; what it had in flight there is forgotten.
 """
@@ -59,11 +60,13 @@ def _show_queues(args: argparse.Namespace, queues: Any) -> None:
             print(json.dumps(_queue_json(q)))
         return
     w = max([24, *(len(q.topic) for q in queues)])  # retry topics' names are long
-    print(f"{'topic':<{w}} {'queue':>5} {'committed':>12} {'max':>12} {'lag':>10} {'in flight':>9}")
+    print(f"{'topic':<{w}} {'queue':>5} {'committed':>12} {'max':>12} {'lag':>10} "
+          f"{'in flight':>9} {'skipped':>10}")  # fmt: skip
     for q in queues:
         print(f"{q.topic:<{w}} {q.queue_id:>5} {q.committed_offset:>12} {q.max_offset:>12} "
-              f"{q.lag:>10} {q.in_flight:>9}")  # fmt: skip
-    print(f"total lag {sum(q.lag for q in queues)}, in flight {sum(q.in_flight for q in queues)}")
+              f"{q.lag:>10} {q.in_flight:>9} {q.skipped:>10}")  # fmt: skip
+    print(f"total lag {sum(q.lag for q in queues)}, in flight {sum(q.in_flight for q in queues)}, "
+          f"skipped {sum(q.skipped for q in queues)}")
 
 
 def _group_line(g: groups_pb2.GroupConfig) -> str:

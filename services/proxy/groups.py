@@ -27,19 +27,20 @@ def config_of(g: sg.GroupConfig) -> groups_pb2.GroupConfig:
     )  # fmt: skip
 
 
-def progress(rows: list[tuple[str, int, int, int, int]]) -> list[groups_pb2.QueueProgress]:
+def progress(rows: list[tuple[str, int, int, int, int, int]]) -> list[groups_pb2.QueueProgress]:
     return [
         groups_pb2.QueueProgress(
-            topic=t, queue_id=q, committed_offset=c, max_offset=mx, lag=max(0, mx - c), in_flight=i
+            topic=t, queue_id=q, committed_offset=c, max_offset=mx, lag=max(0, mx - c),
+            in_flight=i, skipped=s,
         )  # fmt: skip
-        for t, q, c, mx, i in rows
+        for t, q, c, mx, i, s in rows
     ]
 
 
 async def offset_at_time(c: Consumption, files: QueueFiles, topic: str, q: int, ms: int) -> int:
     """The first queue offset whose message was stored at or after ``ms`` (max offset if
     none): a binary search over the consume queue, reading one record per probe."""
-    lo, hi = files.min_offset(topic, q), files.max_offset(topic, q)
+    lo, hi = c.low_offset(topic, q), files.max_offset(topic, q)
     while lo < hi:
         mid = (lo + hi) // 2
         units = files.read(topic, q, mid, 1)
@@ -113,7 +114,7 @@ class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
         files = c.queues
         offsets = {}
         for q in range(topic.read_queue_nums):
-            low, high = files.min_offset(topic.name, q), files.max_offset(topic.name, q)
+            low, high = c.low_offset(topic.name, q), files.max_offset(topic.name, q)
             if which == "offset":
                 offsets[q] = min(max(request.offset, low), high)
             else:
