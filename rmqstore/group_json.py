@@ -5,7 +5,8 @@ fields).
 A group: groupName, retryMaxTimes (deliveries = retryMaxTimes + 1), fifo, consumeEnable.
 A queue's progress: topic, queueId, committedOffset (every offset below is settled),
 maxOffset (one past the last message), lag, inFlight. ``describe`` is a group plus
-``queues``.
+``queues`` and, from the CLI, ``deadLetters`` (failed tries, dropped messages, lastError:
+dead letters the store did not take since the proxy started).
 """
 
 from collections.abc import Iterable
@@ -24,6 +25,10 @@ def queue_json(q: groups_pb2.QueueProgress) -> dict[str, Any]:
             "maxOffset": q.max_offset, "lag": q.lag, "inFlight": q.in_flight}  # fmt: skip
 
 
-def describe_json(g: groups_pb2.GroupConfig,
-                  queues: Iterable[groups_pb2.QueueProgress]) -> dict[str, Any]:
-    return {**group_json(g), "queues": [queue_json(q) for q in queues]}
+def describe_json(g: groups_pb2.GroupConfig, queues: Iterable[groups_pb2.QueueProgress],
+                  dead: groups_pb2.DeadLetterTrouble | None = None) -> dict[str, Any]:  # fmt: skip
+    out = {**group_json(g), "queues": [queue_json(q) for q in queues]}
+    if dead is not None:
+        out["deadLetters"] = {"failed": dead.failed, "dropped": dead.dropped,
+                              "lastError": dead.last_error}  # fmt: skip
+    return out

@@ -109,6 +109,12 @@ class ConsumerGroupMetrics:
                 ("retried", "retries",
                  "Messages copied to the group's %RETRY% topic (invisible time over)."),
                 ("dead_lettered", "dead_letters", "Messages moved to the group's %DLQ% topic."),
+                ("dead_letter_failed", "dead_letter_failures",
+                 "Dead letters the store did not take (per message and try; tried again "
+                 "unless dropped)."),
+                ("dead_letter_dropped", "dead_letters_dropped",
+                 "Messages settled with no dead letter after their last delivery: one could "
+                 "never be written (see the proxy's log)."),
             )
         }  # fmt: skip
         self._children: dict[tuple[str, str, str], Any] = {}

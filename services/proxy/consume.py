@@ -43,7 +43,7 @@ from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_files import QueueFiles
 from services.proxy.record_reads import RecordReads
-from services.proxy.redelivery import MOVING_MS, Entry, Redelivery
+from services.proxy.redelivery import MOVING_MS, DeadLetterTrouble, Entry, Redelivery
 from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ class Consumption(Redelivery):
         self._made_topics: set[str] = set()
         self._copied_to: dict[str, bool] = {}  # retry topic -> may hold messages
         self._shown_as: dict[str, str] = {}  # retry topic -> the topic its messages are of
+        self.dead_letter_trouble: dict[str, DeadLetterTrouble] = {}  # by group
         restored = sum(len(p.inflight) for qs in self.state.values() for p in qs.values())
         if restored:
             log.info("%d messages in flight before the restart will be delivered again", restored)

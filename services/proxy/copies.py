@@ -43,6 +43,15 @@ def retry_topic(group: str, topic: str) -> str | None:
         return None
 
 
+def dead_letter_topic(group: str) -> str | None:
+    """``%DLQ%<group>``; None when that name cannot be a topic (a group name RocketMQ
+    refuses, or one too long)."""
+    try:
+        return validate_topic(DLQ_PREFIX + group)
+    except InvalidArgumentError:
+        return None
+
+
 def origin_id(r: commitlog.Record) -> str:
     return r.property_map.get(ORIGIN_MESSAGE_ID) or r.uniq_key or ""
 

@@ -1,0 +1,66 @@
+"""Redelivery against ``rmqstore serve``: a message past its last delivery whose dead letter
+can never be written (``%DLQ%<group>`` is no valid topic) is settled without one rather than
+holding the group back, and that shows in ``rmqstore group describe``, the metrics and the
+log."""
+
+import json
+import re
+import time
+import urllib.request
+
+import pytest
+
+from tests.services.cli.test_consume_group import cli
+from tests.services.proxy.conftest import Serve
+
+pytestmark = pytest.mark.integration
+# valid for RocketMQ (at most 255 of [%|a-zA-Z0-9_-]), yet %DLQ%<it> is longer than a topic
+LONG_GROUP = "G" * 200
+
+
+def _until(what, limit_s: float = 90.0):
+    """Poll ``what()`` until it is true; the last value (a bound, not a timing)."""
+    end = time.monotonic() + limit_s
+    while not (value := what()) and time.monotonic() < end:
+        time.sleep(0.2)
+    return value
+
+
+def test_a_dead_letter_that_can_never_be_written_does_not_wedge_the_group(tmp_path):
+    serve = Serve(tmp_path / "store", "--group-retry-max-times", "0")  # one delivery, then DLQ
+    try:
+        r = cli("put", "--commitlog", serve.address(0), "--topic", "DlqT", "--queues", "1",
+                "--count", "2", "--body", "body-{i}")  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        r = cli("consume", "--proxy", serve.proxy, "--group", LONG_GROUP, "--topic", "DlqT",
+                "--json", "--wait", "1", "--count", "2", "--invisible", "1",
+                "--no-ack")  # fmt: skip
+        assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr
+
+        def described() -> dict:
+            d = cli("group", "describe", LONG_GROUP, "--proxy", serve.proxy, "--json")
+            assert d.returncode == 0, d.stderr
+            return json.loads(d.stdout)
+
+        def settled() -> dict | None:
+            d = described()
+            (q,) = [q for q in d["queues"] if q["topic"] == "DlqT"]
+            return d if q["committedOffset"] == 2 else None
+
+        d = _until(settled)
+        assert d, described()  # the committed offset moved on: the group is not wedged
+        dead = d["deadLetters"]
+        assert (dead["failed"], dead["dropped"]) == (2, 2)
+        assert f"%DLQ%{LONG_GROUP} cannot be a topic" in dead["lastError"]
+        text = cli("group", "describe", LONG_GROUP, "--proxy", serve.proxy).stdout
+        assert "dead letters not written: 2 tries failed, 2 messages settled without one" in text
+        url = f"http://127.0.0.1:{serve.base + 14}/metrics"
+        metrics = urllib.request.urlopen(url, timeout=30).read().decode()
+        labels = f'group="{LONG_GROUP}",topic="DlqT"'
+        assert f"rmqstore_consumer_dead_letters_dropped_total{{{labels}}} 2.0" in metrics
+        assert f"rmqstore_consumer_dead_letter_failures_total{{{labels}}} 2.0" in metrics
+        assert any("settled WITHOUT a dead letter" in line for line in serve.lines)
+    finally:
+        assert serve.stop() == 0
+    offsets = (tmp_path / "store" / "config" / "consumerOffset.json").read_text()
+    assert re.search(rf'"DlqT@{LONG_GROUP}":\{{0:2\s', offsets), offsets
