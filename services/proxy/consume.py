@@ -111,7 +111,9 @@ class Consumption(Redelivery):
         self.create_topic: Callable[[str, int, int], Awaitable[object]] | None = None
         self._made_topics: set[str] = set()
         self._copied_to: dict[str, bool] = {}  # retry topic -> may hold messages
-        self._shown_as: dict[str, str] = {}  # retry topic -> the topic its messages are of
+        # (group, retry topic) -> the topic its messages are of: two groups may share one
+        # (a on b_c and a_b on c both retry through %RETRY%a_b_c)
+        self._shown_as: dict[tuple[str, str], str] = {}
         self.dead_letter_trouble: dict[str, DeadLetterTrouble] = {}  # by group
         restored = sum(len(p.inflight) for qs in self.state.values() for p in qs.values())
         if restored:
@@ -238,7 +240,7 @@ class Consumption(Redelivery):
         sources = [(topic, q, p) for q, p in enumerate(queues)]
         taken: dict[str, list[Entry]] = {topic: []}
         if retry is not None:
-            self._shown_as[retry] = topic
+            self._shown_as[(g.name, retry)] = topic
             taken[retry] = []
             rq = self.queue(g.name, retry, 0)  # its progress is kept (and shown) from the start
             if self._has_copies(retry):  # else nothing to read there (saves a look per poll)
@@ -274,7 +276,7 @@ class Consumption(Redelivery):
 
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
         group, topic = key
-        shown = self._shown_as.get(topic, topic)
+        shown = self._shown_as.get(key, topic)
         self.on_event(group, shown, "delivered", 1)
         if f.attempt > 0 or f.lost_track or shown != topic:  # a retry topic's: a redelivery
             self.on_event(group, shown, "redelivered", 1)
@@ -375,11 +377,14 @@ class Consumption(Redelivery):
         except BusinessError:
             self._undo(g.name, topic, taken)
             raise
-        shown = self._shown_as.get(topic, topic)  # a retry topic's message is one of its topic
+        # a retry topic's message is one of its topic
+        shown = self._shown_as.get((g.name, topic), topic)
         retry = shown != topic
         out = []
         for (q, o, f), r in zip(taken, records, strict=True):
-            if not filt.matches(r.tags):
+            if not filt.matches(r.tags) or (
+                retry and r.property_map.get(copies.RETRY_TOPIC, shown) != shown
+            ):  # filtered out, or a copy of another group sharing the retry topic's name
                 self.settle(g.name, topic, q, o)
                 continue
             if retry:  # deliveries before the copy count

@@ -71,7 +71,7 @@ class Redelivery:
     create_topic: Callable[[str, int, int], Awaitable[object]] | None
     _made_topics: set[str]
     _copied_to: dict[str, bool]
-    _shown_as: dict[str, str]
+    _shown_as: dict[tuple[str, str], str]
     dead_letter_trouble: dict[str, DeadLetterTrouble]
 
     def group(self, name: str) -> sg.GroupConfig:
@@ -223,7 +223,7 @@ class Redelivery:
         trouble = self.dead_letter_trouble.setdefault(g.name, DeadLetterTrouble())
         trouble.failed += len(entries)
         trouble.last_error = str(e)
-        shown = self._shown_as.get(topic, topic)
+        shown = self._shown_as.get((g.name, topic), topic)
         self.on_event(g.name, shown, "dead_letter_failed", len(entries))
         if not (isinstance(e, BusinessError) and e.code == pb.BAD_REQUEST):
             return False  # the writer away or busy: tried again

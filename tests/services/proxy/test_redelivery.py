@@ -64,3 +64,39 @@ def test_a_dead_letter_that_can_never_be_written_does_not_wedge_the_group(tmp_pa
         assert serve.stop() == 0
     offsets = (tmp_path / "store" / "config" / "consumerOffset.json").read_text()
     assert re.search(rf'"DlqT@{LONG_GROUP}":\{{0:2\s', offsets), offsets
+
+
+def test_two_groups_sharing_a_retry_topic_each_get_their_own_messages_as_their_topic(tmp_path):
+    """``a`` on ``b_c`` and ``a_b`` on ``c`` both retry through ``%RETRY%a_b_c``."""
+    serve = Serve(tmp_path / "store")
+    try:
+        for topic, body in (("b_c", "for-a"), ("c", "for-a_b")):
+            r = cli("put", "--commitlog", serve.address(0), "--topic", topic, "--queues", "1",
+                    "--count", "1", "--body", body)  # fmt: skip
+            assert r.returncode == 0, r.stderr
+
+        def consume(group: str, topic: str, *extra: str) -> list[dict]:
+            r = cli("consume", "--proxy", serve.proxy, "--group", group, "--topic", topic,
+                    "--json", "--wait", "1", *extra)  # fmt: skip
+            assert r.returncode in (0, 1), r.stderr
+            return [json.loads(line) for line in r.stdout.splitlines()]
+
+        def committed(group: str, topic: str) -> int:
+            d = cli("group", "describe", group, "--proxy", serve.proxy, "--json")
+            assert d.returncode == 0, d.stderr
+            return sum(q["committedOffset"] for q in json.loads(d.stdout)["queues"]
+                       if q["topic"] == topic)  # fmt: skip
+
+        for group, topic in (("a", "b_c"), ("a_b", "c")):  # delivered, not acknowledged
+            assert len(consume(group, topic, "--count", "1", "--invisible", "1", "--no-ack")) == 1
+        for group, topic in (("a", "b_c"), ("a_b", "c")):  # both copied to %RETRY%a_b_c
+            assert _until(lambda g=group, t=topic: committed(g, t) == 1)
+        assert committed("a", "%RETRY%a_b_c") == 0
+        for group, topic, body in (("a", "b_c", "for-a"), ("a_b", "c", "for-a_b")):
+            got = consume(group, topic, "--count", "2")
+            assert [(m["topic"], m["body"], m["deliveryAttempt"]) for m in got] == [
+                (topic, body, 2)
+            ], (group, got)
+            assert _until(lambda g=group: committed(g, "%RETRY%a_b_c") == 2)
+    finally:
+        assert serve.stop() == 0
