@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rmqstore import metrics, metrics_proxy, tls
+from rmqstore.errors import StoreLockedError
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import groups_pb2
@@ -14,6 +15,7 @@ from services.proxy import groups, recovery
 from services.proxy.appender import Appender
 from services.proxy.config import ProxyConfig, add_flags
 from services.proxy.consume import ConsumeConfig, Consumption
+from services.proxy.progress import ProgressLock
 from services.proxy.routes import Router
 from services.proxy.servicer import MessagingServicer, add_to_server
 from services.proxy.topics import TopicBook
@@ -77,7 +79,9 @@ def main(argv: list[str] | None = None) -> int:
             batch_linger_s=args.batch_linger_ms / 1000,
             batches_in_flight=args.batches_in_flight,
         )
-    except (ValueError, OSError) as e:
+        # consumer progress has one writer: a second proxy on the store is refused here
+        progress_lock = ProgressLock(Path(args.store)) if args.store else None
+    except (ValueError, OSError, StoreLockedError) as e:
         log.error("cannot start: %s", e)
         print(f"error: {e}", file=sys.stderr)
         return 2
@@ -124,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         await servicer.transactions.close()
         await servicer.appender.close()
         await servicer.channel.close()  # type: ignore[attr-defined]
+        if progress_lock is not None:
+            progress_lock.release()
 
     def stop() -> None:
         service.stop(then=close)
