@@ -101,7 +101,6 @@ def main(argv: list[str] | None = None) -> int:
             Router(config.broker_name, config.advertise), proxy_metrics,
         )  # fmt: skip
         if args.store:
-            await recovery.recover(Path(args.store), servicer.transactions)
             consume = ConsumeConfig(
                 config.consume_from, config.group_retry_max_times, config.fifo_groups
             )
@@ -111,7 +110,10 @@ def main(argv: list[str] | None = None) -> int:
             servicer.consumption.alive = servicer.clients.connected
             servicer.consumption.create_topic = servicer.topics.create
             servicer.consumption.start(group_metrics.observe)
-        servicer.transactions.start()
+        servicer.transactions.start(
+            recovery.recover_when_built(Path(args.store), servicer.transactions)
+            if args.store else None
+        )  # fmt: skip
         servicer.channel = channel  # type: ignore[attr-defined]
         return servicer
 
