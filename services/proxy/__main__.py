@@ -81,7 +81,10 @@ def main(argv: list[str] | None = None) -> int:
         )
         # consumer progress has one writer: a second proxy on the store is refused here
         progress_lock = ProgressLock(Path(args.store)) if args.store else None
-    except (ValueError, OSError, StoreLockedError) as e:
+    except StoreLockedError as e:  # one line, as the writer refuses a second writer
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except (ValueError, OSError) as e:
         log.error("cannot start: %s", e)
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -96,8 +96,7 @@ def test_a_second_proxy_on_the_same_store_is_refused_with_one_line(tmp_path):
                                     cwd=procs.ROOT, capture_output=True, text=True,
                                     timeout=120)  # fmt: skip
             assert second.returncode == 2, (second.stdout, second.stderr)
-            errors = [line for line in second.stderr.splitlines() if line.startswith("error: ")]
-            assert errors == [
+            assert second.stderr.splitlines() == [
                 f"error: another proxy already keeps the consumer progress of store {store} "
                 f"({store / 'rmqstore' / 'proxy.lock'} is locked): one proxy per store"
             ], second.stderr
