@@ -5,7 +5,7 @@ fields).
 A group: groupName, retryMaxTimes (deliveries = retryMaxTimes + 1), fifo, consumeEnable.
 A queue's progress: topic, queueId, committedOffset (every offset below is settled),
 maxOffset (one past the last message), lag, inFlight. ``describe`` is a group plus
-``queues`` and, from the CLI, ``deadLetters`` (failed tries, dropped messages, lastError:
+``queues`` and ``deadLetters`` (failed tries, dropped messages, lastError:
 dead letters the store did not take since the proxy started).
 """
 
