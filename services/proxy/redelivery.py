@@ -17,9 +17,10 @@ original in flight, tried again ``MOVE_RETRY_MS`` later.
 A dead letter that can never be written (``%DLQ%<group>`` is no valid topic, or the writer
 refuses the record as bad) does not hold the group back: the message is settled without one,
 logged as an error, counted (``rmqstore_consumer_dead_letters_dropped_total``) and shown by
-``rmqstore group describe``. Every dead letter the store did not take is counted too
-(``rmqstore_consumer_dead_letter_failures_total``); one refused for a passing reason (the
-writer away or busy) is tried again.
+``rmqstore group describe``. Dead letters refused together are tried one by one first
+(one bad record refuses the whole put). Every dead letter the store did not take is counted
+too (``rmqstore_consumer_dead_letter_failures_total``); one refused for a passing reason
+(the writer away or busy) is tried again.
 
 FIFO groups (and a group whose retry topic name would not be a valid topic) redeliver in
 place: the original offset is handed out again, attempt + 1. So does a message handed out
@@ -47,6 +48,11 @@ MOVING_MS = 3_600_000  # a message being copied is not handed out meanwhile
 MOVE_RETRY_MS = 5_000  # a copy the store did not take is tried again after this
 
 Entry = tuple[int, int, Flight]  # (queue, offset, flight)
+
+
+def _for_good(e: Exception) -> bool:
+    """The store refused a copy as bad (trying it again cannot help)."""
+    return isinstance(e, BusinessError) and e.code == pb.BAD_REQUEST
 
 
 @dataclass
@@ -202,6 +208,11 @@ class Redelivery:
         try:
             await self.move(g, topic, entries, to_retry)
         except Exception as e:  # the store refused or is away (or worse): try again soon
+            if not to_retry and len(entries) > 1 and _for_good(e):
+                # one bad record refuses the whole put: each dead letter on its own, so only
+                # one that can never be written goes without
+                return sum([await self._move_or_retry_later(g, topic, [x], to_retry)
+                            for x in entries])  # fmt: skip
             if not to_retry and self._dead_letter_failed(g, topic, entries, e):
                 return len(entries)
             where = "retry" if to_retry else "dead-letter"
@@ -225,7 +236,7 @@ class Redelivery:
         trouble.last_error = str(e)
         shown = self._shown_as.get((g.name, topic), topic)
         self.on_event(g.name, shown, "dead_letter_failed", len(entries))
-        if not (isinstance(e, BusinessError) and e.code == pb.BAD_REQUEST):
+        if not _for_good(e):
             return False  # the writer away or busy: tried again
         dropped = 0
         for q, o, f in entries:

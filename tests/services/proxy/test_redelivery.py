@@ -100,3 +100,40 @@ def test_two_groups_sharing_a_retry_topic_each_get_their_own_messages_as_their_t
             assert _until(lambda g=group: committed(g, "%RETRY%a_b_c") == 2)
     finally:
         assert serve.stop() == 0
+
+
+def test_one_dead_letter_the_store_refuses_does_not_take_the_others_with_it(tmp_path):
+    """Two messages past their last delivery, dead-lettered together: one carries properties
+    so long that its dead letter (a few properties more) is over the limit, and the writer
+    refuses the put. The other is still dead-lettered; only the bad one is settled without."""
+    serve = Serve(tmp_path / "store", "--group-retry-max-times", "0")
+    try:
+        lines = tmp_path / "messages.jsonl"
+        big = {"topic": "DlqB", "queueId": 0, "body": "big", "properties": {"big": "x" * 32_730}}
+        small = {"topic": "DlqB", "queueId": 0, "body": "small"}
+        lines.write_text(json.dumps(big) + "\n" + json.dumps(small) + "\n")
+        r = cli("put", "--commitlog", serve.address(0), "--file", str(lines))
+        assert r.returncode == 0, r.stderr
+        r = cli("consume", "--proxy", serve.proxy, "--group", "BigG", "--topic", "DlqB",
+                "--json", "--wait", "1", "--count", "2", "--invisible", "1",
+                "--no-ack")  # fmt: skip
+        assert r.returncode == 0 and len(r.stdout.splitlines()) == 2, r.stderr
+
+        def settled() -> dict | None:
+            d = cli("group", "describe", "BigG", "--proxy", serve.proxy, "--json")
+            assert d.returncode == 0, d.stderr
+            doc = json.loads(d.stdout)
+            (q,) = [q for q in doc["queues"] if q["topic"] == "DlqB"]
+            return doc if q["committedOffset"] == 2 else None
+
+        d = _until(settled)
+        assert d, "the committed offset did not move on"
+        dead = d["deadLetters"]
+        assert (dead["failed"], dead["dropped"]) == (1, 1), dead
+        url = f"http://127.0.0.1:{serve.base + 14}/metrics"
+        metrics = urllib.request.urlopen(url, timeout=30).read().decode()
+        labels = 'group="BigG",topic="DlqB"'
+        assert f"rmqstore_consumer_dead_letters_total{{{labels}}} 1.0" in metrics
+        assert f"rmqstore_consumer_dead_letters_dropped_total{{{labels}}} 1.0" in metrics
+    finally:
+        assert serve.stop() == 0
