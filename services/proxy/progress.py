@@ -58,6 +58,8 @@ class Flight:
     lost_track: bool = False
     renew_for: str = ""  # a PushConsumer's client id: kept invisible while it lives
     renew_until: int = 0  # ms; renewals stop here
+    # its retry copy was refused as bad (it could never be written): redelivered in place
+    in_place: bool = False
 
 
 @dataclass

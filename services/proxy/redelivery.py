@@ -22,8 +22,9 @@ logged as an error, counted (``rmqstore_consumer_dead_letters_dropped_total``) a
 too (``rmqstore_consumer_dead_letter_failures_total``); one refused for a passing reason
 (the writer away or busy) is tried again.
 
-FIFO groups (and a group whose retry topic name would not be a valid topic) redeliver in
-place: the original offset is handed out again, attempt + 1. So does a message handed out
+FIFO groups (and a group whose retry topic name would not be a valid topic, and a message
+whose retry copy the writer refused as bad) redeliver in place: the original offset is
+handed out again, attempt + 1. So does a message handed out
 after the last flush before a crash (its first known delivery is then a redelivery).
 """
 
@@ -134,7 +135,7 @@ class Redelivery:
                 continue  # settled, changed or renewed since
             if f.attempt >= g.max_attempts:
                 dead.append((q, o, f))
-            elif copy_to is not None and f.attempt > 0:
+            elif copy_to is not None and f.attempt > 0 and not f.in_place:
                 retry.append((q, o, f))
             elif in_place:
                 again.append((q, o, f))
@@ -208,13 +209,22 @@ class Redelivery:
         try:
             await self.move(g, topic, entries, to_retry)
         except Exception as e:  # the store refused or is away (or worse): try again soon
-            if not to_retry and len(entries) > 1 and _for_good(e):
-                # one bad record refuses the whole put: each dead letter on its own, so only
-                # one that can never be written goes without
+            if len(entries) > 1 and _for_good(e):
+                # one bad record refuses the whole put: each copy on its own, so only one
+                # that can never be written goes without
                 return sum([await self._move_or_retry_later(g, topic, [x], to_retry)
                             for x in entries])  # fmt: skip
             if not to_retry and self._dead_letter_failed(g, topic, entries, e):
                 return len(entries)
+            if to_retry and _for_good(e):  # this retry copy can never be written
+                [(q, o, f)] = entries
+                log.warning("retry copy of %s queue %d offset %d of group %s refused (%s): "
+                            "delivered again in place", topic, q, o, g.name, e)  # fmt: skip
+                if self._current(g.name, topic, q, o, f):
+                    f.in_place = True
+                    f.visible_at = now_ms()
+                    self._schedule((g.name, topic), q, o, f)
+                return 0
             where = "retry" if to_retry else "dead-letter"
             log.warning("cannot copy %d messages of %s@%s to the %s topic (tried again in "
                         "%d s): %s", len(entries), topic, g.name, where, MOVE_RETRY_MS // 1000,

@@ -137,3 +137,34 @@ def test_one_dead_letter_the_store_refuses_does_not_take_the_others_with_it(tmp_
         assert f"rmqstore_consumer_dead_letters_dropped_total{{{labels}}} 1.0" in metrics
     finally:
         assert serve.stop() == 0
+
+
+def test_a_message_whose_retry_copy_is_refused_is_delivered_again_in_place(tmp_path):
+    """Its properties leave no room for the retry copy's: the writer refuses the copy, and
+    the message comes back in place, attempt 2 (before, the copy was tried every 5 s for
+    ever and the message never came back)."""
+    serve = Serve(tmp_path / "store")
+    try:
+        lines = tmp_path / "messages.jsonl"
+        big = {"topic": "RetryB", "queueId": 0, "body": "big", "uniqKey": "ID-BIG",
+               "properties": {"big": "x" * 32_700}}  # fmt: skip
+        lines.write_text(json.dumps(big) + "\n")
+        r = cli("put", "--commitlog", serve.address(0), "--file", str(lines))
+        assert r.returncode == 0, r.stderr
+
+        def consume(*extra: str) -> list[dict]:
+            r = cli("consume", "--proxy", serve.proxy, "--group", "BigR", "--topic", "RetryB",
+                    "--json", "--wait", "1", "--count", "1", *extra)  # fmt: skip
+            assert r.returncode in (0, 1), r.stderr
+            return [json.loads(line) for line in r.stdout.splitlines()]
+
+        (first,) = consume("--invisible", "1", "--no-ack")
+        assert first["deliveryAttempt"] == 1
+        again = _until(consume)  # acknowledged once it comes
+        assert [(m["body"], m["deliveryAttempt"]) for m in again] == [("big", 2)]
+        d = cli("group", "describe", "BigR", "--proxy", serve.proxy, "--json")
+        (q,) = [q for q in json.loads(d.stdout)["queues"] if q["topic"] == "RetryB"]
+        assert q["committedOffset"] == 1
+        assert any("delivered again in place" in line for line in serve.lines)
+    finally:
+        assert serve.stop() == 0
