@@ -6,8 +6,8 @@ A group: groupName, retryMaxTimes (deliveries = retryMaxTimes + 1), fifo, consum
 A queue's progress: topic, queueId, committedOffset (every offset below is settled),
 maxOffset (one past the last message), lag, inFlight, skipped (offsets the group was moved
 over since the proxy started because retention had deleted their messages). ``describe`` is
-a group plus
-``queues``.
+a group plus ``queues`` and ``deadLetters`` (failed tries, dropped messages, lastError:
+dead letters the store did not take since the proxy started).
 """
 
 from collections.abc import Iterable
@@ -27,6 +27,10 @@ def queue_json(q: groups_pb2.QueueProgress) -> dict[str, Any]:
             "skipped": q.skipped}  # fmt: skip
 
 
-def describe_json(g: groups_pb2.GroupConfig,
-                  queues: Iterable[groups_pb2.QueueProgress]) -> dict[str, Any]:
-    return {**group_json(g), "queues": [queue_json(q) for q in queues]}
+def describe_json(g: groups_pb2.GroupConfig, queues: Iterable[groups_pb2.QueueProgress],
+                  dead: groups_pb2.DeadLetterTrouble | None = None) -> dict[str, Any]:  # fmt: skip
+    out = {**group_json(g), "queues": [queue_json(q) for q in queues]}
+    if dead is not None:
+        out["deadLetters"] = {"failed": dead.failed, "dropped": dead.dropped,
+                              "lastError": dead.last_error}  # fmt: skip
+    return out

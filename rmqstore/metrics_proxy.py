@@ -117,6 +117,12 @@ class ConsumerGroupMetrics:
                 ("corrected", "offset_corrections",
                  "Times the group's offset was beyond its queue's end (the commitlog was cut "
                  "after a crash) and was moved back to the end."),
+                ("dead_letter_failed", "dead_letter_failures",
+                 "Dead letters the store did not take (per message and try; tried again "
+                 "unless dropped)."),
+                ("dead_letter_dropped", "dead_letters_dropped",
+                 "Messages settled with no dead letter after their last delivery: one could "
+                 "never be written (see the proxy's log)."),
             )
         }  # fmt: skip
         self._children: dict[tuple[str, str, str], Any] = {}

@@ -22,7 +22,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from rmqstore.durable import fsync_dir
+from rmqstore.durable import fsync_dir, write_all
 from rmqstore.layout import StoreLayout
 
 INDEX = "ranges.jsonl"
@@ -52,7 +52,7 @@ def keep(layout: StoreLayout, offset: int, data: memoryview, segment: str, reaso
     fd = os.open(d / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         for pos in range(0, len(data), _CHUNK):
-            os.write(fd, data[pos : pos + _CHUNK])
+            write_all(fd, data[pos : pos + _CHUNK])  # every byte, or OSError: no cut
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -26,12 +26,28 @@ persists them (fastjson, pretty, members in alphabetical order)::
 written only when true. Members this module does not know are kept as read.
 """
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from rmqstore.formats import fastjson
 
 DEFAULT_RETRY_MAX_TIMES = 16
+# a group's name as RocketMQ checks it (``TopicValidator.isTopicOrGroupIllegal``, at most
+# ``Validators.CHARACTER_MAX_LENGTH``): its %RETRY% and %DLQ% topics are named after it
+NAME_PATTERN = re.compile(r"[%|a-zA-Z0-9_-]+")
+MAX_NAME_LENGTH = 255
+
+
+def name_error(group: str) -> str | None:
+    """Why ``group`` is not a consumer group name RocketMQ accepts (None: it is one)."""
+    if not group:
+        return "consumer group is empty"
+    if len(group) > MAX_NAME_LENGTH:
+        return f"consumer group is {len(group)} characters long, at most {MAX_NAME_LENGTH}"
+    if not NAME_PATTERN.fullmatch(group):
+        return f"consumer group {group!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
 
 
 @dataclass(frozen=True)

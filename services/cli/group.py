@@ -85,10 +85,14 @@ def run_list(args: argparse.Namespace) -> int:
 def run_describe(args: argparse.Namespace) -> int:
     r = _call(args, "DescribeGroup", groups_pb2.DescribeGroupRequest(group=args.group))
     if args.json:
-        print(json.dumps(describe_json(r.group, r.queues)))
+        print(json.dumps(describe_json(r.group, r.queues, r.dead_letters)))
     else:
         print(_group_line(r.group))
         _show_queues(args, r.queues)
+        dead = r.dead_letters
+        if dead.failed or dead.dropped:
+            print(f"dead letters not written: {dead.failed} tries failed, {dead.dropped} "
+                  f"messages settled without one (last error: {dead.last_error})")  # fmt: skip
     return 0
 
 

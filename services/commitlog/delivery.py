@@ -180,42 +180,55 @@ class DeliveryService:
 
     def _step(self, now: int) -> int:
         """Deliver up to STEP due units of all levels, in delivery-time order, as one append;
-        returns how many units it moved past."""
-        due = sorted(u for st in self.levels.values() for u in self._due_units(st, now))[:STEP]
-        if not due:
+        returns how many units it moved past.
+
+        A level's progress is one offset, so what a step moves past must be a prefix of its
+        queue, even when delivery times do not grow along it (store times that stepped
+        back): the STEP earliest units decide how many units of each level are taken, and
+        those taken are the level's first ones; a unit that must wait at the head holds the
+        units behind it in its queue."""
+        levels = {lv: self._due_units(st, now) for lv, st in self.levels.items()}
+        earliest = sorted(u for units in levels.values() for u in units)[:STEP]
+        counts: dict[int, int] = {}
+        for _at, lv, _phy, _size in earliest:
+            counts[lv] = counts.get(lv, 0) + 1
+        chosen = {lv: levels[lv][:n] for lv, n in counts.items()}  # queue order
+        if not chosen:
             return 0
-        records = self._records(
-            [(phy, size) for _at, _lv, phy, size in due if size != PRE_BLANK_SIZE]
-        )
-        columns, lateness = [], []
+        records = self._records([
+            (phy, size) for units in chosen.values() for _at, _lv, phy, size in units
+            if size != PRE_BLANK_SIZE
+        ])  # fmt: skip
         taken: dict[int, int] = {}  # level -> units moved past (a prefix of its queue)
-        parked: dict[int, int] = {}  # level -> units parked again
-        delivered: dict[int, int] = {}
-        held: set[int] = set()  # levels whose head waits for its delivery time
-        for at, lv, phy, _size in due:
-            if lv in held:
-                continue
-            rec = records.get(phy)
-            entry: tuple | None | Literal[False] = False
-            if rec is not None:
-                entry = self._reput(rec, now)
-            if entry is None:  # its delivery time is nearer than any level: wait at the head
-                assert rec is not None
-                self.levels[lv].next_due = int(rec.property_map[delay.TIMER_DELIVER_MS])
-                held.add(lv)
-                continue
-            if rec is None:  # gone (retention), not a record, or a pre-blank unit
-                self.stats.skipped += phy != 0
-            elif entry is not False:
-                columns.append(entry)
-                if entry[2] == SCHEDULE_TOPIC:
-                    parked[lv] = parked.get(lv, 0) + 1
-                else:
-                    lateness.append(now - self._due_time(rec, at))
-                    delivered[lv] = delivered.get(lv, 0) + 1
-            taken[lv] = taken.get(lv, 0) + 1
+        moves: list[tuple[int, int, int, commitlog.Record, tuple]] = []
+        for lv, units in chosen.items():
+            for at, _lv, phy, _size in units:
+                rec = records.get(phy)
+                entry: tuple | None | Literal[False] = False
+                if rec is not None:
+                    entry = self._reput(rec, now)
+                if entry is None:  # its delivery time is nearer than any level: wait at the head
+                    assert rec is not None
+                    self.levels[lv].next_due = int(rec.property_map[delay.TIMER_DELIVER_MS])
+                    break
+                if rec is None:  # gone (retention), not a record, or a pre-blank unit
+                    self.stats.skipped += phy != 0
+                elif entry is not False:
+                    moves.append((at, lv, phy, rec, entry))
+                taken[lv] = taken.get(lv, 0) + 1
         if not taken:
             return 0
+        moves.sort(key=lambda m: m[:3])  # delivery-time order over all levels
+        columns, lateness = [], []
+        parked: dict[int, int] = {}  # level -> units parked again
+        delivered: dict[int, int] = {}
+        for at, lv, _phy, rec, entry in moves:
+            columns.append(entry)
+            if entry[2] == SCHEDULE_TOPIC:
+                parked[lv] = parked.get(lv, 0) + 1
+            else:
+                lateness.append(now - self._due_time(rec, at))
+                delivered[lv] = delivered.get(lv, 0) + 1
         ranges = {lv: (self.levels[lv].offset, self.levels[lv].offset + n)
                   for lv, n in taken.items()}  # fmt: skip
         self._write_inflight(ranges)

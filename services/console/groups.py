@@ -63,7 +63,7 @@ async def group(request: web.Request) -> Answer:
         raise params.ParamError(f"a group name of 1 to {MAX_GROUP} characters is required")
     backend = request.app[BACKEND]
     r = await backend.describe_group(name)
-    doc = describe_json(r.group, r.queues)
+    doc = describe_json(r.group, r.queues, r.dead_letters)
     gate = asyncio.Semaphore(CALLS_AT_ONCE)
     oldest = await asyncio.gather(*(_oldest(backend, q, gate) for q in r.queues))
     for q_doc, ms in zip(doc["queues"], oldest, strict=True):

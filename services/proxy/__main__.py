@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rmqstore import metrics, metrics_proxy, tls
+from rmqstore.errors import StoreLockedError
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import groups_pb2
@@ -14,6 +15,7 @@ from services.proxy import groups, recovery
 from services.proxy.appender import Appender
 from services.proxy.config import ProxyConfig, add_flags, secret_key
 from services.proxy.consume import ConsumeConfig, Consumption
+from services.proxy.progress import ProgressLock
 from services.proxy.routes import Router
 from services.proxy.servicer import MessagingServicer, add_to_server
 from services.proxy.topics import TopicBook
@@ -78,6 +80,11 @@ def main(argv: list[str] | None = None) -> int:
             batch_linger_s=args.batch_linger_ms / 1000,
             batches_in_flight=args.batches_in_flight,
         )
+        # consumer progress has one writer: a second proxy on the store is refused here
+        progress_lock = ProgressLock(Path(args.store)) if args.store else None
+    except StoreLockedError as e:  # one line, as the writer refuses a second writer
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (ValueError, OSError) as e:
         log.error("cannot start: %s", e)
         print(f"error: {e}", file=sys.stderr)
@@ -98,7 +105,6 @@ def main(argv: list[str] | None = None) -> int:
             Router(config.broker_name, config.advertise), proxy_metrics,
         )  # fmt: skip
         if args.store:
-            await recovery.recover(Path(args.store), servicer.transactions)
             consume = ConsumeConfig(
                 config.consume_from, config.group_retry_max_times, config.fifo_groups
             )
@@ -108,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             servicer.consumption.alive = servicer.clients.connected
             servicer.consumption.create_topic = servicer.topics.create
             servicer.consumption.start(group_metrics.observe)
-        servicer.transactions.start()
+        servicer.transactions.start(
+            recovery.recover_when_built(Path(args.store), servicer.transactions)
+            if args.store else None
+        )  # fmt: skip
         servicer.channel = channel  # type: ignore[attr-defined]
         return servicer
 
@@ -126,6 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         await servicer.transactions.close()
         await servicer.appender.close()
         await servicer.channel.close()  # type: ignore[attr-defined]
+        if progress_lock is not None:
+            progress_lock.release()
 
     def stop() -> None:
         service.stop(then=close)

@@ -43,7 +43,7 @@ from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_files import QueueFiles
 from services.proxy.record_reads import RecordReads
-from services.proxy.redelivery import MOVING_MS, Entry, Redelivery
+from services.proxy.redelivery import MOVING_MS, DeadLetterTrouble, Entry, Redelivery
 from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,10 @@ class Consumption(Redelivery):
         self.create_topic: Callable[[str, int, int], Awaitable[object]] | None = None
         self._made_topics: set[str] = set()
         self._copied_to: dict[str, bool] = {}  # retry topic -> may hold messages
-        self._shown_as: dict[str, str] = {}  # retry topic -> the topic its messages are of
+        # (group, retry topic) -> the topic its messages are of: two groups may share one
+        # (a on b_c and a_b on c both retry through %RETRY%a_b_c)
+        self._shown_as: dict[tuple[str, str], str] = {}
+        self.dead_letter_trouble: dict[str, DeadLetterTrouble] = {}  # by group
         # (group, topic, queue) -> offsets skipped since the start: their messages were gone
         self.skipped: dict[tuple[str, str, int], int] = {}
         self._skips = 0  # times anything was skipped (a receive that skipped looks again)
@@ -193,7 +196,7 @@ class Consumption(Redelivery):
             k = (group, topic, q)
             self.skipped[k] = self.skipped.get(k, 0) + n
             self._skips += 1
-            self.on_event(group, self._shown_as.get(topic, topic), "skipped", n)
+            self.on_event(group, self._shown_as.get((group, topic), topic), "skipped", n)
             log.warning("%s@%s queue %d: %d messages below offset %d are no longer stored "
                         "(retention); skipped", topic, group, q, n, low)  # fmt: skip
         return n
@@ -213,7 +216,7 @@ class Consumption(Redelivery):
         p.next = end
         p.committed = min(p.committed, end)
         self.dirty = True
-        self.on_event(group, self._shown_as.get(topic, topic), "corrected", 1)
+        self.on_event(group, self._shown_as.get((group, topic), topic), "corrected", 1)
         if (group, topic, q) not in self._corrected:
             self._corrected.add((group, topic, q))
             log.warning("%s@%s queue %d: committed offset %d is beyond the queue's end %d "
@@ -245,7 +248,7 @@ class Consumption(Redelivery):
                 self.settle(group, topic, q, o)
                 self.skipped[(group, topic, q)] = self.skipped.get((group, topic, q), 0) + 1
                 self._skips += 1
-                self.on_event(group, self._shown_as.get(topic, topic), "skipped", 1)
+                self.on_event(group, self._shown_as.get((group, topic), topic), "skipped", 1)
                 continue
             kept.append((q, o, f))
         return kept
@@ -347,7 +350,7 @@ class Consumption(Redelivery):
         sources = [(topic, q, p) for q, p in enumerate(queues)]
         taken: dict[str, list[Entry]] = {topic: []}
         if retry is not None:
-            self._shown_as[retry] = topic
+            self._shown_as[(g.name, retry)] = topic
             taken[retry] = []
             rq = self.queue(g.name, retry, 0)  # its progress is kept (and shown) from the start
             if self._has_copies(retry):  # else nothing to read there (saves a look per poll)
@@ -383,7 +386,7 @@ class Consumption(Redelivery):
 
     def _hand_out(self, key: Key, q: int, o: int, f: Flight, invisible_ms: int, now: int) -> None:
         group, topic = key
-        shown = self._shown_as.get(topic, topic)
+        shown = self._shown_as.get(key, topic)
         self.on_event(group, shown, "delivered", 1)
         if f.attempt > 0 or f.lost_track or shown != topic:  # a retry topic's: a redelivery
             self.on_event(group, shown, "redelivered", 1)
@@ -493,11 +496,14 @@ class Consumption(Redelivery):
         except BusinessError:
             self._undo(g.name, topic, taken)
             raise
-        shown = self._shown_as.get(topic, topic)  # a retry topic's message is one of its topic
+        # a retry topic's message is one of its topic
+        shown = self._shown_as.get((g.name, topic), topic)
         retry = shown != topic
         out = []
         for (q, o, f), r in zip(taken, records, strict=True):
-            if not filt.matches(r.tags):
+            if not filt.matches(r.tags) or (
+                retry and r.property_map.get(copies.RETRY_TOPIC, shown) != shown
+            ):  # filtered out, or a copy of another group sharing the retry topic's name
                 self.settle(g.name, topic, q, o)
                 continue
             if retry:  # deliveries before the copy count

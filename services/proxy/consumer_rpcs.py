@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from rmqstore.formats import subscription_groups as sg
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.rocketmq import service_pb2 as spb
 from services.proxy import status
@@ -56,10 +57,12 @@ class ConsumerRpcs:
 
     @staticmethod
     def _group(resource: pb.Resource) -> str:
-        name = resource.name
-        if not name or len(name) > 255 or any(c in name for c in "@:\n\r\t /\\"):
-            raise BusinessError(pb.ILLEGAL_CONSUMER_GROUP, f"consumer group {name!r} is not valid")
-        return name
+        """The group's name, refused as RocketMQ refuses it (its retry and dead-letter topics
+        are named after it)."""
+        why = sg.name_error(resource.name)
+        if why is not None:
+            raise BusinessError(pb.ILLEGAL_CONSUMER_GROUP, why)
+        return resource.name
 
     async def QueryAssignment(self, request, context):  # noqa: N802
         """Non-FIFO group: one assignment of the whole broker (queue id -1, RocketMQ's way);

@@ -9,7 +9,7 @@ PushConsumer forwarded it). A copy of a copy still names the original.
 | BODY, TAGS, KEYS, flag    | the original's                  | the original's                |
 | UNIQ_KEY                  | the original message id (a client sees one id)                  |
 | RETRY_TOPIC               | the topic the group consumes (the original's topic)             |
-| ORIGIN_MESSAGE_ID         | the original message id                                         |
+| ORIGIN_MESSAGE_ID         | the original message id (none if it has no UNIQ_KEY)            |
 | RECONSUME_TIME + header   | deliveries so far               | deliveries so far - 1         |
 | DLQ_ORIGIN_TOPIC / _ID    | —                               | the original topic / id       |
 | user properties, __SHARDINGKEY, __BORNHOST | kept                                           |
@@ -43,6 +43,15 @@ def retry_topic(group: str, topic: str) -> str | None:
         return None
 
 
+def dead_letter_topic(group: str) -> str | None:
+    """``%DLQ%<group>``; None when that name cannot be a topic (a group name RocketMQ
+    refuses, or one too long)."""
+    try:
+        return validate_topic(DLQ_PREFIX + group)
+    except InvalidArgumentError:
+        return None
+
+
 def origin_id(r: commitlog.Record) -> str:
     return r.property_map.get(ORIGIN_MESSAGE_ID) or r.uniq_key or ""
 
@@ -60,6 +69,8 @@ def _copy(to_topic: str, origin: str, r: commitlog.Record, reconsume: int,
     }
     props.update({RETRY_TOPIC: origin, ORIGIN_MESSAGE_ID: origin_id(r),
                   RECONSUME_TIME: str(reconsume), **extra})  # fmt: skip
+    # a message stored without a UNIQ_KEY has no id to name: the writer refuses an empty value
+    props = {k: v for k, v in props.items() if v != ""}
     return common_pb2.Message(
         topic=to_topic,
         queue_id=0,

@@ -94,14 +94,22 @@ class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"consumer group {request.group} is unknown"
             )
+        trouble = c.dead_letter_trouble.get(request.group)
+        dead = groups_pb2.DeadLetterTrouble(
+            failed=trouble.failed, dropped=trouble.dropped, last_error=trouble.last_error
+        ) if trouble is not None else None  # fmt: skip
         return groups_pb2.DescribeGroupResponse(
-            group=config_of(c.group(request.group)), queues=progress(describe(c, request.group))
-        )
+            group=config_of(c.group(request.group)), queues=progress(describe(c, request.group)),
+            dead_letters=dead,
+        )  # fmt: skip
 
     async def ResetGroup(self, request, context):  # noqa: N802
         c = await self._c(context)
         if not request.group or not request.topic:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "give a group and a topic")
+        why = sg.name_error(request.group)
+        if why is not None:  # a receive would refuse it: no state for it
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
         try:
             topic = await self.topics.get(request.topic)
         except BusinessError as e:

@@ -25,21 +25,25 @@ time is over) and originals copied to the retry topic after it are copied again 
 duplicate) — nothing below a persisted ``committed`` was unsettled, so nothing is lost.
 """
 
+import fcntl
 import itertools
 import json
 import logging
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from rmqstore import durable
+from rmqstore.errors import StoreLockedError
 from rmqstore.formats import consumer_offsets, subscription_groups
 
 log = logging.getLogger(__name__)
 INFLIGHT_FILE = "popInflight.json"
 OFFSETS_FILE = "consumerOffset.json"
 GROUPS_FILE = "subscriptionGroup.json"
+LOCK_FILE = "rmqstore/proxy.lock"  # under the store root: held by the proxy that owns config/
 
 
 @dataclass
@@ -54,6 +58,8 @@ class Flight:
     lost_track: bool = False
     renew_for: str = ""  # a PushConsumer's client id: kept invisible while it lives
     renew_until: int = 0  # ms; renewals stop here
+    # its retry copy was refused as bad (it could never be written): redelivered in place
+    in_place: bool = False
 
 
 @dataclass
@@ -90,6 +96,33 @@ class Rendered(NamedTuple):
     number: int  # renders are numbered in the order they were taken
     inflight: bytes
     offsets: bytes
+
+
+class ProgressLock:
+    """One proxy writes a store's consumer progress: an exclusive ``flock`` on
+    ``<store>/rmqstore/proxy.lock``, taken without waiting and held while the proxy runs
+    (the kernel drops it when the process ends, however it ends). A second proxy given the
+    same ``--store`` is refused at start-up: both would write ``consumerOffset.json`` and
+    ``popInflight.json``, each over the other's."""
+
+    def __init__(self, store: Path) -> None:
+        path = Path(store) / LOCK_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(self.fd)
+            self.fd = -1
+            raise StoreLockedError(
+                f"another proxy already keeps the consumer progress of store {store} ({path} "
+                "is locked): one proxy per store"
+            ) from None
+
+    def release(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)  # drops the flock
+            self.fd = -1
 
 
 class ProgressFiles:

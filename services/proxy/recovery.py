@@ -4,12 +4,20 @@ RocketMQ 4.9's check service compares the two queues. Each is checked again from
 check on (its producer may have gone: the checks then go to any producer of the topic).
 
 The queues are read from the store's consume-queue files (read-only), the records through
-the writer. Half messages not yet in the consume queue when the proxy starts are not seen.
+the writer. Every half message written before the proxy started is looked at, however old
+(records retention deleted excepted: they can no longer be committed), and only once the
+consume-queue builder has made the queues durable up to the writer's end at the start: a
+half message (or op record) not yet in the queue files then is neither missed nor taken
+for open. Until then recovery waits in the background; the proxy serves meanwhile.
 """
 
+import asyncio
+import json
 import logging
 import time
 from pathlib import Path
+
+import grpc
 
 from rmqstore.formats import commitlog
 from rmqstore.formats import consume_queue as cq
@@ -17,12 +25,14 @@ from rmqstore.formats import properties as P
 from rmqstore.layout import TRANS_HALF_TOPIC, TRANS_OP_TOPIC, StoreLayout
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.segments import parse_segment_name
+from rmqstore.v1 import commitlog_pb2
 from services.proxy.produce import RESERVED
 from services.proxy.transactions import Open, Transactions, transaction_id
 
 log = logging.getLogger(__name__)
-SCAN_LIMIT = 100_000  # newest half messages looked at
 READ_BATCH = 256
+BUILDER = "consume-queue"  # the consume-queue builder's progress record (layout.progress)
+POLL_S = 1.0  # how often the builder's progress is looked at while recovery waits for it
 
 
 def queue_units(store: Path, topic: str) -> list[tuple[int, int]]:
@@ -59,22 +69,55 @@ def message_of(r: commitlog.Record) -> pb.Message:
     )  # fmt: skip
 
 
-async def recover(store: Path, transactions: Transactions) -> int:
-    """Register the open transactions of the store; how many."""
-    halves = queue_units(store, TRANS_HALF_TOPIC)[-SCAN_LIMIT:]
+def built_upto(store: Path) -> int:
+    """The commitlog offset below which the consume-queue builder has made every queue
+    durable (0: it recorded none)."""
+    try:
+        return int(json.loads(StoreLayout.of(store).progress(BUILDER).read_text())["offset"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return 0
+
+
+async def recover_when_built(store: Path, transactions: Transactions,
+                             poll_s: float = POLL_S) -> int:  # fmt: skip
+    """``recover`` once the queue files hold everything the writer had when this started;
+    how many transactions were found open."""
+    while True:
+        try:
+            offsets = await transactions.appender.stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())
+            break
+        except grpc.aio.AioRpcError as e:  # the writer is not up yet
+            log.debug("recovery waits for the writer: %s", e.details())
+            await asyncio.sleep(poll_s)
+    end = offsets.max_offset
+    if built_upto(store) < end:
+        log.info("open transactions are recovered once the consume queues are built up to "
+                 "commitlog offset %d (now %d)", end, built_upto(store))  # fmt: skip
+        while built_upto(store) < end:
+            await asyncio.sleep(poll_s)
+    return await recover(store, transactions, end, offsets.min_offset)
+
+
+async def recover(store: Path, transactions: Transactions, below: int | None = None,
+                  lowest: int = 0) -> int:  # fmt: skip
+    """Register the open transactions of the store whose half message lies in [lowest,
+    below) of the commitlog (below: None, everything the queue files hold), unless this
+    process knows them already (sent or ended since it started); how many."""
+    halves = [(q, o) for q, o in queue_units(store, TRANS_HALF_TOPIC)
+              if o >= lowest and (below is None or o < below)]  # fmt: skip
     if not halves:
         return 0
-    ops = queue_units(store, TRANS_OP_TOPIC)
+    ops = [o for _q, o in queue_units(store, TRANS_OP_TOPIC) if o >= lowest]
     done: set[int] = set()
     for at in range(0, len(ops), READ_BATCH):
-        for raw in await transactions.appender.read_many(
-            [o for _q, o in ops[at : at + READ_BATCH]]
-        ):
+        for raw in await transactions.appender.read_many(ops[at : at + READ_BATCH]):
             body = commitlog.decode(raw, 0, check_crc=False).body
             if body.isdigit():
                 done.add(int(body))
-    todo = [(q, o) for q, o in halves if q not in done]
+    known = transactions.open.keys() | transactions.resolved.keys()
+    todo = [(q, o) for q, o in halves if q not in done and transaction_id(o, q) not in known]
     first_check = time.monotonic() + transactions.config.transaction_timeout_s
+    found = 0
     for at in range(0, len(todo), READ_BATCH):
         batch = todo[at : at + READ_BATCH]
         for (queue_offset, phy), raw in zip(
@@ -84,10 +127,13 @@ async def recover(store: Path, transactions: Transactions) -> int:
             if P.REAL_TOPIC not in r.property_map:
                 continue
             tid = transaction_id(phy, queue_offset)
+            if tid in transactions.open or tid in transactions.resolved:
+                continue  # sent or ended meanwhile
             transactions.open[tid] = Open(
                 tid, r.uniq_key, r.property_map[P.REAL_TOPIC], message_of(r), "", first_check
             )
+            found += 1
     transactions._count()
-    if todo:
-        log.info("%d open transactions found in the store; checking them again", len(todo))
-    return len(todo)
+    if found:
+        log.info("%d open transactions found in the store; checking them again", found)
+    return found

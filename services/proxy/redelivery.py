@@ -14,8 +14,17 @@ Crash safety: copy, then settle. A crash between the two leaves the original in 
 is copied again: a duplicate retry, never a loss); a copy the writer refused keeps the
 original in flight, tried again ``MOVE_RETRY_MS`` later.
 
-FIFO groups (and a group whose retry topic name would not be a valid topic) redeliver in
-place: the original offset is handed out again, attempt + 1. So does a message handed out
+A dead letter that can never be written (``%DLQ%<group>`` is no valid topic, or the writer
+refuses the record as bad) does not hold the group back: the message is settled without one,
+logged as an error, counted (``rmqstore_consumer_dead_letters_dropped_total``) and shown by
+``rmqstore group describe``. Dead letters refused together are tried one by one first
+(one bad record refuses the whole put). Every dead letter the store did not take is counted
+too (``rmqstore_consumer_dead_letter_failures_total``); one refused for a passing reason
+(the writer away or busy) is tried again.
+
+FIFO groups (and a group whose retry topic name would not be a valid topic, and a message
+whose retry copy the writer refused as bad) redeliver in place: the original offset is
+handed out again, attempt + 1. So does a message handed out
 after the last flush before a crash (its first known delivery is then a redelivery).
 """
 
@@ -24,10 +33,12 @@ import functools
 import heapq
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 from rmqstore.formats import commitlog, topics_json
 from rmqstore.formats import subscription_groups as sg
+from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.times import now_ms
 from services.proxy import copies
 from services.proxy.progress import Flight, Key, QueueProgress
@@ -38,6 +49,20 @@ MOVING_MS = 3_600_000  # a message being copied is not handed out meanwhile
 MOVE_RETRY_MS = 5_000  # a copy the store did not take is tried again after this
 
 Entry = tuple[int, int, Flight]  # (queue, offset, flight)
+
+
+def _for_good(e: Exception) -> bool:
+    """The store refused a copy as bad (trying it again cannot help)."""
+    return isinstance(e, BusinessError) and e.code == pb.BAD_REQUEST
+
+
+@dataclass
+class DeadLetterTrouble:
+    """A group's dead letters the store did not take, since the proxy started."""
+
+    failed: int = 0  # tries (each message counts once per try)
+    dropped: int = 0  # messages settled with no dead letter: one could never be written
+    last_error: str = ""
 
 
 class Redelivery:
@@ -53,6 +78,8 @@ class Redelivery:
     create_topic: Callable[[str, int, int], Awaitable[object]] | None
     _made_topics: set[str]
     _copied_to: dict[str, bool]
+    _shown_as: dict[tuple[str, str], str]
+    dead_letter_trouble: dict[str, DeadLetterTrouble]
 
     def group(self, name: str) -> sg.GroupConfig:
         raise NotImplementedError  # Consumption's
@@ -112,7 +139,7 @@ class Redelivery:
                 continue  # settled, changed or renewed since
             if f.attempt >= g.max_attempts:
                 dead.append((q, o, f))
-            elif copy_to is not None and f.attempt > 0:
+            elif copy_to is not None and f.attempt > 0 and not f.in_place:
                 retry.append((q, o, f))
             elif in_place:
                 again.append((q, o, f))
@@ -132,6 +159,9 @@ class Redelivery:
         copies: nothing is settled then."""
         if not entries:
             return
+        if not to_retry and copies.dead_letter_topic(g.name) is None:
+            raise BusinessError(pb.BAD_REQUEST, f"{copies.DLQ_PREFIX}{g.name} cannot be a topic "
+                                "(a group name RocketMQ refuses, or one too long)")  # fmt: skip
         entries, records = await self.present_records(g.name, topic, entries)  # none gone
         if not entries:
             return
@@ -182,6 +212,22 @@ class Redelivery:
         try:
             await self.move(g, topic, entries, to_retry)
         except Exception as e:  # the store refused or is away (or worse): try again soon
+            if len(entries) > 1 and _for_good(e):
+                # one bad record refuses the whole put: each copy on its own, so only one
+                # that can never be written goes without
+                return sum([await self._move_or_retry_later(g, topic, [x], to_retry)
+                            for x in entries])  # fmt: skip
+            if not to_retry and self._dead_letter_failed(g, topic, entries, e):
+                return len(entries)
+            if to_retry and _for_good(e):  # this retry copy can never be written
+                [(q, o, f)] = entries
+                log.warning("retry copy of %s queue %d offset %d of group %s refused (%s): "
+                            "delivered again in place", topic, q, o, g.name, e)  # fmt: skip
+                if self._current(g.name, topic, q, o, f):
+                    f.in_place = True
+                    f.visible_at = now_ms()
+                    self._schedule((g.name, topic), q, o, f)
+                return 0
             where = "retry" if to_retry else "dead-letter"
             log.warning("cannot copy %d messages of %s@%s to the %s topic (tried again in "
                         "%d s): %s", len(entries), topic, g.name, where, MOVE_RETRY_MS // 1000,
@@ -193,6 +239,28 @@ class Redelivery:
                     self._schedule((g.name, topic), q, o, f)
             return 0
         return len(entries)
+
+    def _dead_letter_failed(self, g: sg.GroupConfig, topic: str, entries: list[Entry],
+                            e: Exception) -> bool:  # fmt: skip
+        """Count a dead letter the store did not take; when it was refused for good, settle
+        its messages without one (True) rather than hold the group back for ever."""
+        trouble = self.dead_letter_trouble.setdefault(g.name, DeadLetterTrouble())
+        trouble.failed += len(entries)
+        trouble.last_error = str(e)
+        shown = self._shown_as.get((g.name, topic), topic)
+        self.on_event(g.name, shown, "dead_letter_failed", len(entries))
+        if not _for_good(e):
+            return False  # the writer away or busy: tried again
+        dropped = 0
+        for q, o, f in entries:
+            if self._current(g.name, topic, q, o, f):
+                self.settle(g.name, topic, q, o)
+                dropped += 1
+                log.error("message at %s queue %d offset %d of group %s settled WITHOUT a dead "
+                          "letter after its last delivery: %s", topic, q, o, g.name, e)  # fmt: skip
+        trouble.dropped += dropped
+        self.on_event(g.name, shown, "dead_letter_dropped", dropped)
+        return True
 
     async def sweep(self) -> int:
         """Move every due message of non-FIFO groups to its retry or dead-letter topic, with

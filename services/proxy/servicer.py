@@ -34,6 +34,7 @@ CLIENT_ID = "x-mq-client-id"
 REPEAT_SETTINGS_S = (0.5, 1, 2, 4, 8)
 OK_STATUS = status.ok()
 SOURCES = {pb.SOURCE_CLIENT: "client", pb.SOURCE_SERVER_CHECK: "check"}
+CONSUMER_TYPES = frozenset((pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER))
 
 
 def peer_host(peer: str) -> str:
@@ -95,6 +96,8 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
     async def Heartbeat(self, request, context):  # noqa: N802
         try:
             client = self.clients.get(self._caller(context, "Heartbeat"))
+            if request.client_type in CONSUMER_TYPES:  # a consumer's first call names its group
+                self._group(request.group)
         except BusinessError as e:
             return spb.HeartbeatResponse(status=self._refused("Heartbeat", e))
         if request.client_type:

@@ -16,7 +16,7 @@ Open transactions are kept in memory: after ``transaction_timeout_s`` the proxy 
 RecoverOrphanedTransactionCommand to a live producer (the one that sent it while connected,
 else one declaring the topic), then again with back-off; after ``transaction_check_max``
 checks it rolls the transaction back. A restarted proxy finds the open ones again in the
-store (``recovery``).
+store (``recovery``, in the background: it waits for the consume queues to be built).
 """
 
 import asyncio
@@ -25,8 +25,9 @@ import logging
 import re
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
@@ -141,15 +142,28 @@ class Transactions:
         self.on_end = on_end
         self.on_check = on_check
         self._task: asyncio.Task | None = None
+        self._recovery: asyncio.Task | None = None
         self.on_open_count: Callable[[int], None] | None = None  # the open count, on change
 
-    def start(self) -> None:
+    def start(self, recovery: Coroutine[Any, Any, int] | None = None) -> None:
+        """Start the checks; ``recovery`` (finding the store's open transactions again) runs
+        beside them, in the background."""
         self._task = asyncio.ensure_future(self._check_loop())
+        if recovery is not None:
+            self._recovery = asyncio.ensure_future(self._recover(recovery))
+
+    @staticmethod
+    async def _recover(recovery: Coroutine[Any, Any, int]) -> None:
+        try:
+            await recovery
+        except Exception:
+            log.exception("recovering the open transactions failed")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+        for task in (self._task, self._recovery):
+            if task is not None:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
 
     async def send(
         self, m: pb.Message, record: common_pb2.Message, producer: str

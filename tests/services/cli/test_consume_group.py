@@ -75,6 +75,8 @@ def test_consume_then_describe_reset_and_consume_again(serve):
      (("group", "reset", "CliG", "--topic", "CliT", "--to-time", "yesterday"), 2),
      (("group", "reset", "CliG", "--topic", "bad/topic", "--to-offset", "0"), 2),
      (("consume", "--group", "bad group", "--topic", "CliT"), 2),
+     (("consume", "--group", "com.example.billing", "--topic", "CliT"), 2),
+     (("group", "reset", "com.example.billing", "--topic", "CliT", "--to-offset", "0"), 2),
      (("consume", "--group", "G", "--topic", "CliT", "--batch", "99"), 2)],
 )  # fmt: skip
 def test_bad_input_exits_with_its_code_and_one_line(serve, args, code):

@@ -8,9 +8,12 @@ import pytest
 from rmqstore import delay
 from rmqstore.errors import StoreError
 from rmqstore.formats import commitlog, delay_offset
+from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import properties as P
 from rmqstore.layout import SCHEDULE_TOPIC
+from rmqstore.segments import segment_name
 from rmqstore.v1 import common_pb2
+from services.commitlog import delivery
 from services.commitlog.config import WriterConfig
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import CommitLogEngine
@@ -151,5 +154,69 @@ def test_a_delivery_time_given_as_a_property_with_its_level_is_kept(tmp_path):
         assert (r.topic, r.queue_id) == (SCHEDULE_TOPIC, 1)
         rec = commitlog.decode(engine.read([r.phy_offset])[0])
         assert rec.property_map[delay.TIMER_DELIVER_MS] == str(at)
+    finally:
+        engine.close()
+
+
+def _schedule_unit(engine, r) -> None:
+    """The consume-queue builder's unit of a delayed record (tags code: its delivery time)."""
+    level = r.queue_id + 1
+    qdir = engine.layout.schedule_queue_dir(level)
+    qdir.mkdir(parents=True, exist_ok=True)
+    path = qdir / segment_name(0)
+    units = path.read_bytes().rstrip(b"\0") if path.exists() else b""
+    code = r.store_timestamp + delay.delay_ms(level)
+    units += cq.encode(cq.CqUnit(r.phy_offset, r.size, code))
+    path.write_bytes(units + b"\0" * cq.UNIT_SIZE * 8)
+
+
+def test_store_times_stepping_back_neither_skip_nor_repeat_a_delayed_message(tmp_path):
+    """Level 2 (5 s) holds, in queue order, u0 (due at T+5 s, to be delivered at T+5.5 s: it
+    waits at the head) and u1 (stored after the clock stepped back 3 s: due at T+2 s). The
+    level's progress is a prefix of its queue: u1 waits behind u0, then each is delivered
+    once (before, u1 was delivered, the offset moved past u0 as well, so u0 was never
+    delivered and u1 was delivered again)."""
+    engine = CommitLogEngine(WriterConfig(store=tmp_path))
+    try:
+        t = 1_800_000_010_000
+        (u0,) = engine.put([common_pb2.Message(topic="T", body=b"u0", deliver_at_ms=t + 5_500)],
+                           now_ms=t)  # fmt: skip
+        (u1,) = engine.put([common_pb2.Message(topic="T", body=b"u1", delay_level=2)],
+                           now_ms=t - 3_000)  # fmt: skip
+        assert [(r.topic, r.queue_id) for r in (u0, u1)] == [(SCHEDULE_TOPIC, 1)] * 2
+        for r in (u0, u1):
+            _schedule_unit(engine, r)
+        start = engine.max_offset
+        service = DeliveryService(engine)
+        service.run_once(now_ms=t + 5_000)
+        service.run_once(now_ms=t + 6_000)
+        delivered = [r.body for r in _records_after(engine, start) if r.topic == "T"]
+        assert sorted(delivered) == [b"u0", b"u1"]
+        assert service.offsets()[2] == 2
+        service.close()
+    finally:
+        engine.close()
+
+
+def test_a_step_cut_short_still_moves_past_a_prefix_of_each_level(tmp_path, monkeypatch):
+    """Two units per step. Level 2 holds u0 then u1 (due earlier: stored after the clock
+    stepped back), level 1 holds v (due first). The step's two earliest are v and u1, yet of
+    level 2 it takes its head u0; each message is delivered once (before, u1 twice and u0
+    never)."""
+    monkeypatch.setattr(delivery, "STEP", 2)
+    engine = CommitLogEngine(WriterConfig(store=tmp_path))
+    try:
+        t = 1_800_000_010_000
+        puts = ((b"u0", 2, t), (b"u1", 2, t - 3_000), (b"v", 1, t))
+        stored = [engine.put([common_pb2.Message(topic="T", body=body, delay_level=level)],
+                             now_ms=at)[0] for body, level, at in puts]  # fmt: skip
+        for r in stored:
+            _schedule_unit(engine, r)
+        start = engine.max_offset
+        service = DeliveryService(engine)
+        service.run_once(now_ms=t + 5_000)
+        delivered = [r.body for r in _records_after(engine, start) if r.topic == "T"]
+        assert sorted(delivered) == [b"u0", b"u1", b"v"]
+        service.close()
     finally:
         engine.close()

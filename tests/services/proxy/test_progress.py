@@ -1,10 +1,17 @@
 """Consumer progress: the committed offset moves over the settled prefix only, and what is
-flushed to config/ comes back after a restart — never ahead of what was settled."""
+flushed to config/ comes back after a restart — never ahead of what was settled; one proxy
+per store writes it."""
+
+import subprocess
+import sys
+
+import pytest
 
 from rmqstore.formats import consumer_offsets
 from rmqstore.formats.javahash import java_hash
 from services.proxy.deliver import TagFilter
 from services.proxy.progress import Flight, ProgressFiles, QueueProgress
+from tests import procs
 
 
 def test_committed_moves_over_the_settled_prefix_only():
@@ -74,3 +81,27 @@ def test_an_older_render_finishing_late_is_not_written_over_a_newer_one(tmp_path
     files.write(older)
     state, _ = files.load()
     assert state[("g", "T")][0].committed == 9
+
+
+@pytest.mark.integration
+def test_a_second_proxy_on_the_same_store_is_refused_with_one_line(tmp_path):
+    store = tmp_path / "store"
+    writer = procs.start("services.commitlog", "--store", str(store), "--listen", "127.0.0.1:0",
+                         "--commitlog-segment-size", str(4 << 20))  # fmt: skip
+    proxy_args = ("--listen", "127.0.0.1:0", "--commitlog", writer.address, "--store", str(store))
+    try:
+        first = procs.start("services.proxy", *proxy_args)
+        try:
+            second = subprocess.run([sys.executable, "-m", "services.proxy", *proxy_args],
+                                    cwd=procs.ROOT, capture_output=True, text=True,
+                                    timeout=120)  # fmt: skip
+            assert second.returncode == 2, (second.stdout, second.stderr)
+            assert second.stderr.splitlines() == [
+                f"error: another proxy already keeps the consumer progress of store {store} "
+                f"({store / 'rmqstore' / 'proxy.lock'} is locked): one proxy per store"
+            ], second.stderr
+        finally:
+            assert first.stop() == 0
+        procs.start("services.proxy", *proxy_args).stop()  # the lock went with the first
+    finally:
+        writer.stop()

@@ -242,6 +242,10 @@ def _receive(proxy, topic="Known", group="G", md=MD, **kw):
     ("kw", "code"),
     [({"group": "bad group"}, pb.ILLEGAL_CONSUMER_GROUP),
      ({"group": "a@b"}, pb.ILLEGAL_CONSUMER_GROUP),
+     # RocketMQ's set is [%|a-zA-Z0-9_-], at most 255: %DLQ%com.example.billing is no topic
+     ({"group": "com.example.billing"}, pb.ILLEGAL_CONSUMER_GROUP),
+     ({"group": "G\n"}, pb.ILLEGAL_CONSUMER_GROUP),
+     ({"group": "G" * 256}, pb.ILLEGAL_CONSUMER_GROUP),
      ({"topic": "Unknown"}, pb.TOPIC_NOT_FOUND), ({"topic": "bad/topic"}, pb.ILLEGAL_TOPIC),
      ({"invisible_duration": Duration(seconds=0)}, pb.ILLEGAL_INVISIBLE_TIME),
      ({"invisible_duration": Duration(seconds=13 * 3600)}, pb.ILLEGAL_INVISIBLE_TIME),
@@ -253,6 +257,21 @@ def test_receive_refuses_bad_requests_with_their_code(services, kw, code):
     _w, proxy, *_ = services
     (reply,) = _receive(proxy, **kw)
     assert reply.status.code == code, reply
+
+
+def test_a_group_name_rocketmq_refuses_is_refused_at_the_first_call(services):
+    _w, proxy, *_ = services
+    bad, good = pb.Resource(name="com.example.billing"), pb.Resource(name="%|Aa0_-")
+    for group, code in ((bad, pb.ILLEGAL_CONSUMER_GROUP), (good, pb.OK)):
+        beat = _stub(proxy).Heartbeat(spb.HeartbeatRequest(
+            group=group, client_type=pb.SIMPLE_CONSUMER), metadata=MD, timeout=10)  # fmt: skip
+        assert beat.status.code == code, beat
+        a = _stub(proxy).QueryAssignment(spb.QueryAssignmentRequest(
+            topic=pb.Resource(name="Known"), group=group), metadata=MD, timeout=10)  # fmt: skip
+        assert a.status.code == code, a
+    producer = _stub(proxy).Heartbeat(spb.HeartbeatRequest(client_type=pb.PRODUCER),
+                                      metadata=MD, timeout=10)  # fmt: skip
+    assert producer.status.code == pb.OK
 
 
 def test_ack_and_change_with_a_bad_or_stale_receipt_handle_are_refused(services):
