@@ -1,7 +1,8 @@
 """``rmqstore serve``: run every service of one store node locally, as supervised processes.
 
 Ports come from ``SERVICES``: writer N (``--port-base N``), query N+1, consume-queue builder
-N+2, index builder N+3, proxy N+4, console (HTTP, loopback only) N+5; metrics N + 10 + slot.
+N+2, index builder N+3, proxy N+4, console (HTTP, loopback only) N+5, RocketMQ 4.x name
+server N+8; metrics N + 10 + slot.
 
 ``serve`` is a supervisor: when a service fails to start or dies, it says which and why in
 one line, stops the others (services first, the writer last) and exits ``UNAVAILABLE`` (3).
@@ -127,6 +128,8 @@ SERVICES: list[ServiceSpec] = [
                 read_only=False),
     ServiceSpec("console", "services.console", 5, "console-port", flags=_console_flags,
                 takes_read_only=False, metrics=False, scheme="http", skip=_console_skip),
+    ServiceSpec("namesrv", "services.namesrv", 8, "namesrv-port", read_only=False,
+                takes_read_only=False, scheme="remoting"),
 ]
 
 
@@ -317,7 +320,7 @@ def run(args: argparse.Namespace) -> int:
                        f"{ports[spec.name] + METRICS_OFFSET}/metrics"
                        if args.metrics and spec.metrics else "")
             where = (f"http://{child.address}/" if spec.scheme == "http"
-                     else f"grpc {child.address}")
+                     else f"{spec.scheme} {child.address}")
             print(f"{spec.name:14s} {where}{metrics}", flush=True)
         if not failure and not stopping.is_set():
             print("serving" + (" read-only" if args.read_only else "") + "; Ctrl-C to stop",
