@@ -80,7 +80,7 @@ class NameServer:
             return got
         name, addr, cluster, ha_addr, broker_id = got
         crc = int(req.field("bodyCrc32", "0") or 0)
-        if crc and zlib.crc32(req.body) != crc & 0xFFFFFFFF:
+        if crc and zlib.crc32(req.body) & 0x7FFFFFFF != crc:  # RocketMQ's UtilAll.crc32
             return R.response_to(req, RC.SYSTEM_ERROR, remark="crc32 not match")
         if req.field("compressed") == "true":
             return R.response_to(req, RC.SYSTEM_ERROR,
