@@ -107,7 +107,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
         topics_changed,
     )
     info = BrokerInfo(args.cluster_name, args.broker_name, "")
-    broker = Broker(info, sender, topics, appender, query, writer, clients, topics_changed)
+    broker = Broker(info, sender, topics, query, writer, clients, topics_changed)
     server = RemotingServer(
         broker, observe.observe if observe else None, on_close=broker.connection_closed
     )

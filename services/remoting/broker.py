@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 
-from rmqstore.appender import Appender, AppendError
+from rmqstore.appender import AppendError
 from rmqstore.formats import remoting as R
 from rmqstore.remoting_net import Answer, Connection, not_supported
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
@@ -28,6 +28,12 @@ RC = R.ResponseCode
 QUERY_TIMEOUT_S = 30.0
 UNIQUE_KEY_MAX = 32  # 4.9.8 answers a unique-key query with at most this many
 SYSTEM_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
+NO_RECORD = (
+    grpc.StatusCode.NOT_FOUND,
+    grpc.StatusCode.INVALID_ARGUMENT,
+    grpc.StatusCode.OUT_OF_RANGE,
+    grpc.StatusCode.DATA_LOSS,
+)  # no record at an offset
 NO_QUEUE = (
     grpc.StatusCode.NOT_FOUND,
     grpc.StatusCode.INVALID_ARGUMENT,
@@ -84,7 +90,6 @@ class Broker:
         info: BrokerInfo,
         sender: Sender,
         topics: T.Topics,
-        appender: Appender,
         query: grpc.aio.Channel,
         writer: grpc.aio.Channel,
         clients: Clients,
@@ -93,7 +98,6 @@ class Broker:
         self.info = info
         self.sender = sender
         self.topics = topics
-        self.appender = appender
         self.query = query_pb2_grpc.QueryStub(query)
         self.writer = commitlog_pb2_grpc.CommitLogStub(writer)
         self.clients = clients
@@ -241,7 +245,8 @@ class Broker:
                 ext={},
                 remark="can not find message, maybe time range not correct",
             )
-        records = await self.appender.read_many([m.phy_offset for m in reply.messages])
+        reads = commitlog_pb2.ReadRecordsRequest(offsets=[m.phy_offset for m in reply.messages])
+        records = (await self.writer.ReadRecords(reads, timeout=QUERY_TIMEOUT_S)).records
         last = max(reply.messages, key=lambda m: m.phy_offset)
         ext = {
             "indexLastUpdateTimestamp": str(last.store_timestamp),
@@ -251,10 +256,15 @@ class Broker:
 
     async def view_message(self, conn: Connection, req: R.Command) -> R.Command:
         offset = _long(req, "offset")
-        try:
-            record = await self.appender.read(offset) if offset >= 0 else b""
-        except AppendError:
-            record = b""
+        record = b""
+        if offset >= 0:
+            request = commitlog_pb2.ReadRecordsRequest(offsets=[offset])
+            try:
+                reply = await self.writer.ReadRecords(request, timeout=QUERY_TIMEOUT_S)
+                record = reply.records[0] if reply.records else b""
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in NO_RECORD:
+                    raise
         if not record:
             return R.response_to(
                 req, RC.SYSTEM_ERROR, remark=f"can not find message by the offset, {offset}"
