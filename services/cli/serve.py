@@ -57,13 +57,13 @@ def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
         "--dispatch-linger-ms", str(args.dispatch_linger_ms),
         *_given(args, "commitlog-segment-size"), *background_args(args),
         *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),
-        *(["--store-host", _broker_address(args, ports)] if _remoting_runs(args) else []),
+        *(["--store-host", _broker_address(args, ports)] if _remoting_runs(args, ports) else []),
         "--cluster-name", args.cluster_name,
     ]
 
 
-def _remoting_runs(args: argparse.Namespace) -> bool:
-    return not args.read_only and _exists("services.remoting")
+def _remoting_runs(args: argparse.Namespace, ports: dict[str, int]) -> bool:
+    return not args.read_only and "remoting" in ports and _exists("services.remoting")
 
 
 def _broker_address(args: argparse.Namespace, ports: dict[str, int]) -> str:
