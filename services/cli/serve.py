@@ -83,6 +83,9 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
         *(["--broker-ip", args.broker_ip] if args.broker_ip else []),
         "--broker-name", args.broker_name, "--cluster-name", args.cluster_name,
         *([] if args.auto_create_topics else ["--no-auto-create-topics"]),
+        "--transaction-timeout", str(args.transaction_timeout),
+        "--transaction-check-interval", str(args.transaction_check_interval),
+        "--transaction-check-max", str(args.transaction_check_max),
     ]
 
 

@@ -20,6 +20,7 @@ from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.clients import Clients
 from services.remoting.send import Sender, append_refused
 from services.remoting.topics import Topics
+from services.remoting.transactions import Transactions
 
 log = logging.getLogger("rmqstore.remoting")
 CLIENT_SCAN_S = 10.0
@@ -73,6 +74,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=registration.INTERVAL_S,
         help="seconds between registrations (default: %(default)s)",
     )
+    p.add_argument(
+        "--transaction-timeout",
+        type=float,
+        default=6.0,
+        help="seconds before an open transaction is first checked (RocketMQ's "
+        "transactionTimeOut; default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-interval",
+        type=float,
+        default=60.0,
+        help="seconds between checks of an open transaction (RocketMQ's "
+        "transactionCheckInterval; default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-max",
+        type=int,
+        default=15,
+        help="checks of an open transaction before it is no longer checked (default: %(default)s)",
+    )
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--log-level", default="INFO")
@@ -106,8 +127,18 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
         args.max_pending_sends,
         topics_changed,
     )
+    reads: dict[str, Broker] = {}
+
+    async def read(offset: int) -> bytes:
+        return await reads["broker"].read_record(offset)
+
+    sender.transactions = Transactions(
+        appender, clients, read, sender.msg_id, args.transaction_timeout,
+        args.transaction_check_interval, args.transaction_check_max,
+    )  # fmt: skip
     info = BrokerInfo(args.cluster_name, args.broker_name, "")
-    broker = Broker(info, sender, topics, query, writer, clients, topics_changed)
+    broker = reads["broker"] = Broker(info, sender, topics, query, writer, clients,
+                                      topics_changed)  # fmt: skip
     server = RemotingServer(
         broker, observe.observe if observe else None, on_close=broker.connection_closed
     )
@@ -135,6 +166,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
     )
     holder["r"] = reg
     reg.start()
+    sender.transactions.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -147,6 +179,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
         except TimeoutError:
             clients.expire()
     await reg.close()
+    await sender.transactions.close()
     await server.close()
     await appender.close()
     await writer.close()

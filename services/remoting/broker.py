@@ -122,6 +122,8 @@ class Broker:
             C.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
             C.GET_CONSUMER_CONNECTION_LIST: self.consumer_connections,
         }
+        if sender.transactions is not None:
+            self.handlers[C.END_TRANSACTION] = sender.transactions.end
 
     def __call__(self, conn: Connection, req: R.Command) -> Answer | Awaitable[Answer]:
         handler = self.handlers.get(req.code)
@@ -237,31 +239,41 @@ class Broker:
             end_timestamp=end,
             max_results=max(limit, 1),
         )
-        reply = await self.query.QueryByKey(request, timeout=QUERY_TIMEOUT_S)
-        if not reply.messages:
+        try:
+            reply = await self.query.QueryByKey(request, timeout=QUERY_TIMEOUT_S)
+            messages = list(reply.messages)
+        except grpc.aio.AioRpcError as e:
+            if e.code() != grpc.StatusCode.NOT_FOUND:  # NOT_FOUND: nothing of the topic indexed
+                raise
+            messages = []
+        if not messages:
             return R.response_to(
                 req,
                 RC.QUERY_NOT_FOUND,
                 ext={},
                 remark="can not find message, maybe time range not correct",
             )
-        reads = commitlog_pb2.ReadRecordsRequest(offsets=[m.phy_offset for m in reply.messages])
+        reads = commitlog_pb2.ReadRecordsRequest(offsets=[m.phy_offset for m in messages])
         records = (await self.writer.ReadRecords(reads, timeout=QUERY_TIMEOUT_S)).records
-        last = max(reply.messages, key=lambda m: m.phy_offset)
+        last = max(messages, key=lambda m: m.phy_offset)
         ext = {
             "indexLastUpdateTimestamp": str(last.store_timestamp),
             "indexLastUpdatePhyoffset": str(last.phy_offset),
         }
         return R.response_to(req, ext=ext, body=b"".join(records))
 
+    async def read_record(self, offset: int) -> bytes:
+        """The record at a commitlog offset, through the writer."""
+        request = commitlog_pb2.ReadRecordsRequest(offsets=[offset])
+        reply = await self.writer.ReadRecords(request, timeout=QUERY_TIMEOUT_S)
+        return reply.records[0] if reply.records else b""
+
     async def view_message(self, conn: Connection, req: R.Command) -> R.Command:
         offset = _long(req, "offset")
         record = b""
         if offset >= 0:
-            request = commitlog_pb2.ReadRecordsRequest(offsets=[offset])
             try:
-                reply = await self.writer.ReadRecords(request, timeout=QUERY_TIMEOUT_S)
-                record = reply.records[0] if reply.records else b""
+                record = await self.read_record(offset)
             except grpc.aio.AioRpcError as e:
                 if e.code() not in NO_RECORD:
                     raise

@@ -24,6 +24,7 @@ from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.v1 import common_pb2
 from services.remoting import topics as T
+from services.remoting.transactions import Transactions
 
 RC = R.ResponseCode
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -254,6 +255,7 @@ class Sender:
         self.topic_created = topic_created
         self.pending = 0
         self.stored = 0  # messages stored (runtime info's TPS)
+        self.transactions: Transactions | None = None  # none: prepared sends are refused
 
     def msg_id(self, phy_offset: int) -> str:
         return offset_msg_id(self.store_host.ip, self.store_host.port, phy_offset)
@@ -269,14 +271,15 @@ class Sender:
     async def _send(self, born_host: str, request: R.Command) -> R.Command:
         h = parse_header(request)
         T.check_name(h.topic)
-        if h.sys_flag & TRANSACTION_TYPES == TRANSACTION_PREPARED:
+        batch = request.code == R.RequestCode.SEND_BATCH_MESSAGE
+        prepared = h.sys_flag & TRANSACTION_TYPES == TRANSACTION_PREPARED
+        if prepared and (self.transactions is None or batch):
             raise SendRefused(
                 RC.NO_PERMISSION,
                 f"the broker[{self.broker_name}] sending transaction message is forbidden",
             )
         config = await self._topic(h)
         queue_id = self._queue(h, config, born_host)
-        batch = request.code == R.RequestCode.SEND_BATCH_MESSAGE
         if batch:
             records = [
                 to_record(
@@ -310,6 +313,11 @@ class Sender:
             raise SendRefused(RC.SYSTEM_BUSY, f"{BUSY_REMARK}, {self.pending} sends waiting")
         self.pending += 1
         try:
+            if prepared and self.transactions is not None:
+                record = records[0]
+                message = record.as_message() if isinstance(record, Plain) else record
+                half = await self.transactions.prepare(message, h.producer_group, born_host)
+                return answer(request, PUT_OK, half.msg_id, queue_id, half.queue_offset)
             stored: Sequence[Stored] = await self.appender.put(records, sender=born_host)
         finally:
             self.pending -= 1

@@ -156,7 +156,6 @@ def test_send_v1_and_binary_header_and_batch(served: Served) -> None:
     ({**_v2("NoSuchT"), "c": "NoTemplate"}, RC.TOPIC_NOT_EXIST, "topic[NoSuchT] not exist"),
     (_v2("AutoT", 9), RC.SYSTEM_ERROR, "request queueId[9] is illegal"),
     (_v2("AutoT", 0, "KEYS\x01" + "k" * 33000), RC.MESSAGE_ILLEGAL, "properties size"),
-    (_v2("AutoT", 0, "TRAN_MSG\x01true", sys_flag=4), RC.NO_PERMISSION, "transaction"),
     ({k: v for k, v in _v2("AutoT").items() if k != "a"}, RC.SYSTEM_ERROR, "producerGroup"),
 ])  # fmt: skip
 def test_send_errors_as_rocketmq_answers_them(served: Served, ext: dict, code: int,
