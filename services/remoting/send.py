@@ -46,7 +46,8 @@ V2_NAMES = {
 }
 TRANSACTION_PREPARED = 0x4
 TRANSACTION_TYPES = 0xC  # prepared 0x4, commit 0x8, rollback 0xC
-CLIENT_SYS_FLAGS = 0x1 | 0x2 | TRANSACTION_TYPES  # what the writer takes from a client
+# what the writer takes from a client: compressed (and how: 0x300 zlib), multi-tag, transaction
+CLIENT_SYS_FLAGS = 0x1 | 0x2 | TRANSACTION_TYPES | 0x700
 # properties the writer sets from a message's own fields, or itself
 OWN_FIELDS = (P.TAGS, P.KEYS, P.UNIQ_KEY, P.WAIT, P.DELAY, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
 

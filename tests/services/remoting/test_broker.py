@@ -6,6 +6,7 @@ import json
 import struct
 import subprocess
 import sys
+import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -329,5 +330,19 @@ def test_found_by_rmqstore_query_key(served: Served) -> None:
                 break
             await asyncio.sleep(0.1)
         assert json.loads(out.stdout)["messages"][0]["msgId"] == sent.ext["msgId"]
+
+    run(served, test)
+
+
+def test_compressed_body_is_stored_verbatim(served: Served) -> None:
+    async def test(broker: Wire, namesrv: Wire) -> None:
+        body = zlib.compress(b"z" * 6000)  # what a 4.x client sends for a body over 4 KiB
+        ext = _v2("ZipT", 0, _props("k-zip", "FD0D"), sys_flag=0x301)
+        sent = await broker.call(json_request(C.SEND_MESSAGE_V2, ext, 1, body))
+        assert sent.code == 0 and sent.ext, sent.remark
+        _ip, _port, offset = decode_offset_msg_id(sent.ext["msgId"])
+        view = await broker.call(json_request(C.VIEW_MESSAGE_BY_ID, {"offset": str(offset)}))
+        record = commitlog.decode(view.body)
+        assert record.body == body and record.sys_flag & 0x7FF == 0x301
 
     run(served, test)
