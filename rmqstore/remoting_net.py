@@ -69,16 +69,20 @@ class Connection:
 
     async def run(self) -> None:
         """Read frames until the peer closes or sends one that does not decode."""
-        buf = bytearray()
+        buf = bytearray()  # the start of a frame not yet whole
         try:
             while True:
                 chunk = await self.reader.read(READ_CHUNK)
                 if not chunk:
                     break
-                buf += chunk
-                commands, used = R.split(buf)
-                if used:
+                if buf:
+                    buf += chunk
+                    commands, used = R.split(buf)
                     del buf[:used]
+                else:  # mostly whole frames: decoded from the chunk, nothing copied
+                    commands, used = R.split(chunk)
+                    if used < len(chunk):
+                        buf += chunk[used:]
                 for cmd in commands:
                     self._received(cmd)
         except R.FrameError as e:
@@ -89,23 +93,23 @@ class Connection:
             self.close()
 
     def _received(self, cmd: R.Command) -> None:
-        if cmd.is_response:
+        if cmd.flag & R.FLAG_RESPONSE:
             future = self._pending.pop(cmd.opaque, None)
             if future is not None and not future.done():
                 future.set_result(cmd)
             return
-        started = time.perf_counter()
+        started = time.perf_counter() if self.observe is not None else 0.0
         try:
             answer = self.handler(self, cmd) if self.handler is not None else not_supported(cmd)
         except Exception:
             log.exception("request %s from %s failed", R.code_name(cmd.code), self.remote)
             answer = R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR, remark="internal error")
-        if inspect.isawaitable(answer):
+        if answer is not None and type(answer) is not R.Command and inspect.isawaitable(answer):
             task = asyncio.ensure_future(self._await(cmd, answer, started))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
             return
-        self._answer(cmd, answer, started)
+        self._answer(cmd, answer, started)  # type: ignore[arg-type]
 
     async def _await(self, cmd: R.Command, answer: Awaitable[Answer], started: float) -> None:
         try:

@@ -37,6 +37,7 @@ PREFIX_SIZE = PREFIX.size  # 8
 BINARY_FIXED = struct.Struct(">hbhiii")  # code, language, version, opaque, flag, remark length
 BINARY_FIXED_SIZE = BINARY_FIXED.size  # 17
 INT32 = struct.Struct(">i")
+_INT32_AT = INT32.unpack_from
 INT16 = struct.Struct(">h")
 
 JSON = 0  # serialize type: JSON header
@@ -280,25 +281,32 @@ def _decode_binary_header(header: bytes) -> Command:
         end = at + ext_len
         if ext_len < 0 or end > len(header):
             raise FrameError(f"extFields length {ext_len} exceeds the header")
-        ext: dict[str, str] = {}
-        while at < end:
-            (klen,) = INT16.unpack_from(header, at)
-            at += INT16.size
-            key = header[at : at + klen].decode()
-            at += klen
-            (vlen,) = INT32.unpack_from(header, at)
-            at += INT32.size
-            if at + vlen > end or vlen < 0 or klen < 0:
-                raise FrameError("extFields entry runs past its end")
-            if vlen > 0:  # a zero-length value decodes as null
-                ext[key] = header[at : at + vlen].decode()
-            at += vlen
-    except (struct.error, UnicodeDecodeError) as e:
+        ext = _decode_ext(header, at, end) if ext_len else None
+    except (struct.error, UnicodeDecodeError, IndexError) as e:
         raise FrameError(f"binary header does not decode: {e}") from None
     language = LANGUAGES[lang] if 0 <= lang < len(LANGUAGES) else "OTHER"
-    return Command(code=code, opaque=opaque, flag=flag, ext=ext if ext_len else None,
-                   remark=remark, language=language, version=version,
-                   serialize_type=ROCKETMQ)  # fmt: skip
+    return Command(code=code, opaque=opaque, flag=flag, ext=ext, remark=remark,
+                   language=language, version=version, serialize_type=ROCKETMQ)  # fmt: skip
+
+
+def _decode_ext(h: bytes, at: int, end: int) -> dict[str, str]:
+    """The binary extFields in ``h[at:end]`` (the hot loop of every binary request: key
+    lengths read as two bytes, bounds checked once at the end)."""
+    ext = {}
+    unpack = _INT32_AT
+    vlen = 0
+    while at < end:
+        kend = at + 2 + (h[at] << 8 | h[at + 1])
+        (vlen,) = unpack(h, kend)
+        vat = kend + 4
+        if vlen > 0:  # a zero-length value decodes as null
+            ext[h[at + 2 : kend].decode()] = h[vat : vat + vlen].decode()
+        elif vlen < 0:
+            break
+        at = vat + vlen
+    if at != end:
+        raise FrameError("extFields entries do not end where extLen says")
+    return ext
 
 
 # --- encoding ---------------------------------------------------------------------------------
@@ -320,15 +328,16 @@ def binary_header(cmd: Command) -> bytes:
     """RocketMQ's binary header (serialize type 1)."""
     remark = cmd.remark.encode() if cmd.remark else b""
     parts = [BINARY_FIXED.pack(cmd.code, _LANGUAGE_INDEX.get(cmd.language, 0), cmd.version,
-                               cmd.opaque, cmd.flag, len(remark)), remark]  # fmt: skip
-    ext = bytearray()
+                               cmd.opaque, cmd.flag, len(remark)), remark, b""]  # fmt: skip
+    size = 0
     for k, v in (cmd.ext or {}).items():
         if v is None:
             continue
-        kb, vb = k.encode(), java_string(v).encode()
-        ext += INT16.pack(len(kb)) + kb + INT32.pack(len(vb)) + vb
-    parts.append(INT32.pack(len(ext)))
-    parts.append(bytes(ext))
+        kb = k.encode()
+        vb = (v if type(v) is str else java_string(v)).encode()
+        parts += (len(kb).to_bytes(2, "big"), kb, len(vb).to_bytes(4, "big"), vb)
+        size += 6 + len(kb) + len(vb)
+    parts[2] = size.to_bytes(4, "big")
     return b"".join(parts)
 
 

@@ -98,8 +98,9 @@ class SendHeader:
     reconsume_times: int
 
 
-def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
-    value = ext.get(name)
+def _int(ext: dict[str, str], short: str, default: int | None = None) -> int:
+    value = ext.get(short)
+    name = V2_NAMES[short]
     if value is None:
         if default is None:
             raise SendRefused(RC.SYSTEM_ERROR, f"the custom field <{name}> is null")
@@ -112,29 +113,27 @@ def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
         ) from None
 
 
+V1_NAMES = {v: k for k, v in V2_NAMES.items()}
+
+
 def parse_header(cmd: R.Command) -> SendHeader:
     """The send's header, V1 or V2 names; SYSTEM_ERROR naming a missing required field."""
-    raw = cmd.ext or {}
-    ext = (
-        raw
-        if cmd.code == R.RequestCode.SEND_MESSAGE
-        else {V2_NAMES.get(k, k): v for k, v in raw.items()}
-    )
-    for name in ("producerGroup", "topic", "defaultTopic"):
-        if ext.get(name) is None:
-            raise SendRefused(RC.SYSTEM_ERROR, f"the custom field <{name}> is null")
+    ext = cmd.ext or {}
+    if cmd.code == R.RequestCode.SEND_MESSAGE:  # V1: read under the short names too
+        ext = {V1_NAMES.get(k, k): v for k, v in ext.items()}
+    try:  # the common case, every field present and a number: no per-field calls
+        return SendHeader(ext["a"], ext["b"], ext["c"], int(ext["d"]), int(ext["e"]),
+                          int(ext["f"]), int(ext["g"]), int(ext["h"]), ext.get("i", ""),
+                          int(ext.get("j") or 0))  # fmt: skip
+    except (KeyError, ValueError):
+        pass
+    for short in ("a", "b", "c"):
+        if ext.get(short) is None:
+            raise SendRefused(RC.SYSTEM_ERROR, f"the custom field <{V2_NAMES[short]}> is null")
     return SendHeader(
-        ext["producerGroup"],
-        ext["topic"],
-        ext["defaultTopic"],
-        _int(ext, "defaultTopicQueueNums"),
-        _int(ext, "queueId"),
-        _int(ext, "sysFlag"),
-        _int(ext, "bornTimestamp"),
-        _int(ext, "flag"),
-        ext.get("properties", ""),
-        _int(ext, "reconsumeTimes", 0),
-    )
+        ext["a"], ext["b"], ext["c"], _int(ext, "d"), _int(ext, "e"), _int(ext, "f"),
+        _int(ext, "g"), _int(ext, "h"), ext.get("i", ""), _int(ext, "j", 0),
+    )  # fmt: skip
 
 
 def split_batch(body: bytes) -> list[tuple[int, bytes, str]]:
