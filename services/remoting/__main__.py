@@ -69,6 +69,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "SYSTEM_BUSY (default: %(default)s)",
     )
     p.add_argument(
+        "--batches-in-flight",
+        type=int,
+        default=2,
+        help="writer batches put at once (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-linger-ms",
+        type=float,
+        default=16.0,
+        help="while a pipelining connection's sends keep arriving, its writer batch "
+        "waits up to this long to fill up (default: %(default)s)",
+    )
+    p.add_argument(
         "--register-interval",
         type=float,
         default=registration.INTERVAL_S,
@@ -109,7 +122,15 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
         raise StartupError(str(e)) from None
     writer = tls.aio_client_channel(args.commitlog, args)
     query = tls.aio_client_channel(args.query, args)
-    appender = Appender(writer, put_socket=args.commitlog_socket, make_error=append_refused)
+    if args.batches_in_flight < 1 or not 0 <= args.batch_linger_ms <= 1000:
+        raise StartupError("--batches-in-flight must be >= 1, --batch-linger-ms in 0..1000")
+    appender = Appender(
+        writer,
+        slots=args.batches_in_flight,
+        put_socket=args.commitlog_socket,
+        linger_s=args.batch_linger_ms / 1000,
+        make_error=append_refused,
+    )
     topics = Topics(writer)
     clients = Clients()
     holder: dict[str, registration.Registration] = {}
