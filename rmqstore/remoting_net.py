@@ -186,6 +186,7 @@ class RemotingServer:
         self.on_close = on_close
         self.connections: set[Connection] = set()
         self.address = ""  # host:port once started
+        self._serving: set[asyncio.Task[Any]] = set()  # a task per connection
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> str:
@@ -202,10 +203,14 @@ class RemotingServer:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn = Connection(reader, writer, self.handler, self.observe)
         self.connections.add(conn)
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
         try:
             await conn.run()
         finally:
             self.connections.discard(conn)
+            self._serving.discard(task)  # type: ignore[arg-type]
             if self.on_close is not None:
                 self.on_close(conn)
 
@@ -214,6 +219,8 @@ class RemotingServer:
             self._server.close()
         for conn in list(self.connections):
             conn.close()
+        if self._serving:  # each ends at its connection's end of file
+            await asyncio.wait(list(self._serving), timeout=5)
         if self._server is not None:
             await self._server.wait_closed()
 

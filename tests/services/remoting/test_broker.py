@@ -6,6 +6,7 @@ import json
 import struct
 import subprocess
 import sys
+import urllib.request
 import zlib
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -346,3 +347,23 @@ def test_compressed_body_is_stored_verbatim(served: Served) -> None:
         assert record.body == body and record.sys_flag & 0x7FF == 0x301
 
     run(served, test)
+
+
+def test_metrics_per_command(served: Served) -> None:
+    async def test(broker: Wire, namesrv: Wire) -> None:
+        await broker.call(json_request(C.GET_MAX_OFFSET, {"topic": "AutoT", "queueId": 0}))
+        await broker.call(json_request(9999))
+
+    run(served, test)
+    base = served.serve.base
+
+    def scrape(port: int) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as r:
+            return r.read().decode()
+
+    text = scrape(base + 17)
+    assert 'rmqstore_remoting_requests_total{code="SUCCESS",command="GET_MAX_OFFSET"}' in text
+    assert 'command="9999"' in text and 'code="REQUEST_CODE_NOT_SUPPORTED"' in text
+    assert 'rmqstore_remoting_request_seconds_count{command="GET_MAX_OFFSET"}' in text
+    names = scrape(base + 18)
+    assert 'rmqstore_namesrv_requests_total{code="SUCCESS",command="REGISTER_BROKER"}' in names
