@@ -83,7 +83,7 @@ class Topics:
 
     def __init__(self, channel: grpc.aio.Channel) -> None:
         self.stub = topics_pb2_grpc.TopicsStub(channel)
-        self._cache: dict[str, tuple[float, TopicConfig | None]] = {}
+        self._cache: dict[str, tuple[float, TopicConfig]] = {}
 
     async def get(self, name: str) -> TopicConfig | None:
         """The topic's configuration, None when it does not exist (TBW102 always does)."""
@@ -101,9 +101,10 @@ class Topics:
             if e.code() != grpc.StatusCode.NOT_FOUND:
                 raise TopicError(f"topic configuration unavailable: {e.details()}") from None
             config = None
-        if len(self._cache) > 100_000:
-            self._cache.clear()
-        self._cache[name] = (now, config)
+        if config is not None:  # an unknown topic is asked again: it may be created any time
+            if len(self._cache) > 100_000:
+                self._cache.clear()
+            self._cache[name] = (now, config)
         return config
 
     async def create(self, name: str, queue_nums: int, perm: int) -> TopicConfig:
