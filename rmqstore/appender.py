@@ -86,6 +86,7 @@ class Stored(NamedTuple):
 
     phy_offset: int
     queue_offset: int
+    status: int = 0  # the writer's PutStatus (PUT_OK; under sync_master maybe another)
 
 
 def _error(e: grpc.aio.AioRpcError) -> AppendError:
@@ -361,7 +362,8 @@ class Appender:
             self.batches += 1
             if self.on_batch is not None:
                 self.on_batch(len(c.phy_offset))
-            results = list(map(Stored, c.phy_offset, c.queue_offset))
+            results = [Stored(p, q, c.status) for p, q in zip(c.phy_offset, c.queue_offset,
+                                                             strict=True)]  # fmt: skip
             at = 0
             for rs, f, _n in gs:
                 if not f.done():

@@ -25,8 +25,18 @@ class CommitlogReads:
     def __init__(self, store: Path) -> None:
         self.dir = StoreLayout.of(store).commitlog_dir
         self._starts: list[int] = []  # segment start offsets, ascending (cached listing)
+        self._listed = False
+
+    def min_offset(self, fresh: bool = False) -> int:
+        """The commitlog's minimum offset: its oldest segment's start (records below it were
+        deleted by retention). From the cached listing unless ``fresh`` (or never listed):
+        a cached answer may be below the truth, never above it."""
+        if fresh or not self._listed:
+            self._list()
+        return self._starts[0] if self._starts else 0
 
     def _list(self) -> None:
+        self._listed = True
         try:
             names = os.listdir(self.dir)
         except FileNotFoundError:

@@ -80,3 +80,9 @@ class UnavailableError(StoreError):
     """The service is starting, recovering or shutting down."""
 
     grpc_status = "UNAVAILABLE"
+
+
+class NotMasterError(StoreError):
+    """A put sent to a slave: only its master takes puts."""
+
+    grpc_status = "FAILED_PRECONDITION"

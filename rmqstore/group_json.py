@@ -4,7 +4,9 @@ fields).
 
 A group: groupName, retryMaxTimes (deliveries = retryMaxTimes + 1), fifo, consumeEnable.
 A queue's progress: topic, queueId, committedOffset (every offset below is settled),
-maxOffset (one past the last message), lag, inFlight. ``describe`` is a group plus
+maxOffset (one past the last message), lag, inFlight, skipped (offsets the group was moved
+over since the proxy started because retention had deleted their messages). ``describe`` is
+a group plus
 ``queues``.
 """
 
@@ -21,7 +23,8 @@ def group_json(g: groups_pb2.GroupConfig) -> dict[str, Any]:
 
 def queue_json(q: groups_pb2.QueueProgress) -> dict[str, Any]:
     return {"topic": q.topic, "queueId": q.queue_id, "committedOffset": q.committed_offset,
-            "maxOffset": q.max_offset, "lag": q.lag, "inFlight": q.in_flight}  # fmt: skip
+            "maxOffset": q.max_offset, "lag": q.lag, "inFlight": q.in_flight,
+            "skipped": q.skipped}  # fmt: skip
 
 
 def describe_json(g: groups_pb2.GroupConfig,

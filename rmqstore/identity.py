@@ -25,7 +25,7 @@ from rmqstore.durable import replace_file
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
 
-_ID = re.compile(r"^[0-9a-f]{32}$")
+_ID = re.compile(r"[0-9a-f]{32}")
 DERIVED_PREFIX = "ro-"
 _HEAD_BYTES = 64 * 1024
 
@@ -36,7 +36,7 @@ def read(layout: StoreLayout) -> str | None:
         text = layout.store_id.read_text().strip()
     except FileNotFoundError:
         return None
-    if not _ID.match(text):
+    if not _ID.fullmatch(text):
         raise ValueError(f"{layout.store_id} does not hold a store id (32 hex digits)")
     return text
 

@@ -20,7 +20,7 @@ from rmqstore.durable import replace_file
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats.javahash import utf16_len
 
-TOPIC_PATTERN = re.compile(r"^[A-Za-z0-9_%|-]+$")
+TOPIC_PATTERN = re.compile(r"[A-Za-z0-9_%|-]+")  # fullmatch only: "T\n" is not a topic
 MAX_TOPIC_LENGTH = 127
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # RocketMQ 4.9's transaction topics: half messages (queue 0), and op records (tag "d",
@@ -37,7 +37,7 @@ def validate_topic(topic: str) -> str:
         raise InvalidArgumentError(
             f"topic is {utf16_len(topic)} characters long, at most {MAX_TOPIC_LENGTH}"
         )
-    if not TOPIC_PATTERN.match(topic):
+    if not TOPIC_PATTERN.fullmatch(topic):
         raise InvalidArgumentError(f"topic {topic!r} has characters outside [A-Za-z0-9_%|-]")
     return topic
 
@@ -59,11 +59,11 @@ def unique_index_file_name(first_timestamp_ms: int, taken: set[str]) -> str:
     return name
 
 
-_INDEX_NAME = re.compile(r"^\d{17}$")
+_INDEX_NAME = re.compile(r"\d{17}")
 
 
 def is_index_file_name(name: str) -> bool:
-    return bool(_INDEX_NAME.match(name))
+    return bool(_INDEX_NAME.fullmatch(name))
 
 
 @dataclass(frozen=True)
@@ -128,7 +128,7 @@ class StoreLayout:
             lines = self.index_topics.read_text().split("\n")
         except OSError:
             return set()
-        return {t for t in lines if t and TOPIC_PATTERN.match(t)}
+        return {t for t in lines if t and TOPIC_PATTERN.fullmatch(t)}
 
     def note_indexed_topics(self, topics: set[str]) -> set[str]:
         """Add ``topics`` to the file, durably; every topic it holds now."""
@@ -144,7 +144,7 @@ class StoreLayout:
         found = self.indexed_topics()
         if self.consumequeue_dir.is_dir():
             found.update(p.name for p in self.consumequeue_dir.iterdir()
-                         if p.is_dir() and TOPIC_PATTERN.match(p.name))
+                         if p.is_dir() and TOPIC_PATTERN.fullmatch(p.name))
         return sorted(found)
 
     @property
@@ -161,7 +161,7 @@ class StoreLayout:
         if not self.consumequeue_dir.is_dir():
             return out
         for tdir in sorted(self.consumequeue_dir.iterdir()):
-            if not tdir.is_dir() or not TOPIC_PATTERN.match(tdir.name):
+            if not tdir.is_dir() or not TOPIC_PATTERN.fullmatch(tdir.name):
                 continue
             for qdir in sorted(tdir.iterdir()):
                 if qdir.is_dir() and qdir.name.isdigit():

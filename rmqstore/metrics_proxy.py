@@ -76,7 +76,9 @@ class ProxyMetrics:
 class ConsumerGroupMetrics:
     """Consumer groups served by the proxy, per group and topic: lag (messages not yet
     settled, and the age of the oldest of them), messages in flight, deliveries, acks,
-    redeliveries (an invisible time that ran out, a nack, or a restart) and dead letters."""
+    redeliveries (an invisible time that ran out, a nack, or a restart), dead letters, offsets
+    skipped (their messages deleted by retention) and offsets corrected (beyond the queue's
+    end after a commitlog cut)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         r = registry
@@ -109,6 +111,12 @@ class ConsumerGroupMetrics:
                 ("retried", "retries",
                  "Messages copied to the group's %RETRY% topic (invisible time over)."),
                 ("dead_lettered", "dead_letters", "Messages moved to the group's %DLQ% topic."),
+                ("skipped", "skipped_messages",
+                 "Offsets the group was moved over because their messages are no longer "
+                 "stored (retention deleted them before the group consumed them)."),
+                ("corrected", "offset_corrections",
+                 "Times the group's offset was beyond its queue's end (the commitlog was cut "
+                 "after a crash) and was moved back to the end."),
             )
         }  # fmt: skip
         self._children: dict[tuple[str, str, str], Any] = {}

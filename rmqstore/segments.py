@@ -3,7 +3,7 @@
 import re
 
 NAME_DIGITS = 20
-_NAME = re.compile(r"^\d{20}$")
+_NAME = re.compile(r"\d{20}")
 
 
 def segment_name(offset: int) -> str:
@@ -12,7 +12,7 @@ def segment_name(offset: int) -> str:
 
 def parse_segment_name(name: str) -> int | None:
     """Start offset of a segment file name, or None when the name is not one."""
-    return int(name) if _NAME.match(name) else None
+    return int(name) if _NAME.fullmatch(name) else None
 
 
 def segment_start(offset: int, segment_size: int) -> int:

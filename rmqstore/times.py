@@ -15,7 +15,7 @@ import re
 import time
 from datetime import UTC, datetime, timedelta, timezone
 
-_RELATIVE = re.compile(r"^([+-])(\d+)(ms|s|m|h|d|w)$")
+_RELATIVE = re.compile(r"([+-])(\d+)(ms|s|m|h|d|w)")
 _UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _MAX_MS = 253_402_300_799_999  # 9999-12-31T23:59:59.999Z: past it no date can be shown
 
@@ -35,9 +35,9 @@ def parse_time(text: str, now: int | None = None) -> int:
         raise TimeFormatError("a time is empty; give epoch ms, ISO-8601 or a relative time")
     if s.lstrip("-").isdigit():
         value = int(s)
-    elif s == "now" or _RELATIVE.match(s):
+    elif s == "now" or _RELATIVE.fullmatch(s):
         base = now_ms() if now is None else now
-        m = _RELATIVE.match(s)
+        m = _RELATIVE.fullmatch(s)
         sign = 1 if m is None or m[1] == "+" else -1
         value = base if m is None else base + sign * int(m[2]) * _UNIT_MS[m[3]]
     else:

@@ -18,7 +18,7 @@ from typing import Any
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.rocketmq import service_pb2 as spb
 from rmqstore.rocketmq import service_pb2_grpc
@@ -28,9 +28,12 @@ DEFAULT_PROXY = "127.0.0.1:8104"
 OK_CODES = (pb.OK, pb.MESSAGE_NOT_FOUND, pb.MULTIPLE_RESULTS)
 
 
-def _metadata() -> tuple[tuple[str, str], ...]:
+def _metadata(keys: tuple[str, str] = ("", "")) -> tuple[tuple[str, str], ...]:
+    """A call's headers, signed now when there is an access key (each call signs afresh:
+    the proxy refuses a date outside its window)."""
     return (("x-mq-client-id", f"{socket.gethostname()}@{os.getpid()}@0@rmqstore-cli"),
-            ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"))  # fmt: skip
+            ("x-mq-language", "PYTHON"), ("x-mq-protocol", "v2"),
+            *access_keys.metadata(*keys))  # fmt: skip
 
 
 def message_json(m: pb.Message) -> dict[str, Any]:
@@ -66,19 +69,24 @@ def _status(st: pb.Status, what: str) -> None:
     raise CliError(f"{what}: {code}: {st.message}", exit_code)
 
 
-def _ack(stub: Any, md: Any, request: spb.ReceiveMessageRequest, m: pb.Message) -> None:
+def _ack(stub: Any, keys: tuple[str, str], request: spb.ReceiveMessageRequest, m: pb.Message
+         ) -> None:  # fmt: skip
     sp = m.system_properties
     entry = spb.AckMessageEntry(message_id=sp.message_id, receipt_handle=sp.receipt_handle)
     ack = spb.AckMessageRequest(
         group=request.group, topic=request.message_queue.topic, entries=[entry]
     )
-    _status(stub.AckMessage(ack, metadata=md, timeout=10).status, f"ack of {sp.message_id}")
+    reply = stub.AckMessage(ack, metadata=_metadata(keys), timeout=10)
+    _status(reply.status, f"ack of {sp.message_id}")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.count < 0 or not 1 <= args.batch <= 32 or args.invisible < 1 or args.wait < 0:
         raise CliError("--count >= 0, --batch 1..32, --invisible >= 1, --wait >= 0", USAGE)
-    md = _metadata()
+    try:
+        keys = access_keys.client_keys(args)
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
     done = 0
     try:
         with tls.client_channel(args.proxy, args) as channel:
@@ -93,7 +101,8 @@ def run(args: argparse.Namespace) -> int:
                     long_polling_timeout=Duration(seconds=int(args.wait)),
                 )  # fmt: skip
                 got = []
-                for r in stub.ReceiveMessage(request, metadata=md, timeout=args.wait + 10):
+                for r in stub.ReceiveMessage(request, metadata=_metadata(keys),
+                                            timeout=args.wait + 10):
                     if r.HasField("status"):
                         _status(r.status, "receive")
                     elif r.HasField("message"):
@@ -101,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
                 for m in got:
                     print(json.dumps(message_json(m)) if args.json else _line(m), flush=True)
                     if not args.no_ack:
-                        _ack(stub, md, request, m)
+                        _ack(stub, keys, request, m)
                     done += 1
                 if not got and not args.follow:
                     break
@@ -126,5 +135,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--follow", action="store_true", help="keep waiting for new messages")
     p.add_argument("--no-ack", action="store_true", help="print only: do not acknowledge")
     p.add_argument("--json", action="store_true", help="one JSON object per message")
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with")
     tls.add_tls_flags(p)
     p.set_defaults(run=run)

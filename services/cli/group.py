@@ -3,7 +3,8 @@ consumer groups of the RocketMQ 5 protocol service, through its ``ConsumerGroups
 proxy owns the groups' progress files).
 
 ``describe`` shows per queue what ``mqadmin consumerProgress`` shows: committed offset, max
-offset, lag and messages in flight — the queues of the topics the group consumes and of its
+offset, lag and messages in flight, and the offsets skipped since the proxy started because
+retention had deleted their messages — the queues of the topics the group consumes and of its
 retry topics (``%RETRY%<group>_<topic>``, queue 0). ``reset`` moves the group's committed
 offset of every queue of the topic; what it had in flight there is forgotten.
 """
@@ -14,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.group_json import describe_json
 from rmqstore.group_json import group_json as _group_json
 from rmqstore.group_json import queue_json as _queue_json
@@ -26,17 +27,30 @@ DEFAULT_PROXY = "127.0.0.1:8104"
 TIMEOUT_S = 30
 
 
+def keys(args: argparse.Namespace) -> tuple[str, str]:
+    """The access key and secret the proxy's calls are signed with ("" if none)."""
+    try:
+        return access_keys.client_keys(args)
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
+
+
 def _call(args: argparse.Namespace, fn: str, request: Any) -> Any:
+    access_key, secret_key = keys(args)
     try:
         with tls.client_channel(args.proxy, args) as channel:
             stub = groups_pb2_grpc.ConsumerGroupsStub(channel)
-            return getattr(stub, fn)(request, timeout=TIMEOUT_S)
+            md = access_keys.metadata(access_key, secret_key)
+            return getattr(stub, fn)(request, timeout=TIMEOUT_S, metadata=md)
     except grpc.RpcError as e:
         code, details = e.code(), e.details()  # type: ignore[attr-defined]
         if code == grpc.StatusCode.NOT_FOUND:
             raise CliError(details, NOT_FOUND) from None
         if code == grpc.StatusCode.INVALID_ARGUMENT:
             raise CliError(details, USAGE) from None
+        if code == grpc.StatusCode.UNAUTHENTICATED:
+            raise CliError(f"proxy at {args.proxy}: {details} (sign with --access-key and "
+                           "--secret-key-file)", USAGE) from None
         raise CliError(f"proxy at {args.proxy}: {code.name}: {details}", UNAVAILABLE) from None
 
 
@@ -46,11 +60,13 @@ def _show_queues(args: argparse.Namespace, queues: Any) -> None:
             print(json.dumps(_queue_json(q)))
         return
     w = max([24, *(len(q.topic) for q in queues)])  # retry topics' names are long
-    print(f"{'topic':<{w}} {'queue':>5} {'committed':>12} {'max':>12} {'lag':>10} {'in flight':>9}")
+    print(f"{'topic':<{w}} {'queue':>5} {'committed':>12} {'max':>12} {'lag':>10} "
+          f"{'in flight':>9} {'skipped':>10}")  # fmt: skip
     for q in queues:
         print(f"{q.topic:<{w}} {q.queue_id:>5} {q.committed_offset:>12} {q.max_offset:>12} "
-              f"{q.lag:>10} {q.in_flight:>9}")  # fmt: skip
-    print(f"total lag {sum(q.lag for q in queues)}, in flight {sum(q.in_flight for q in queues)}")
+              f"{q.lag:>10} {q.in_flight:>9} {q.skipped:>10}")  # fmt: skip
+    print(f"total lag {sum(q.lag for q in queues)}, in flight {sum(q.in_flight for q in queues)}, "
+          f"skipped {sum(q.skipped for q in queues)}")
 
 
 def _group_line(g: groups_pb2.GroupConfig) -> str:
@@ -104,6 +120,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         v = verbs.add_parser(name, help=help_text)
         v.add_argument("--proxy", default=DEFAULT_PROXY, help="the RocketMQ 5 protocol service")
         v.add_argument("--json", action="store_true", help="JSON lines")
+        access_keys.add_secret_flags(v, "to sign calls to the proxy with")
         tls.add_tls_flags(v)
         v.set_defaults(run=run)
         return v

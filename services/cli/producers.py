@@ -11,6 +11,7 @@ can be told (``Refused.acknowledged``).
 
 import argparse
 import asyncio
+import collections
 import itertools
 import multiprocessing as mp
 import queue
@@ -29,13 +30,15 @@ _POLL_S = 0.2  # how often the parent looks for producers that died without a wo
 
 
 def run_all(
-    args: argparse.Namespace, shares: list[tuple[int, int]], requests: Requests
-) -> tuple[int, list[float], float]:
+    args: argparse.Namespace, shares: list[tuple[int, int]], requests: Requests,
+    statuses: collections.Counter | None = None,
+) -> tuple[int, list[float], float]:  # fmt: skip
     """One producer process per (first message number, count) of ``shares``, sending
     ``requests(args, first, count)`` (a module-level function: it goes to a spawned
     process). Returns the messages acknowledged, every batch's latency, and the seconds from
     the start to the last answer; raises ``put_stream.Refused`` with a producer's status
-    and the messages all producers had stored."""
+    and the messages all producers had stored. ``statuses``: messages per put status, added
+    up over the producers."""
     ctx = mp.get_context("spawn")  # gRPC does not survive a fork
     results, go, stop = ctx.Queue(), ctx.Event(), ctx.Event()
     procs = [
@@ -52,6 +55,9 @@ def run_all(
         t0 = time.perf_counter()
         done = _gather(results, procs, "done", stop)
         seconds = time.perf_counter() - t0
+        if statuses is not None:
+            for d in done:
+                statuses.update(d[2] if len(d) > 2 else {})
         return sum(d[0] for d in done), [t for d in done for t in d[1]], seconds
     finally:
         for p in procs:
@@ -112,5 +118,7 @@ async def _produce(i: int, args: argparse.Namespace, first: int, count: int,
         await asyncio.get_running_loop().run_in_executor(None, go.wait)
         latencies: list[float] = []
         batches = itertools.takewhile(lambda _: not stop.is_set(), requests(args, first, count))
-        sent = await put_stream.send_all(stub, batches, args.inflight, latencies, acked)
-        results.put(("done", i, sent, latencies))
+        statuses: collections.Counter = collections.Counter()
+        sent = await put_stream.send_all(stub, batches, args.inflight, latencies, acked,
+                                         statuses)  # fmt: skip
+        results.put(("done", i, sent, latencies, dict(statuses)))

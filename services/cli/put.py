@@ -16,6 +16,7 @@ A failure prints one line ``error: ...`` (``services.cli.errors``) that says wha
 
 import argparse
 import asyncio
+import collections
 import json
 import os
 import sys
@@ -96,14 +97,18 @@ def _batches(msgs: Iterator[common_pb2.Message], size: int) -> Iterator[list]:
 _print_lock = threading.Lock()
 
 
-def _send(stub, batch: list, latencies: list[float], show: bool) -> int:
-    """One call for ``batch``; with ``show``, its results printed as JSON lines at once."""
+def _send(stub, batch: list, latencies: list[float], show: bool,
+          statuses: collections.Counter) -> int:  # fmt: skip
+    """One call for ``batch``; with ``show``, its results printed as JSON lines at once;
+    its messages counted per put status in ``statuses``."""
     t0 = time.perf_counter()
     if len(batch) == 1:
         results = [stub.Put(commitlog_pb2.PutRequest(message=batch[0]))]
     else:
         results = list(stub.PutBatch(commitlog_pb2.PutBatchRequest(messages=batch)).results)
     latencies.append(time.perf_counter() - t0)
+    for r in results:
+        statuses[put_stream.STATUS_NAMES[r.status]] += 1
     if show:
         text = "".join(json.dumps(put_file.result_doc(r)) + "\n" for r in results)
         with _print_lock:
@@ -125,12 +130,12 @@ def _requests(args: argparse.Namespace, start: int, count: int) -> Iterator:
 
 
 async def _stream_one(args: argparse.Namespace, latencies: list[float],
-                      progress: list[int]) -> int:  # fmt: skip
+                      progress: list[int], statuses: collections.Counter) -> int:  # fmt: skip
     """One producer's batches over one ``PutStream``; the messages acknowledged."""
     async with tls.aio_client_channel(args.commitlog, args) as ch:
         return await put_stream.send_all(commitlog_pb2_grpc.CommitLogStub(ch),
                                          _requests(args, 0, args.count), args.inflight,
-                                         latencies, progress)  # fmt: skip
+                                         latencies, progress, statuses)  # fmt: skip
 
 
 def _send_all(
@@ -139,6 +144,7 @@ def _send_all(
     per: list[int],
     latencies: list[float],
     progress: list[int],
+    statuses: collections.Counter,
 ) -> int:
     """Each producer's batches as one call each (``Put`` or ``PutBatch``), a thread and a
     channel per producer; the messages acknowledged. After a failure the others stop at
@@ -153,7 +159,7 @@ def _send_all(
             for b in _sources(args, starts[p], per[p]):
                 if errors:
                     break
-                counts[p] += _send(own, b, lat, args.json)
+                counts[p] += _send(own, b, lat, args.json, statuses)
         except BaseException as e:
             errors.append(e)
         latencies.extend(lat)
@@ -225,18 +231,19 @@ def _load(args: argparse.Namespace) -> int:
     starts = [sum(per[:p]) for p in range(args.producers)]
     latencies: list[float] = []
     progress = [0]
+    statuses: collections.Counter = collections.Counter()
     t0 = time.perf_counter()
     elapsed: float | None = None
     streamed = args.columns or not (args.json or args.batch == 1)
     try:
         if streamed and args.producers > 1:  # timed from when every one is connected
             sent, lat, elapsed = producers.run_all(args, list(zip(starts, per, strict=True)),
-                                                   _requests)  # fmt: skip
+                                                   _requests, statuses)  # fmt: skip
             latencies += lat
         elif streamed:
-            sent = asyncio.run(_stream_one(args, latencies, progress))
+            sent = asyncio.run(_stream_one(args, latencies, progress, statuses))
         else:
-            sent = _send_all(args, starts, per, latencies, progress)
+            sent = _send_all(args, starts, per, latencies, progress, statuses)
     except grpc.RpcError as e:
         stored = getattr(e, "acknowledged", 0) or progress[0]
         cause = client.rpc_error(e, "CommitLog", args.commitlog)
@@ -256,10 +263,18 @@ def _load(args: argparse.Namespace) -> int:
         + f"; call latency p50 {pct(0.5):.2f} ms, p99 {pct(0.99):.2f} ms"
         + f" ({'columns' if args.columns else 'messages'}, batch {args.batch}"
         + (f", {args.inflight} in flight" if streamed else "")
-        + ")",
+        + ")"
+        + _status_summary(statuses),
         file=sys.stderr if args.json else sys.stdout,
     )
     return 0
+
+
+def _status_summary(statuses: collections.Counter) -> str:
+    """``; status FLUSH_SLAVE_TIMEOUT 10, PUT_OK 90``: the messages stored per put status."""
+    if not statuses:
+        return ""
+    return "; status " + ", ".join(f"{name} {n}" for name, n in sorted(statuses.items()))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -205,7 +205,8 @@ def result_doc(r: commitlog_pb2.PutResult, line: int | None = None) -> dict[str,
     doc: dict[str, Any] = {} if line is None else {"line": line}
     doc.update(msgId=r.msg_id, uniqKey=r.unique_key, phyOffset=r.phy_offset,
                queueOffset=r.queue_offset, size=r.size, storeTimestamp=r.store_timestamp,
-               topic=r.topic, queueId=r.queue_id)  # fmt: skip
+               topic=r.topic, queueId=r.queue_id,
+               status=commitlog_pb2.PutStatus.Name(r.status))  # fmt: skip
     return doc
 
 
@@ -215,7 +216,8 @@ def result_text(r: commitlog_pb2.PutResult, line: int | None = None) -> str:
     return (
         f"{head} {r.topic}/{r.queue_id} queueOffset={r.queue_offset} "
         f"commitlogOffset={r.phy_offset} size={r.size} msgId={r.msg_id} "
-        f"uniqKey={r.unique_key or '-'} storeTime={client.format_time(r.store_timestamp)}"
+        f"uniqKey={r.unique_key or '-'} storeTime={client.format_time(r.store_timestamp)} "
+        f"status={commitlog_pb2.PutStatus.Name(r.status)}"
     )
 
 

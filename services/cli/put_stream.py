@@ -14,6 +14,8 @@ import grpc
 
 from rmqstore.v1 import commitlog_pb2
 
+STATUS_NAMES = {s: commitlog_pb2.PutStatus.Name(s) for s in commitlog_pb2.PutStatus.values()}
+
 
 class Refused(grpc.RpcError):
     """A batch the writer answered with an error status, or a stream it ended early;
@@ -42,13 +44,14 @@ def request(batch: list | commitlog_pb2.MessageColumns) -> commitlog_pb2.PutBatc
 async def send_all(
     stub, requests: Iterable[commitlog_pb2.PutBatchRequest], inflight: int,
     latencies: list[float], progress: list[int] | None = None,
+    statuses: collections.Counter | None = None,
 ) -> int:  # fmt: skip
     """Send every request over one ``PutStream`` of ``stub`` (a ``grpc.aio`` stub), waiting
     for the oldest answer whenever ``inflight`` are unanswered; append each batch's time from
     sending to its answer to ``latencies``. Returns the messages acknowledged (also kept in
     ``progress[0]`` as they come, for a caller that must report them after a failure);
-    raises ``Refused`` for a batch the writer refused, ``grpc.aio.AioRpcError`` if the call
-    fails."""
+    counts the messages per put status name (PUT_OK, ...) in ``statuses``; raises
+    ``Refused`` for a batch the writer refused, ``grpc.aio.AioRpcError`` if the call fails."""
     progress = [0] if progress is None else progress
     call = stub.PutStream()
     sent: collections.deque[float] = collections.deque()
@@ -65,8 +68,12 @@ async def send_all(
         if reply.status_code:
             code = next(c for c in grpc.StatusCode if c.value[0] == reply.status_code)
             raise Refused(code, reply.error)
-        progress[0] += len(reply.response.columns.phy_offset)
-        return len(reply.response.columns.phy_offset)
+        columns = reply.response.columns
+        n = len(columns.phy_offset)
+        progress[0] += n
+        if statuses is not None:
+            statuses[STATUS_NAMES[columns.status]] += n
+        return n
 
     try:
         for r in requests:

@@ -27,10 +27,17 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.startup import PARENT_PID_ENV, StopSignal
 from services.cli.errors import UNAVAILABLE, USAGE, CliError
-from services.commitlog.config import WriterConfig, add_background_flags, background_args
+from services.commitlog.config import (
+    HA_PORT_SLOT,
+    WriterConfig,
+    add_background_flags,
+    add_replication_flags,
+    background_args,
+    replication_args,
+)
 from services.proxy import config as proxy_config
 
 START_TIMEOUT_S = 600.0  # a large store's recovery may take minutes
@@ -59,6 +66,7 @@ def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
         *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),
         *(["--store-host", _broker_address(args, ports)] if _remoting_runs(args, ports) else []),
         "--cluster-name", args.cluster_name,
+        *replication_args(args, args.ha_port or args.port_base + HA_PORT_SLOT),
     ]
 
 
@@ -110,6 +118,10 @@ def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
 def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     proxy = [] if args.read_only or not _exists("services.proxy") else \
         ["--proxy", f"{args.host}:{ports['proxy']}"]  # its consumer groups
+    if proxy and args.access_key:  # it signs its calls as the proxy requires (the secret
+        # by file or environment, as the proxy takes it)
+        proxy += ["--access-key", args.access_key]
+        proxy += ["--secret-key-file", args.secret_key_file] if args.secret_key_file else []
     return ["--query", f"{args.host}:{ports['query']}", *_writer_address(args, ports),
             *_given(args, "index-entries"), *proxy]
 
@@ -320,9 +332,21 @@ def _answers(path: str) -> bool:
     return True
 
 
+def _check_keys(args: argparse.Namespace) -> None:
+    """An access key needs its secret (from --secret-key-file or the environment, which the
+    proxy and the console inherit): refuse to start without it."""
+    try:
+        if args.access_key and not proxy_config.secret_key(args):
+            raise ValueError(f"--access-key needs a secret key: give --secret-key-file or set "
+                             f"{access_keys.SECRET_KEY_ENV}")  # fmt: skip
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
+
+
 def run(args: argparse.Namespace) -> int:
     ports = _ports(args)
     _check_tls()
+    _check_keys(args)
     stopping = StopSignal()
     children: list[Child] = []
     failure = ""
@@ -354,6 +378,10 @@ def run(args: argparse.Namespace) -> int:
             where = (f"http://{child.address}/" if spec.scheme == "http"
                      else f"{spec.scheme} {child.address}")
             print(f"{spec.name:14s} {where}{metrics}", flush=True)
+            if spec.name == "commitlog" and not args.read_only and args.role != "slave":
+                ha_port = args.ha_port or args.port_base + HA_PORT_SLOT
+                print(f"{'replication':14s} {args.role}, slaves connect to "
+                      f"{args.host}:{ha_port}", flush=True)  # fmt: skip
         if not failure and not stopping.is_set():
             print("serving" + (" read-only" if args.read_only else "") + "; Ctrl-C to stop",
                   flush=True)
@@ -404,6 +432,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "default: %(default)s)",
     )
     add_background_flags(p)
+    add_replication_flags(p, ha_port_help=f"the writer's HA port, where slaves connect "
+                          f"(default: base + {HA_PORT_SLOT})")  # fmt: skip
     p.add_argument("--index-slots", type=int, default=None,
                    help="default: read from the store's index files, else 5,000,000")
     p.add_argument("--index-entries", type=int, default=None,

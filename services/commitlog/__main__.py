@@ -12,11 +12,18 @@ from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
-from services.commitlog import topics
-from services.commitlog.config import DEFAULT_SEGMENT_SIZE, WriterConfig, add_background_flags
+from services.commitlog import ha_slave, topics
+from services.commitlog.config import (
+    DEFAULT_SEGMENT_SIZE,
+    WriterConfig,
+    add_background_flags,
+    add_replication_flags,
+)
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.dispatching import LINGER_BELOW
 from services.commitlog.engine import CommitLogEngine
+from services.commitlog.ha_master import Replication
+from services.commitlog.ha_slave import HaSlave
 from services.commitlog.observe import WriterObserver
 from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.retention import Retention
@@ -53,6 +60,7 @@ def add_store_flags(p: argparse.ArgumentParser) -> None:
         "default: %(default)s)",
     )
     add_background_flags(p)
+    add_replication_flags(p)
 
 
 def config_from(args: argparse.Namespace) -> WriterConfig:
@@ -75,6 +83,14 @@ def config_from(args: argparse.Namespace) -> WriterConfig:
         delete_when=args.delete_when,
         disk_max_used_ratio=args.disk_max_used_ratio,
         retention_interval_s=args.retention_check_seconds,
+        role=args.role,
+        ha_port=args.ha_port or 0,
+        slave_timeout_s=args.slave_timeout,
+        slave_fallbehind_max=args.slave_fallbehind_max,
+        min_sync_replicas=args.min_sync_replicas,
+        ha_master=args.ha_master,
+        ha_retry_s=args.ha_retry_seconds,
+        ha_idle_s=args.ha_idle_seconds,
     )
 
 
@@ -99,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     credentials, m_host = preflight(args, calls_writer=False)
+    if args.read_only and args.role == "slave":
+        raise StartupError("--read-only and --role slave do not go together (a slave appends "
+                           "its master's bytes)")  # fmt: skip
+    if (args.role == "slave") != bool(args.ha_master):
+        raise StartupError("--ha-master HOST:PORT (the master's HA port) goes with --role slave, "
+                           "and a slave needs one")  # fmt: skip
     try:
         config = config_from(args)
         delay.use_levels(config.delay_levels)  # before any message is built or dispatched
@@ -112,18 +134,26 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
-    # delayed delivery appends and retention deletes: only a writable store has them
+    # delayed delivery appends and retention deletes: only a writable store has them, and a
+    # slave has neither (its master's appear in the bytes it copies)
     delivery: DeliveryService | None = None
     retention: Retention | None = None
+    replication: Replication | None = None
+    if isinstance(engine, CommitLogEngine) and not config.is_slave:
+        replication = Replication(engine, config.role, config.slave_timeout_s,
+                                  config.slave_fallbehind_max, config.min_sync_replicas)
+        if replication.sync and not config.ha_port:
+            log.warning("--role sync_master without --ha-port: no slave can connect, every "
+                        "put is answered SLAVE_NOT_AVAILABLE")
     try:
-        if isinstance(engine, CommitLogEngine):
+        if isinstance(engine, CommitLogEngine) and not config.is_slave:
             try:
                 delivery = DeliveryService(engine) if config.delivery else None
             except StoreError as e:
                 raise StartupError(f"cannot start delayed delivery: {e}") from None
             retention = Retention(engine)
         registry = metrics.new_registry("commitlog")
-        observer = WriterObserver(engine, registry, delivery, retention)
+        observer = WriterObserver(engine, registry, delivery, retention, replication)
         metrics_server = metrics.start_metrics_server(
             args.metrics_port, registry, m_host)
         # calls run on one event loop; each builder's dispatch stream waits for records in a
@@ -133,7 +163,8 @@ def _serve(args: argparse.Namespace) -> int:
         _stop_background(delivery, retention)
         engine.close()
         raise
-    servicer = CommitLogServicer(engine, observer, service.run_blocking, delivery, retention)
+    servicer = CommitLogServicer(engine, observer, service.run_blocking, delivery, retention,
+                                 replication)
     service.add(
         add_to_server,
         servicer,
@@ -156,15 +187,35 @@ def _serve(args: argparse.Namespace) -> int:
             _stop_background(delivery, retention)
             engine.close()
             raise StartupError(f"cannot listen on the put socket {args.put_socket}: {e}") from None
+    if replication is not None and config.ha_port:
+        host = args.listen.rsplit(":", 1)[0].strip("[]")
+        try:
+            service.call(replication.listen(host, config.ha_port))
+        except OSError as e:
+            if put_server is not None:
+                service.call(put_socket.close(put_server))
+            service.stop()
+            _stop_background(delivery, retention)
+            engine.close()
+            raise StartupError(f"cannot listen on the HA port {host}:{config.ha_port}: "
+                               f"{e}") from None  # fmt: skip
     if delivery is not None:
         delivery.start()
     if retention is not None:
         retention.start()
+    slave = HaSlave(engine) if isinstance(engine, CommitLogEngine) and config.is_slave else None
+    if slave is not None:
+        ha_slave.watch(registry, slave)
+        slave.start()
 
     def stop() -> None:
         if put_server is not None:
             service.call(put_socket.close(put_server))
+        if replication is not None:
+            service.call(replication.close())
         service.stop()
+        if slave is not None:  # before the engine it appends to closes
+            slave.close()
         _stop_background(delivery, retention)  # before the engine they append to closes
         engine.close()
         if metrics_server is not None:

@@ -5,10 +5,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rmqstore import delay
+from rmqstore.formats import ha
 from rmqstore.formats.commitlog import DEFAULT_MAX_MESSAGE_SIZE
 from rmqstore.formats.hosts import Host, parse_host
 
 DEFAULT_SEGMENT_SIZE = 1024 * 1024 * 1024
+ASYNC_MASTER, SYNC_MASTER, SLAVE = "async_master", "sync_master", "slave"
+ROLES = (ASYNC_MASTER, SYNC_MASTER, SLAVE)  # RocketMQ's brokerRole
+HA_PORT_SLOT = 6  # ``rmqstore serve``: the HA port is the port base + 6
 
 
 @dataclass(frozen=True)
@@ -32,8 +36,26 @@ class WriterConfig:
     disk_max_used_ratio: float = 75.0  # percent: above it, expired segments go at once
     disk_forced_ratio: float = 85.0  # percent: above it, the oldest segments go expired or not
     retention_interval_s: float = 10.0  # RocketMQ's cleanResourceInterval
+    role: str = "async_master"  # RocketMQ's brokerRole (see ROLES)
+    ha_port: int = 0  # a master's slaves connect here (0: no HA listener)
+    slave_timeout_s: float = 3.0  # sync_master: FLUSH_SLAVE_TIMEOUT after this long
+    slave_fallbehind_max: int = 256 << 20  # sync_master: SLAVE_NOT_AVAILABLE this far behind
+    min_sync_replicas: int = 0  # refuse puts while fewer slaves are in sync (0: off)
+    ha_master: str = ""  # a slave's master, HOST:PORT of its HA port
+    ha_retry_s: float = ha.SLAVE_RETRY_S  # a slave reconnects after this long
+    ha_idle_s: float = ha.IDLE_TIMEOUT_S  # a slave drops a master silent for this long
 
     def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"--role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if self.role == "slave":
+            if not self.ha_master:
+                raise ValueError("--role slave needs --ha-master HOST:PORT (the master's HA port)")
+            master_address(self.ha_master)
+        elif self.ha_master:
+            raise ValueError(f"--ha-master is for --role slave, not {self.role}")
+        if not self.ha_retry_s > 0 or not self.ha_idle_s > 0:
+            raise ValueError("--ha-retry-seconds and --ha-idle-seconds must be positive")
         if self.flush not in ("async", "sync"):
             raise ValueError(f"--flush must be async or sync, not {self.flush!r}")
         if self.segment_size < 4096 or self.segment_size % 4096:
@@ -59,10 +81,31 @@ class WriterConfig:
             raise ValueError("--disk-max-used-ratio must be in (0, 100]")
         if self.retention_interval_s <= 0:
             raise ValueError("the retention interval must be positive")
+        if not 0 <= self.ha_port <= 65535:
+            raise ValueError("--ha-port must be in 0..65535")
+        if not self.slave_timeout_s > 0:
+            raise ValueError("--slave-timeout must be positive")
+        if self.slave_fallbehind_max <= 0:
+            raise ValueError("--slave-fallbehind-max must be positive")
+        if self.min_sync_replicas < 0:
+            raise ValueError("--min-sync-replicas must be 0 or more")
 
     @property
     def host(self) -> Host:
         return parse_host(self.store_host)
+
+    @property
+    def is_slave(self) -> bool:
+        return self.role == "slave"
+
+
+def master_address(text: str) -> tuple[str, int]:
+    """(host, port) of ``HOST:PORT`` or ``[IPv6]:PORT``; the host may be a name."""
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--ha-master must be HOST:PORT, not {text!r}")
+    return host, int(port)
 
 
 def add_background_flags(p: argparse.ArgumentParser) -> None:
@@ -107,3 +150,59 @@ def background_args(args: argparse.Namespace) -> list[str]:
         "--retention-check-seconds", str(args.retention_check_seconds),
     ]  # fmt: skip
     return out if args.delivery else [*out, "--no-delivery"]
+
+
+def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") -> None:
+    """RocketMQ's master/slave replication (its HA protocol; ``docs/replication.md``)."""
+    p.add_argument(
+        "--role", choices=ROLES, default=WriterConfig.role,
+        help="async_master: puts answered once stored; sync_master: also once a slave holds "
+        "them (else FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE); slave: follows --ha-master and "
+        "refuses puts (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-port", type=int, default=None,
+        help=ha_port_help or "take slaves (RocketMQ's HA protocol) on this port, on the host "
+        "of --listen (default: none)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slave-timeout", type=float, default=WriterConfig.slave_timeout_s,
+        help="sync_master: seconds a put waits for a slave before FLUSH_SLAVE_TIMEOUT "
+        "(default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--slave-fallbehind-max", type=int, default=WriterConfig.slave_fallbehind_max,
+        help="sync_master: bytes behind at which a slave does not count (SLAVE_NOT_AVAILABLE; "
+        "default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--min-sync-replicas", type=int, default=WriterConfig.min_sync_replicas,
+        help="refuse puts (UNAVAILABLE, nothing written) while fewer slaves than this are "
+        "connected and less than --slave-fallbehind-max behind (default: 0, off)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-master", default="", metavar="HOST:PORT",
+        help="a slave's master: its HA port (RocketMQ's broker: listen port + 1, 10912)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-retry-seconds", type=float, default=WriterConfig.ha_retry_s,
+        help="a slave reconnects to its master after this long (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
+        "--ha-idle-seconds", type=float, default=WriterConfig.ha_idle_s,
+        help="a slave drops a master it heard nothing from for this long and reconnects "
+        "(default: %(default)s)",
+    )  # fmt: skip
+
+
+def replication_args(args: argparse.Namespace, ha_port: int) -> list[str]:
+    """The flags of ``add_replication_flags`` as parsed, as the writer's command line."""
+    out = [
+        "--role", args.role, "--ha-port", str(ha_port),
+        "--slave-timeout", str(args.slave_timeout),
+        "--slave-fallbehind-max", str(args.slave_fallbehind_max),
+        "--min-sync-replicas", str(args.min_sync_replicas),
+        "--ha-retry-seconds", str(args.ha_retry_seconds),
+        "--ha-idle-seconds", str(args.ha_idle_seconds),
+    ]  # fmt: skip
+    return out + (["--ha-master", args.ha_master] if args.ha_master else [])

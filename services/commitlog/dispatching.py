@@ -22,7 +22,7 @@ from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.wire_batch import WireBatch
 
 DEFAULT_BATCH_RECORDS = 4096
-SUBSCRIBER_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+SUBSCRIBER_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 MAX_SUBSCRIBERS = 64
 MAX_BATCH_RECORDS = 100_000
 LINGER_BELOW = 4 * 1024 * 1024  # dispatch: bytes waiting below which a subscriber lingers
@@ -64,7 +64,7 @@ class Dispatching:
     @staticmethod
     def check_subscriber(name: str) -> None:
         """Subscriber names become ack-table keys and metric labels: keep them tame."""
-        if not SUBSCRIBER_NAME.match(name):
+        if not SUBSCRIBER_NAME.fullmatch(name):
             raise InvalidArgumentError(
                 f"subscriber name {name[:80]!r} must be 1-64 characters of [A-Za-z0-9_.-]"
             )
@@ -104,11 +104,17 @@ class Dispatching:
         self, offset: int, max_records: int, active: Callable[[], bool]
     ) -> Iterator[WireBatch]:
         pos = offset
+        # subscribed to an empty store: a slave's first file may start anywhere (its master's
+        # last file), so the first records are wherever the store begins
+        from_empty = pos == 0 == self.max_offset
         linger = self.config.dispatch_linger_ms / 1000
         while active() and not self._closed:
             with self._appended:
                 while self.max_offset <= pos and active() and not self._closed:
                     self._appended.wait(0.25)
+                if from_empty:
+                    pos = max(pos, self.min_offset)
+                    from_empty = False
                 if linger and self._small_batch(pos, max_records):
                     # only a little is waiting: let the puts right behind it join (a builder
                     # pays a fixed cost per batch, and each put is a chunk of its own)

@@ -17,6 +17,7 @@ from itertools import count
 from rmqstore import identity, quarantine
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
+    NotMasterError,
     OffsetOutOfRangeError,
     StoreError,
     UnavailableError,
@@ -167,6 +168,7 @@ class CommitLogEngine(Dispatching):
     ) -> tuple[Stored, int]:
         """``put`` without waiting for the flush: the stored batch and the commitlog offset
         its last byte ends at (pass it to ``wait_durable`` before acknowledging)."""
+        self._refuse_on_slave()
         now = now_ms or _now_ms()
         if isinstance(messages, commitlog_pb2.MessageColumns):
             columns = self.builder.build_columns(messages, now)
@@ -177,6 +179,7 @@ class CommitLogEngine(Dispatching):
     def append_columns(self, columns: tuple, now_ms: int | None = None) -> tuple[Stored, int]:
         """Append records already built (``messages.Columns``: the delivery service's
         re-puts come this way), all or none."""
+        self._refuse_on_slave()
         now = now_ms or _now_ms()
         if not columns:
             return Stored(self.builder.store_host, [], [], [], now, [], [], []), 0
@@ -192,6 +195,75 @@ class CommitLogEngine(Dispatching):
             if self._lingering and self.max_offset - min(self._lingering) >= LINGER_BELOW:
                 self._grown.notify_all()
         return stored, end
+
+    def _refuse_on_slave(self) -> None:
+        if self.config.is_slave:
+            raise NotMasterError(
+                f"this writer is a slave of {self.config.ha_master}; send puts to the master"
+            )
+
+    # -- a slave's appends (see ``replica_log``) -----------------------------------------
+    def write_replicated(self, offset: int, data: bytes | memoryview) -> None:
+        """Copy a master's bytes in at ``offset``: the end of what this store holds, a file
+        start after it (the master's next file), or anywhere when the store is empty (its
+        first file is created around ``offset``). Readers do not see them until
+        ``publish_replicated`` moves ``max_offset``."""
+        size = self.config.segment_size
+        with self._lock:
+            if self._closed:
+                raise UnavailableError("the commitlog writer is shutting down")
+            if self._failed:
+                raise UnavailableError(self._failed)
+            seg = self._head
+            empty = self.max_offset == 0 and not any(s.wrote for s in self.segments.segments)
+            if empty and seg is not None and not seg.start <= offset < seg.end:
+                self.segments.remove_beyond(-1)  # empty files elsewhere (a fresh store's)
+                seg = self._head = None
+            if seg is None or offset >= seg.end:
+                last = self.segments.last()
+                if not empty and (last is None or offset != last.end):
+                    raise OffsetOutOfRangeError(
+                        f"replicated bytes at {offset} do not follow the last file "
+                        f"(it ends at {last.end if last else 0})"
+                    )
+                seg = self._head = self.segments.roll(offset - offset % size)
+            if empty:
+                seg.wrote = offset - seg.start
+            at = offset - seg.start
+            if at != seg.wrote or at + len(data) > seg.size:
+                raise OffsetOutOfRangeError(
+                    f"replicated bytes [{offset}, {offset + len(data)}) do not continue the "
+                    f"commitlog at {seg.start + seg.wrote} inside one file"
+                )
+            try:
+                seg.write(at, data)
+            except OSError as e:
+                self._failed = (
+                    f"writing replicated bytes at offset {offset} failed ({e}); restart this "
+                    "writer (recovery checks the tail)"
+                )
+                log.error("%s", self._failed)
+                raise StoreError(self._failed) from e
+            seg.wrote = at + len(data)
+            self.bytes_written += len(data)
+
+    def publish_replicated(
+        self, end: int, timestamps: Sequence[tuple[int, int]] = (),
+        queues: dict[tuple[str, int], int] | None = None,
+    ) -> None:  # fmt: skip
+        """Whole records up to ``end`` arrived: readers and dispatch may take them;
+        ``timestamps`` are (end offset, store time) of records among them (checkpoint),
+        ``queues`` the next queue offsets they carry."""
+        with self._lock:
+            self._marks.extend(timestamps)
+            table = self.queue_table
+            for key, following in (queues or {}).items():
+                if table.get(key, 0) < following:
+                    table[key] = following
+            self.max_offset = end
+        with self._appended:
+            self._appended.notify_all()
+            self._grown.notify_all()
 
     def wait_durable(self, end: int) -> None:
         """Under sync flush, block until the commitlog is durable up to ``end``."""

@@ -10,6 +10,7 @@ from rmqstore import quarantine
 from rmqstore.metrics import WriterMetrics, on_scrape
 from rmqstore.metrics_background import BackgroundMetrics
 from services.commitlog.delivery import DeliveryService
+from services.commitlog.ha_master import STATUS_NAMES, Replication
 from services.commitlog.read_only import Store
 from services.commitlog.retention import Retention
 from services.commitlog.stored import Stored
@@ -19,9 +20,12 @@ class WriterObserver:
     def __init__(
         self, engine: Store, registry: CollectorRegistry | None,
         delivery: DeliveryService | None = None, retention: Retention | None = None,
+        replication: Replication | None = None,
     ) -> None:  # fmt: skip
         self.engine = engine
         self.delivery, self.retention = delivery, retention
+        self.replication = replication
+        self._slaves_seen: set[str] = set()
         self._flushes_seen = 0
         self._bytes_seen = 0
         self._seen: dict[str, int] = {}
@@ -43,6 +47,13 @@ class WriterObserver:
         if not engine.last_exit_clean:
             metrics.abnormal_recoveries.inc()
         metrics.watch_store(engine.layout.root)
+        rm = metrics.replication
+        self._status_counts = {s: rm.put_status.labels(status=n) for s, n in STATUS_NAMES.items()}
+        role = replication.role if replication is not None else engine.config.role
+        for name in ("async_master", "sync_master", "slave"):
+            rm.role.labels(role=name).set(1 if name == role else 0)
+        if replication is not None:
+            replication.waited = rm.sync_wait.observe
 
     def puts(self, stored: Stored, seconds: float) -> None:
         m = self.m
@@ -50,6 +61,7 @@ class WriterObserver:
             return
         m.put_latency.observe(seconds)
         m.put_batch_messages.observe(len(stored))
+        self._status_counts[stored.status].inc(len(stored))
         topics = stored.topics
         if topics and topics.count(topics[0]) == len(topics):  # one topic, as nearly always
             self._stored(topics[0]).inc(len(topics))
@@ -112,6 +124,28 @@ class WriterObserver:
         for name, n in e.active_subscriptions().items():
             m.subscribers.labels(builder=name).set(n)
         self.refresh_background()
+        self.refresh_replication()
+
+    def refresh_replication(self) -> None:
+        r, m = self.replication, self.m
+        if r is None or m is None:
+            return
+        rm = m.replication
+        status = r.status()
+        rm.slaves.set(len(status.slaves))
+        rm.in_sync.set(status.in_sync)
+        rm.acked_offset.set(status.acked_offset)
+        self._count(rm.refused.labels(reason="below_min"), "below_min", status.refused_below_min)
+        self._count(rm.refused.labels(reason="divergent"), "divergent", status.refused_divergent)
+        seen = set()
+        for s in status.slaves:
+            seen.add(s.address)
+            rm.slave_acked_offset.labels(slave=s.address).set(s.acked_offset)
+            rm.slave_lag.labels(slave=s.address).set(s.lag_bytes)
+        for gone in self._slaves_seen - seen:  # a disconnected slave's series end
+            rm.slave_acked_offset.remove(gone)
+            rm.slave_lag.remove(gone)
+        self._slaves_seen = seen
 
     def _lateness(self, lateness_ms: list[int]) -> None:
         for ms in lateness_ms:

@@ -26,6 +26,7 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import DURABLE_TIMEOUT_S, flush_timeout
+from services.commitlog.ha_master import PUT_OK, Replication
 from services.commitlog.observe import WriterObserver
 from services.commitlog.read_only import Store
 from services.commitlog.retention import Retention
@@ -37,10 +38,13 @@ _STREAM_LIMITS = {"read": (MAX_READ_STREAMS, "ReadRecords"), "put": (MAX_PUT_STR
 READ_MAX_BYTES = MAX_MESSAGE_BYTES - 1024 * 1024  # room for the reply's own framing
 
 RunBlocking = Callable[..., Awaitable[Any]]  # AsyncService.run_blocking
+# what ``_append`` gives: stored, end offset, start time, replica status (or its future)
+Appended = tuple[Stored, int, float, "int | asyncio.Future"]
 
 
-def _result(r: PutResult) -> commitlog_pb2.PutResult:
+def _result(r: PutResult, status: Any) -> commitlog_pb2.PutResult:
     return commitlog_pb2.PutResult(
+        status=status,
         msg_id=r.msg_id,
         unique_key=r.unique_key,
         phy_offset=r.phy_offset,
@@ -57,8 +61,9 @@ def _columns(s: Stored, offsets_only: bool = False) -> dict[str, Any]:
     message built apart is copied again when set: 14 us of a 100-message reply's 26)."""
     if offsets_only:
         return {"phy_offset": s.phy_offsets, "queue_offset": s.queue_offsets,
-                "store_timestamp": s.store_timestamp}  # fmt: skip
+                "store_timestamp": s.store_timestamp, "status": s.status}  # fmt: skip
     return {
+        "status": s.status,
         "msg_id": s.msg_ids(),
         "unique_key": s.unique_keys,
         "phy_offset": s.phy_offsets,
@@ -72,13 +77,13 @@ def _columns(s: Stored, offsets_only: bool = False) -> dict[str, Any]:
 
 def _add_results(response: commitlog_pb2.PutBatchResponse, s: Stored) -> None:
     add = response.results.add  # filled in place: no per-result message copied
-    ts = s.store_timestamp
+    ts, status = s.store_timestamp, s.status
     for msg_id, uniq, phy, qo, size, topic, qid in zip(
         s.msg_ids(), s.unique_keys, s.phy_offsets, s.queue_offsets, s.sizes, s.topics,
         s.queue_ids, strict=True,
     ):  # fmt: skip
         add(msg_id=msg_id, unique_key=uniq, phy_offset=phy, queue_offset=qo, size=size,
-            store_timestamp=ts, topic=topic, queue_id=qid)  # fmt: skip
+            store_timestamp=ts, topic=topic, queue_id=qid, status=status)  # fmt: skip
 
 
 def _batch(request: commitlog_pb2.PutBatchRequest):
@@ -94,9 +99,10 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
     def __init__(
         self, engine: Store, observer: WriterObserver | None,
         run_blocking: RunBlocking, delivery: DeliveryService | None = None,
-        retention: Retention | None = None,
+        retention: Retention | None = None, replication: Replication | None = None,
     ) -> None:  # fmt: skip
         self.engine = engine
+        self.replication = replication
         self.delivery = delivery
         self.retention = retention
         self.observer = observer or WriterObserver(engine, None)
@@ -104,34 +110,45 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         self._read_streams = threading.BoundedSemaphore(MAX_READ_STREAMS)
         self._put_streams = threading.BoundedSemaphore(MAX_PUT_STREAMS)
         self._sync = engine.config.flush == "sync"
+        # a put's answer waits: for its group commit (sync flush) or a slave (sync_master)
+        self._waits = self._sync or (replication is not None and replication.sync)
 
     async def _put(self, messages) -> Stored:
         return await self._acknowledge(self._append(messages))
 
-    def _append(self, messages) -> tuple[Stored, int, float]:
+    def _append(self, messages) -> Appended:
         """Append Messages, or a batch request's messages or columns."""
         t0 = time.perf_counter()
+        replication = self.replication
         try:
             if isinstance(messages, commitlog_pb2.PutBatchRequest):
                 messages = _batch(messages)
+            if replication is not None:
+                replication.check_put()  # --min-sync-replicas: before a byte is written
             stored, end = self.engine.append(messages)
         except StoreError as e:
             self.observer.put_failed(e.grpc_status.lower())
             raise
-        return stored, end, t0
+        return stored, end, t0, PUT_OK if replication is None else replication.replicated(end)
 
-    async def _acknowledge(self, appended: tuple[Stored, int, float]) -> Stored:
-        """Wait until an appended batch is durable (sync flush), then count it."""
+    async def _acknowledge(self, appended: Appended) -> Stored:
+        """Wait until an appended batch is durable (sync flush) and replicated (sync_master),
+        then count it."""
         if self._sync:
             try:
                 await self._durable(appended[1])
             except StoreError as e:
                 self.observer.put_failed(e.grpc_status.lower())
                 raise
+        replica = appended[3]
+        if isinstance(replica, asyncio.Future):  # settled by the slaves' acks or a timer
+            appended[0].status = await replica
         return self._counted(appended)
 
-    def _counted(self, appended: tuple[Stored, int, float]) -> Stored:
-        stored, _end, t0 = appended
+    def _counted(self, appended: Appended) -> Stored:
+        stored, _end, t0, replica = appended
+        if not isinstance(replica, asyncio.Future):
+            stored.status = replica
         self.observer.puts(stored, time.perf_counter() - t0)
         return stored
 
@@ -159,7 +176,8 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     @grpc_errors
     async def Put(self, request, context):
-        return _result((await self._put([request.message]))[0])
+        stored = await self._put([request.message])
+        return _result(stored[0], stored.status)
 
     @grpc_errors
     async def PutBatch(self, request, context):
@@ -172,7 +190,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
 
     async def put_replies(self, request_iterator: AsyncIterable) -> AsyncIterator[Any]:
         """``PutStream``'s replies to its requests, in order; a StoreError ends the stream."""
-        if not self._sync:  # answered as soon as appended
+        if not self._waits:  # answered as soon as appended
 
             async def answer(request) -> commitlog_pb2.PutStreamReply:
                 stored = await self._acknowledge(self._append(request))
@@ -204,7 +222,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         """A put-socket request (``rmqstore.put_socket``), appended now: its reply (async
         flush), or a coroutine that returns it once durable (sync flush)."""
         appended = self._append(request)
-        if not self._sync:
+        if not self._waits:
             return self._reply(request, self._counted(appended))
         return self._durable_reply(request, appended)
 
@@ -343,6 +361,10 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             out.delivery.levels.extend(commitlog_pb2.DelayLevelStatus(**lv) for lv in levels)
         if self.retention is not None:
             out.retention.CopyFrom(commitlog_pb2.RetentionStatus(**self.retention.status()))
+        if self.replication is not None:
+            out.replication.CopyFrom(self.replication.status())
+        else:
+            out.replication.role = self.engine.config.role
         return out
 
 

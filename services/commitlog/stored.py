@@ -20,11 +20,12 @@ class PutResult(NamedTuple):
 
 class Stored(Sequence[PutResult]):
     """What one put stored, as columns: entry i answers message i (topic and queue as
-    stored, i.e. the schedule topic for a delayed message). Indexing gives a PutResult."""
+    stored, i.e. the schedule topic for a delayed message). Indexing gives a PutResult.
+    ``status``: the put's ``PutStatus`` (how durable it is, one for the whole put)."""
 
     __slots__ = (
         "store_host", "phy_offsets", "queue_offsets", "sizes", "store_timestamp", "topics",
-        "queue_ids", "unique_keys",
+        "queue_ids", "unique_keys", "status",
     )  # fmt: skip
 
     def __init__(
@@ -42,6 +43,7 @@ class Stored(Sequence[PutResult]):
         self.phy_offsets, self.queue_offsets, self.sizes = phy_offsets, queue_offsets, sizes
         self.store_timestamp = store_timestamp
         self.topics, self.queue_ids, self.unique_keys = topics, queue_ids, unique_keys
+        self.status = 0  # PutStatus (PUT_OK), set once replication has answered
 
     def msg_ids(self) -> list[str]:
         return offset_msg_ids(self.store_host.ip, self.store_host.port, self.phy_offsets)

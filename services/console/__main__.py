@@ -15,13 +15,14 @@ import sys
 
 from aiohttp import web
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.formats.index_file import DEFAULT_ENTRIES
 from rmqstore.layout import StoreLayout
 from rmqstore.server import announce, configure_logging
 from services.console import app as console_app
 from services.console.auth import MODES, AuthConfigError, Authenticator, hash_line
 from services.console.backend import Backend
+from services.console.security import host_name
 from services.console.views import Settings
 
 log = logging.getLogger("services.console")
@@ -39,9 +40,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="commitlog writer HOST:PORT, for the store page's offsets")
     p.add_argument("--proxy", default="",
                    help="RocketMQ 5 protocol service HOST:PORT, for the consumer group pages")
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them",
+                                 access_env=False)
     p.add_argument("--listen", default="127.0.0.1:8105", help="HOST:PORT (port 0 = any free)")
     p.add_argument("--auth", choices=MODES, default="none",
                    help="none (loopback only), basic (--users-file) or proxy-header")
+    p.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                   help="a name the console is served under (repeatable); requests naming "
+                   "another host in Host get 421. Always allowed: the --listen address, "
+                   "localhost, 127.0.0.1, [::1]. Checked with --auth none, or whenever given")
     p.add_argument("--users-file", help="users and scrypt hashes for --auth basic")
     p.add_argument("--trusted-proxy", action="append", default=[],
                    help="address or network whose identity header is trusted (repeatable)")
@@ -64,6 +71,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "::1")
+
+
+def allowed_hosts(listen_host: str, mode: str, given: list[str]) -> frozenset[str] | None:
+    """The names the console answers under: checked with ``--auth none`` (a page of another
+    site could read it through DNS rebinding) and whenever ``--allowed-host`` is given."""
+    if mode != "none" and not given:
+        return None
+    return frozenset(host_name(h) for h in (listen_host, *LOOPBACK_NAMES, *given))
+
+
 def _split(listen: str) -> tuple[str, int]:
     host, _, port = listen.rpartition(":")
     if not host or not port.isdigit():
@@ -71,14 +89,16 @@ def _split(listen: str) -> tuple[str, int]:
     return host.strip("[]"), int(port)
 
 
-async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: int) -> None:
+async def serve(args: argparse.Namespace, auth: Authenticator, host: str, port: int,
+                proxy_keys: tuple[str, str] = ("", "")) -> None:  # fmt: skip
     backend = Backend.connect(
         tls.aio_client_channel(args.query, args),
         tls.aio_client_channel(args.commitlog, args) if args.commitlog else None,
         args.timeout,
-        tls.aio_client_channel(args.proxy, args) if args.proxy else None)
+        tls.aio_client_channel(args.proxy, args) if args.proxy else None, proxy_keys)
     settings = Settings(StoreLayout.of(args.store), args.max_window * 1000, args.index_entries)
-    application = console_app.build(backend, settings, auth)
+    application = console_app.build(backend, settings, auth,
+                                    allowed_hosts(host, args.auth, args.allowed_host))
     runner = web.AppRunner(application, access_log=None, handle_signals=False)
     await runner.setup()
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -114,11 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         auth = Authenticator.configure(args.auth, host, args.users_file, args.trusted_proxy,
                                        args.identity_header)
         auth.secure_cookie = args.secure_cookie
+        proxy_keys = access_keys.client_keys(args, access_env=False)
     except (ValueError, AuthConfigError) as e:
         print(f"rmqstore console: {e}", file=sys.stderr)
         return 2
     try:
-        asyncio.run(serve(args, auth, host, port))
+        asyncio.run(serve(args, auth, host, port, proxy_keys))
     except OSError as e:
         print(f"rmqstore console: cannot listen on {args.listen}: {e.strerror}",
               file=sys.stderr)

@@ -13,7 +13,7 @@ from services.console import groups, views
 from services.console.auth import Authenticator
 from services.console.backend import Backend, BackendError
 from services.console.params import ParamError
-from services.console.security import USER_KEY, authenticate, headers, read_only
+from services.console.security import USER_KEY, allowed_hosts, authenticate, headers, read_only
 
 HERE = Path(__file__).parent
 API = "/api/v1"
@@ -130,9 +130,12 @@ async def healthz(_request: web.Request) -> web.Response:
     return web.Response(text="ok\n")
 
 
-def build(backend: Backend, settings: views.Settings, auth: Authenticator) -> web.Application:
-    app = web.Application(middlewares=[headers, read_only, authenticate(auth)],
-                          client_max_size=64 * 1024)
+def build(backend: Backend, settings: views.Settings, auth: Authenticator,
+          hosts: frozenset[str] | None = None) -> web.Application:
+    """``hosts``: the names the console answers under (``None``: any)."""
+    app = web.Application(
+        middlewares=[headers, allowed_hosts(hosts), read_only, authenticate(auth)],
+        client_max_size=64 * 1024)
     app[views.BACKEND] = backend
     app[views.SETTINGS] = settings
     app[TEMPLATES] = environment()

@@ -17,9 +17,11 @@ import binascii
 import hashlib
 import hmac
 import ipaddress
+import math
 import secrets
 import time
-from collections.abc import Iterable
+from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,9 @@ COOKIE = "rmqstore_session"
 SESSION_SECONDS = 8 * 3600
 SCRYPT_N, SCRYPT_R, SCRYPT_P = 2**14, 8, 1
 MAX_CREDENTIALS = 1024  # longest Authorization header value looked at
+# failed logins a client address may make in a window; then 429 until the oldest one ages out
+MAX_FAILED_LOGINS, FAILED_LOGIN_WINDOW_S = 5, 60.0
+MAX_TRACKED_CLIENTS = 10_000
 
 
 class AuthConfigError(ValueError):
@@ -112,6 +117,48 @@ def parse_networks(items: Iterable[str]) -> list[ipaddress.IPv4Network | ipaddre
 
 
 @dataclass
+class LoginLimiter:
+    """Failed logins per client address: after ``max_failures`` within ``window_s``, the
+    client is refused (429) until the oldest of them is ``window_s`` old. ``clock`` is
+    monotonic seconds (a test passes its own)."""
+
+    max_failures: int = MAX_FAILED_LOGINS
+    window_s: float = FAILED_LOGIN_WINDOW_S
+    clock: Callable[[], float] = time.monotonic
+    failures: dict[str, deque[float]] = field(default_factory=dict)
+
+    def _recent(self, client: str, now: float) -> deque[float]:
+        times = self.failures.get(client, deque())
+        while times and times[0] <= now - self.window_s:
+            times.popleft()
+        return times
+
+    def retry_after(self, client: str) -> int:
+        """Whole seconds until ``client`` may try again (0: now)."""
+        now = self.clock()
+        times = self._recent(client, now)
+        if not times:
+            self.failures.pop(client, None)
+            return 0
+        if len(times) < self.max_failures:
+            return 0
+        return max(1, math.ceil(times[0] + self.window_s - now))
+
+    def failed(self, client: str) -> None:
+        now = self.clock()
+        if client not in self.failures and len(self.failures) >= MAX_TRACKED_CLIENTS:
+            for other in list(self.failures):  # forget those whose failures aged out
+                if not self._recent(other, now):
+                    del self.failures[other]
+            if len(self.failures) >= MAX_TRACKED_CLIENTS:
+                self.failures.pop(next(iter(self.failures)))
+        times = self.failures.setdefault(client, deque())
+        times.append(now)
+        while len(times) > self.max_failures:
+            times.popleft()
+
+
+@dataclass
 class Authenticator:
     mode: str
     users: dict[str, UserHash] = field(default_factory=dict)
@@ -119,6 +166,7 @@ class Authenticator:
     header: str = "X-Forwarded-User"
     secure_cookie: bool = False  # mark the session cookie Secure (HTTPS in front)
     key: bytes = field(default_factory=lambda: secrets.token_bytes(32))
+    logins: LoginLimiter = field(default_factory=LoginLimiter)
 
     @classmethod
     def configure(cls, mode: str, listen_host: str, users_file: str | None,

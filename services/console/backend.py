@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from rmqstore import access_keys
 from rmqstore.v1 import (
     commitlog_pb2,
     commitlog_pb2_grpc,
@@ -45,23 +46,26 @@ class Backend:
     channels: list[grpc.aio.Channel]
     timeout: float = 30.0
     groups: groups_pb2_grpc.ConsumerGroupsStub | None = None
+    proxy_keys: tuple[str, str] = ("", "")  # access key, secret: the proxy's calls signed
 
     @classmethod
     def connect(cls, query: grpc.aio.Channel, writer: grpc.aio.Channel | None,
-                timeout: float = 30.0, proxy: grpc.aio.Channel | None = None) -> "Backend":
+                timeout: float = 30.0, proxy: grpc.aio.Channel | None = None,
+                proxy_keys: tuple[str, str] = ("", "")) -> "Backend":
         """Stubs over channels made on the event loop that serves the console."""
         return cls(query_pb2_grpc.QueryStub(query),
                    commitlog_pb2_grpc.CommitLogStub(writer) if writer is not None else None,
                    [c for c in (query, writer, proxy) if c is not None], timeout,
-                   groups_pb2_grpc.ConsumerGroupsStub(proxy) if proxy is not None else None)
+                   groups_pb2_grpc.ConsumerGroupsStub(proxy) if proxy is not None else None,
+                   proxy_keys)
 
     async def close(self) -> None:
         for c in self.channels:
             await c.close()
 
-    async def _call(self, method: Any, request: Any) -> Any:
+    async def _call(self, method: Any, request: Any, metadata: Any = ()) -> Any:
         try:
-            return await method(request, timeout=self.timeout)
+            return await method(request, timeout=self.timeout, metadata=metadata)
         except grpc.aio.AioRpcError as e:
             code = e.code()
             raise BackendError(e.details() or code.name, HTTP_OF_GRPC.get(code, 502),
@@ -113,8 +117,10 @@ class Backend:
         return self.groups
 
     async def list_groups(self) -> groups_pb2.ListGroupsResponse:
-        return await self._call(self._groups().ListGroups, groups_pb2.ListGroupsRequest())
+        return await self._call(self._groups().ListGroups, groups_pb2.ListGroupsRequest(),
+                                access_keys.metadata(*self.proxy_keys))
 
     async def describe_group(self, group: str) -> groups_pb2.DescribeGroupResponse:
         return await self._call(self._groups().DescribeGroup,
-                                groups_pb2.DescribeGroupRequest(group=group))
+                                groups_pb2.DescribeGroupRequest(group=group),
+                                access_keys.metadata(*self.proxy_keys))

@@ -1,4 +1,5 @@
-"""Middlewares every request passes: read-only methods, security headers, authentication."""
+"""Middlewares every request passes: security headers, the ``Host`` check, read-only
+methods, authentication (failed logins limited per client address)."""
 
 import asyncio
 from collections.abc import Awaitable, Callable
@@ -45,6 +46,34 @@ async def read_only(request: web.Request, handler: Handler) -> web.StreamRespons
     return await handler(request)
 
 
+def host_name(header: str) -> str:
+    """The name in a ``Host`` header, without its port, lower case (``[::1]:80`` -> ``::1``)."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    if header.count(":") == 1:
+        header = header.partition(":")[0]
+    return header.rstrip(".")
+
+
+def allowed_hosts(names: frozenset[str] | None) -> Callable:
+    """Answer 421 to a request whose ``Host`` is not one the console is served under: a
+    page of another site, its name rebound to the console's address (DNS rebinding), names
+    its own host. ``None``: every name (credentials guard the console)."""
+
+    @web.middleware
+    async def middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if names is not None and request.path not in OPEN_PATHS:
+            name = host_name(request.headers.get("Host", ""))
+            if name not in names:
+                raise web.HTTPMisdirectedRequest(
+                    text=f"this console is not served under the name {name[:100]!r} "
+                    "(see --allowed-host)")  # fmt: skip
+        return await handler(request)
+
+    return middleware
+
+
 def _peer(request: web.Request) -> str | None:
     """The TCP peer's address (never a forwarded header: those are the proxy check's job)."""
     peer = request.transport.get_extra_info("peername") if request.transport else None
@@ -77,8 +106,14 @@ def authenticate(auth: Authenticator) -> Callable:
         creds = auth.basic_credentials(request.headers.get("Authorization", ""))
         if creds is None:
             raise _refuse_basic()
+        client = _peer(request) or "?"
+        wait = auth.logins.retry_after(client)
+        if wait:
+            raise web.HTTPTooManyRequests(headers={"Retry-After": str(wait)},
+                                          text="too many failed logins: try again later")
         ok = await asyncio.to_thread(auth.check_password, *creds)
         if not ok:
+            auth.logins.failed(client)
             raise _refuse_basic()
         request[USER_KEY] = creds[0]
         response = await handler(request)

@@ -152,7 +152,19 @@ async def store_doc(backend: Backend, layout: StoreLayout, index_entries: int
     delivery = _delivery(status)
     return {"commitlog": commitlog, "writerError": error, **local, "builders": builders,
             "delivery": delivery,
-            "delayedPending": None if delivery is None else delivery["pending"]}
+            "delayedPending": None if delivery is None else delivery["pending"],
+            "replication": _replication(status)}
+
+
+def _replication(status: commitlog_pb2.WriterStatus | None) -> dict[str, Any] | None:
+    """The writer's role and its connected slaves; None without a writer or its status."""
+    if status is None or not status.replication.role:
+        return None
+    r = status.replication
+    slaves = [{"address": s.address, "ackedOffset": s.acked_offset, "lagBytes": s.lag_bytes,
+               "connectedSeconds": round(s.connected_seconds, 3)} for s in r.slaves]  # fmt: skip
+    return {"role": r.role, "haPort": r.ha_port or None, "ackedOffset": r.acked_offset,
+            "inSync": r.in_sync, "minSyncReplicas": r.min_sync_replicas, "slaves": slaves}
 
 
 def _delivery(status: commitlog_pb2.WriterStatus | None) -> dict[str, Any] | None:

@@ -12,7 +12,7 @@ from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import groups_pb2
 from services.proxy import groups, recovery
 from services.proxy.appender import Appender
-from services.proxy.config import ProxyConfig, add_flags
+from services.proxy.config import ProxyConfig, add_flags, secret_key
 from services.proxy.consume import ConsumeConfig, Consumption
 from services.proxy.routes import Router
 from services.proxy.servicer import MessagingServicer, add_to_server
@@ -68,8 +68,9 @@ def main(argv: list[str] | None = None) -> int:
             transaction_timeout_s=args.transaction_timeout,
             transaction_check_interval_s=args.transaction_check_interval,
             transaction_check_max=args.transaction_check_max,
-            access_key=args.access_key,
-            secret_key=args.secret_key,
+            access_key=args.access_key or "",
+            secret_key=secret_key(args),
+            signature_window_s=args.signature_window,
             consume_from=args.consume_from,
             group_retry_max_times=args.group_retry_max_times,
             fifo_groups=tuple(args.fifo_groups),
@@ -114,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     servicer = service.call(build())
     service.add(add_to_server, servicer, service_pb2.DESCRIPTOR, "MessagingService")
     service.add(
-        groups.add_to_server, groups.GroupsServicer(servicer.consumption, servicer.topics),
+        groups.add_to_server,
+        groups.GroupsServicer(servicer.consumption, servicer.topics, servicer.auth),
         groups_pb2.DESCRIPTOR, "ConsumerGroups",
     )  # fmt: skip
 

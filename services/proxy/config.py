@@ -4,6 +4,7 @@ flags); validated on construction."""
 import argparse
 from dataclasses import dataclass
 
+from rmqstore import access_keys
 from rmqstore.delay import parse_levels
 from rmqstore.errors import InvalidArgumentError
 
@@ -31,7 +32,9 @@ class ProxyConfig:
     # while a pipelining sender's sends keep arriving, its batch waits up to this long
     batch_linger_s: float = 0.016
     access_key: str = ""  # with secret_key: every call must carry a valid signature
-    secret_key: str = ""
+    secret_key: str = ""  # from --secret-key-file or $RMQSTORE_SECRET_KEY, never a flag
+    # a signed date farther than this from the proxy's clock is refused (replays, stale)
+    signature_window_s: float = 900.0
     consume_from: str = "first"  # where a new consumer group starts: first or last message
     group_retry_max_times: int = 16  # retries of a new group (RocketMQ's retryMaxTimes)
     fifo_groups: tuple[str, ...] = ()  # new groups created FIFO
@@ -46,7 +49,10 @@ class ProxyConfig:
         if self.transaction_check_max < 1:
             raise ValueError("--transaction-check-max must be at least 1")
         if bool(self.access_key) != bool(self.secret_key):
-            raise ValueError("give both --access-key and --secret-key, or neither")
+            raise ValueError("--access-key needs a secret key: give --secret-key-file or set "
+                             f"{access_keys.SECRET_KEY_ENV}")
+        if not 0 < self.signature_window_s <= 86_400:
+            raise ValueError("--signature-window must be between 0 and 86400 seconds")
         if self.consume_from not in ("first", "last"):
             raise ValueError("--consume-from must be first or last")
         if not 0 <= self.group_retry_max_times <= 1000:
@@ -115,8 +121,14 @@ def add_flags(p: argparse.ArgumentParser) -> None:
         default=D.transaction_check_max,
         help="checks before an unresolved transaction is rolled back (default: %(default)s)",
     )
-    p.add_argument("--access-key", default="", help="with --secret-key: require signed calls")
-    p.add_argument("--secret-key", default="")  # fmt: skip
+    access_keys.add_secret_flags(
+        p, "every call must be signed with (with its secret key)", access_env=False
+    )
+    p.add_argument(
+        "--signature-window", type=float, default=D.signature_window_s, metavar="SECONDS",
+        help="a signed call whose x-mq-date-time is farther than this from the proxy's clock "
+        "is refused, as a replay or a stale signature (default: %(default)s)",
+    )  # fmt: skip
     p.add_argument(
         "--consume-from", choices=("first", "last"), default=D.consume_from,
         help="where a consumer group new to a queue starts (default: %(default)s message)",
@@ -151,6 +163,15 @@ def forward(args: argparse.Namespace) -> list[str]:
         out += ["--advertise", args.advertise]
     if not args.auto_create_topics:
         out.append("--no-auto-create-topics")
-    if args.access_key:
-        out += ["--access-key", args.access_key, "--secret-key", args.secret_key]
+    if args.access_key:  # the secret goes by file or environment, never on a command line
+        out += ["--access-key", args.access_key,
+                "--signature-window", str(args.signature_window)]  # fmt: skip
+        if args.secret_key_file:
+            out += ["--secret-key-file", args.secret_key_file]
     return out
+
+
+def secret_key(args: argparse.Namespace) -> str:
+    """The proxy's secret key (only with an access key): from ``--secret-key-file``, else
+    ``$RMQSTORE_SECRET_KEY``. ValueError if the file cannot be read."""
+    return access_keys.read_secret(args.secret_key_file) if args.access_key else ""

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 MAX_BATCH = 32
 OBSERVE_EVERY = 5  # flushes between two looks at every group's lag
 RETRY_HANDLE = "r"  # a receipt handle's first field when it names the retry topic
+GONE = -2  # a flight's commitlog offset when its consume-queue unit is no longer stored
 
 
 def handle(queue: int, offset: int, version: int, retry: bool = False) -> str:
@@ -112,6 +113,10 @@ class Consumption(Redelivery):
         self._made_topics: set[str] = set()
         self._copied_to: dict[str, bool] = {}  # retry topic -> may hold messages
         self._shown_as: dict[str, str] = {}  # retry topic -> the topic its messages are of
+        # (group, topic, queue) -> offsets skipped since the start: their messages were gone
+        self.skipped: dict[tuple[str, str, int], int] = {}
+        self._skips = 0  # times anything was skipped (a receive that skipped looks again)
+        self._corrected: set[tuple[str, str, int]] = set()  # beyond the queue's end, logged
         restored = sum(len(p.inflight) for qs in self.state.values() for p in qs.values())
         if restored:
             log.info("%d messages in flight before the restart will be delivered again", restored)
@@ -153,10 +158,112 @@ class Consumption(Redelivery):
             if self.config.start == "last" and not topic.startswith(copies.RETRY_PREFIX):
                 start = self.queues.max_offset(topic, q)
             else:
-                start = self.queues.min_offset(topic, q)
+                start = self.low_offset(topic, q)
             p = queues[q] = QueueProgress(committed=start, next=start)
             self.dirty = True
         return p
+
+    # bounds -------------------------------------------------------------------------------
+
+    def low_offset(self, topic: str, q: int) -> int:
+        """The queue's first offset whose message is still stored: retention deletes
+        commitlog segments while a consume-queue file only partly below them stays."""
+        return self.queues.first_present(topic, q, self.reads.files.min_offset(fresh=True))
+
+    def skip_gone(self, key: Key, q: int, p: QueueProgress) -> int:
+        """Move the group up to the queue's first message still stored, as RocketMQ moves a
+        consumer below the queue's minimum offset: the offsets below it (in flight or never
+        handed out) are skipped, counted per queue and in the metrics. How many."""
+        group, topic = key
+        low = self.low_offset(topic, q)
+        if low <= p.committed:
+            return 0
+        gone = [o for o in p.inflight if o < low]
+        n = len(gone) + max(0, low - p.next)
+        for o in gone:
+            del p.inflight[o]
+        p.settled = {o for o in p.settled if o >= low}
+        p.next = max(p.next, low)
+        p.committed = low
+        while p.committed in p.settled:
+            p.settled.discard(p.committed)
+            p.committed += 1
+        self.dirty = True
+        if n:
+            k = (group, topic, q)
+            self.skipped[k] = self.skipped.get(k, 0) + n
+            self._skips += 1
+            self.on_event(group, self._shown_as.get(topic, topic), "skipped", n)
+            log.warning("%s@%s queue %d: %d messages below offset %d are no longer stored "
+                        "(retention); skipped", topic, group, q, n, low)  # fmt: skip
+        return n
+
+    def correct_end(self, key: Key, q: int, p: QueueProgress) -> bool:
+        """A group beyond the queue's end (the commitlog was cut after a crash, and the
+        queue with it) goes back to the end, as RocketMQ corrects an offset past the max:
+        new messages take those offsets again and must be delivered. Logged once per queue,
+        counted every time. Whether it was corrected."""
+        group, topic = key
+        end = self.queues.max_offset(topic, q)
+        if p.next <= end or not self.queues.has_files(topic, q):
+            return False
+        was = p.committed
+        p.inflight = {o: f for o, f in p.inflight.items() if o < end}
+        p.settled = {o for o in p.settled if o < end}
+        p.next = end
+        p.committed = min(p.committed, end)
+        self.dirty = True
+        self.on_event(group, self._shown_as.get(topic, topic), "corrected", 1)
+        if (group, topic, q) not in self._corrected:
+            self._corrected.add((group, topic, q))
+            log.warning("%s@%s queue %d: committed offset %d is beyond the queue's end %d "
+                        "(the commitlog was cut); corrected to %d", topic, group, q, was, end,
+                        p.committed)  # fmt: skip
+        return True
+
+    def drop_gone(self, group: str, topic: str, entries: list[Entry], fresh: bool) -> list[Entry]:
+        """``entries`` without those whose record is no longer stored (below the commitlog's
+        minimum, their unit deleted, or with ``fresh`` beyond the queue's end): their queues
+        are moved past them (``skip_gone``, ``correct_end``)."""
+        low = self.reads.files.min_offset(fresh)
+        queues = {q for q, _o, f in entries if f.phy < low or f.phy == GONE}
+        if fresh:
+            queues |= {q for q, _o, _f in entries}
+        if not queues:
+            return entries
+        key = (group, topic)
+        for q in sorted(queues):
+            p = self.queue(group, topic, q)
+            if fresh:
+                self.correct_end(key, q, p)
+            self.skip_gone(key, q, p)
+        kept = []
+        for q, o, f in entries:
+            if not self._current(group, topic, q, o, f):
+                continue
+            if f.phy == GONE:  # its unit is gone and the queue's bounds do not say why
+                self.settle(group, topic, q, o)
+                self.skipped[(group, topic, q)] = self.skipped.get((group, topic, q), 0) + 1
+                self._skips += 1
+                self.on_event(group, self._shown_as.get(topic, topic), "skipped", 1)
+                continue
+            kept.append((q, o, f))
+        return kept
+
+    def check_bounds(self) -> None:
+        """Every group's queues checked against their bounds (``skip_gone``,
+        ``correct_end``), so that ``group describe`` and the lag metrics are right for a
+        group no one is receiving for."""
+        low = self.reads.files.min_offset(fresh=True)
+        for key, queues in list(self.state.items()):
+            for q, p in list(queues.items()):
+                if p.next and not self.queues.written(key[1], q, p.next - 1):
+                    self.correct_end(key, q, p)
+                units = self.queues.read(key[1], q, p.committed, 1)
+                if (units and units[0].phy_offset < low) or (
+                    not units and self.queues.min_offset(key[1], q) > p.committed
+                ):
+                    self.skip_gone(key, q, p)
 
     # receive ------------------------------------------------------------------------------
 
@@ -182,9 +289,12 @@ class Consumption(Redelivery):
         while True:
             arrived = self.arrivals.event(topic.name)  # taken before the look: none missed
             self.changed.clear()
+            skips = self._skips
             out = await self._pop(g, topic, filt, batch, invisible_ms, renew_for)
             if out or loop.time() >= deadline:
                 return out
+            if self._skips != skips:  # moved past messages no longer stored: look again
+                continue
             expiring = self._expiry.get((group, topic.name))  # woken by its next expiry too
             await self.arrivals.wait(topic, arrived, self.changed, deadline, expiring)
 
@@ -298,19 +408,15 @@ class Consumption(Redelivery):
         taken: list,
     ) -> None:
         units = self.queues.read(topic, q, p.next, want)
+        if units and units[0].phy_offset < self.reads.files.min_offset():
+            self.skip_gone(key, q, p)  # retention deleted their records: skipped
+            units = self.queues.read(topic, q, p.next, want)
         if not units:
-            low = self.queues.min_offset(topic, q) if p.next == p.committed else 0
-            if low > p.next:  # the queue's start was deleted (retention): skip what is gone
-                log.info(
-                    "%s@%s queue %d: offsets %d..%d are gone; skipped",
-                    topic,
-                    key[0],
-                    q,
-                    p.next,
-                    low,
-                )
-                p.reset(low)
-                self.dirty = True
+            if p.next and not self.queues.written(topic, q, p.next - 1):
+                self.correct_end(key, q, p)  # the queue ends below the group (a cut)
+                self.skip_gone(key, q, p)  # or its files were deleted (retention)
+            elif p.next == 0 and self.queues.min_offset(topic, q) > 0:
+                self.skip_gone(key, q, p)
             return
         for u in units:
             p.next = u.queue_offset + 1
@@ -351,12 +457,28 @@ class Consumption(Redelivery):
 
     def _resolve(self, topic: str, q: int, o: int, f: Flight) -> None:
         units = self.queues.read(topic, q, o, 1)
-        if not units:
-            raise BusinessError(pb.INTERNAL_SERVER_ERROR, f"{topic} queue {q} offset {o} is gone")
+        if not units:  # its consume-queue unit is gone: ``drop_gone`` settles it
+            f.phy, f.size = GONE, 0
+            return
         f.phy, f.size = units[0].phy_offset, units[0].size
 
     async def records(self, flights: list[Flight]) -> list[commitlog.Record]:
         return await self.reads.records(flights)
+
+    async def present_records(self, group: str, topic: str, entries: list[Entry],
+                              ) -> tuple[list[Entry], list[commitlog.Record]]:  # fmt: skip
+        """The entries whose records are still stored, and those records: the others are
+        skipped (``drop_gone``). A read that fails is tried once more after a fresh look at
+        the commitlog's minimum and the queues' ends (retention or a cut since the last)."""
+        for q, o, f in entries:
+            if f.phy < 0:  # restored after a restart: looked up in the consume queue
+                self._resolve(topic, q, o, f)
+        entries = self.drop_gone(group, topic, entries, fresh=False)
+        try:
+            return entries, await self.records([f for _q, _o, f in entries])
+        except BusinessError:
+            entries = self.drop_gone(group, topic, entries, fresh=True)
+            return entries, await self.records([f for _q, _o, f in entries])
 
     async def _read(
         self,
@@ -367,10 +489,7 @@ class Consumption(Redelivery):
         invisible_ms: int,
     ) -> list[pb.Message]:
         try:
-            for q, o, f in taken:
-                if f.phy < 0:  # restored after a restart: looked up in the consume queue
-                    self._resolve(topic, q, o, f)
-            records = await self.records([f for _q, _o, f in taken])
+            taken, records = await self.present_records(g.name, topic, taken)
         except BusinessError:
             self._undo(g.name, topic, taken)
             raise
@@ -484,6 +603,11 @@ class Consumption(Redelivery):
                 self.dirty = True
                 log.error("cannot write consumer progress: %s", e)
             ticks += 1
+            if ticks == 1 or ticks % OBSERVE_EVERY == 0:
+                try:
+                    self.check_bounds()
+                except OSError as e:
+                    log.error("cannot check consumer groups against their queues: %s", e)
             if report is not None and ticks % OBSERVE_EVERY == 0:
                 try:
                     await observe(self, report)

@@ -17,9 +17,10 @@ if TYPE_CHECKING:
 Report = Callable[[str, str, int, float, int], None]
 
 
-def describe(c: "Consumption", group: str) -> list[tuple[str, int, int, int, int]]:
-    """(topic, queue, committed offset, max offset, in flight) of each queue the group
-    has consumed from."""
+def describe(c: "Consumption", group: str) -> list[tuple[str, int, int, int, int, int]]:
+    """(topic, queue, committed offset, max offset, in flight, offsets skipped since the
+    start because retention deleted their messages) of each queue the group has consumed
+    from."""
     now = now_ms()
     rows = []
     for (g, topic), queues in sorted(c.state.items()):
@@ -27,7 +28,8 @@ def describe(c: "Consumption", group: str) -> list[tuple[str, int, int, int, int
             continue
         for q, p in sorted(queues.items()):
             inflight = sum(1 for f in p.inflight.values() if f.visible_at > now)
-            rows.append((topic, q, p.committed, c.queues.max_offset(topic, q), inflight))
+            skipped = c.skipped.get((group, topic, q), 0)
+            rows.append((topic, q, p.committed, c.queues.max_offset(topic, q), inflight, skipped))
     return rows
 
 
@@ -66,7 +68,7 @@ async def observe(c: "Consumption", report: Report) -> None:
     totals: dict[tuple[str, str], list] = {}
     for group, topic in list(c.state):
         rows = [r for r in describe(c, group) if r[0] == topic]
-        lag = sum(max(0, mx - done) for _t, _q, done, mx, _i in rows)
+        lag = sum(max(0, mx - done) for _t, _q, done, mx, _i, _s in rows)
         try:
             age = await oldest_age_s(c, group, topic) if lag else 0.0
         except BusinessError:

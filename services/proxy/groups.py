@@ -1,6 +1,7 @@
 """``rmqstore.v1.ConsumerGroups``: the project's own API over consumer groups (what
 ``rmqstore group`` shows and does), served on the proxy's port beside MessagingService.
-Errors are gRPC statuses: NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE."""
+Errors are gRPC statuses: NOT_FOUND, INVALID_ARGUMENT, UNAVAILABLE; with access keys on,
+every call must be signed as a RocketMQ 5 client signs (``auth``), else UNAUTHENTICATED."""
 
 from typing import Any
 
@@ -8,6 +9,7 @@ import grpc
 
 from rmqstore.formats import subscription_groups as sg
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
+from services.proxy.auth import Authenticator
 from services.proxy.consume import Consumption
 from services.proxy.group_stats import describe, group_names
 from services.proxy.progress import Flight
@@ -25,19 +27,20 @@ def config_of(g: sg.GroupConfig) -> groups_pb2.GroupConfig:
     )  # fmt: skip
 
 
-def progress(rows: list[tuple[str, int, int, int, int]]) -> list[groups_pb2.QueueProgress]:
+def progress(rows: list[tuple[str, int, int, int, int, int]]) -> list[groups_pb2.QueueProgress]:
     return [
         groups_pb2.QueueProgress(
-            topic=t, queue_id=q, committed_offset=c, max_offset=mx, lag=max(0, mx - c), in_flight=i
+            topic=t, queue_id=q, committed_offset=c, max_offset=mx, lag=max(0, mx - c),
+            in_flight=i, skipped=s,
         )  # fmt: skip
-        for t, q, c, mx, i in rows
+        for t, q, c, mx, i, s in rows
     ]
 
 
 async def offset_at_time(c: Consumption, files: QueueFiles, topic: str, q: int, ms: int) -> int:
     """The first queue offset whose message was stored at or after ``ms`` (max offset if
     none): a binary search over the consume queue, reading one record per probe."""
-    lo, hi = files.min_offset(topic, q), files.max_offset(topic, q)
+    lo, hi = c.low_offset(topic, q), files.max_offset(topic, q)
     while lo < hi:
         mid = (lo + hi) // 2
         units = files.read(topic, q, mid, 1)
@@ -57,11 +60,20 @@ def _flight(phy: int) -> Flight:
 
 
 class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
-    def __init__(self, consumption: Consumption | None, topics: TopicBook) -> None:
+    def __init__(self, consumption: Consumption | None, topics: TopicBook,
+                 auth: Authenticator | None = None) -> None:  # fmt: skip
         self.consumption = consumption
         self.topics = topics
+        self.auth = auth
 
     async def _c(self, context: Any) -> Consumption:
+        """The groups' state, once the call's signature is checked (every RPC starts here)."""
+        if self.auth is not None:
+            md = {k: v for k, v in context.invocation_metadata() if isinstance(v, str)}
+            try:
+                self.auth.check(md)
+            except BusinessError as e:
+                await context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
         if self.consumption is None:
             why = "the proxy was started without --store: no consumer groups"
             await context.abort(grpc.StatusCode.FAILED_PRECONDITION, why)
@@ -102,7 +114,7 @@ class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
         files = c.queues
         offsets = {}
         for q in range(topic.read_queue_nums):
-            low, high = files.min_offset(topic.name, q), files.max_offset(topic.name, q)
+            low, high = c.low_offset(topic.name, q), files.max_offset(topic.name, q)
             if which == "offset":
                 offsets[q] = min(max(request.offset, low), high)
             else:

@@ -111,7 +111,7 @@ class Sender:
         message_id = sp.message_id
         if not message_id:
             raise BusinessError(pb.ILLEGAL_MESSAGE_ID, "message_id is empty")
-        if not MESSAGE_ID.match(message_id):
+        if not MESSAGE_ID.fullmatch(message_id):
             raise BusinessError(pb.ILLEGAL_MESSAGE_ID, f"message_id {message_id!r} is malformed")
         body = m.body
         if not body:

@@ -110,9 +110,42 @@ class QueueFiles:
                 break  # past this segment's end: a newer segment, if any, holds it
         return False
 
+    def has_files(self, topic: str, queue: int) -> bool:
+        return bool(self._list(topic, queue, fresh=True))
+
     def min_offset(self, topic: str, queue: int) -> int:
         segs = self._list(topic, queue, fresh=True)
         return segs[0][0] // cq.UNIT_SIZE if segs else 0
+
+    def first_present(self, topic: str, queue: int, commitlog_min: int) -> int:
+        """The queue's first offset whose message is still in the commitlog (its unit points
+        at or above ``commitlog_min``), as RocketMQ's ``correctMinOffset`` finds it: retention
+        deletes commitlog segments while a consume-queue file partly below them stays. The
+        queue's max offset when every unit points below. Units' commitlog offsets ascend,
+        so each segment is a binary search of ``pread``s."""
+        segs = self._list(topic, queue, fresh=True)
+        if not segs:
+            return 0
+        if commitlog_min <= 0:
+            return segs[0][0] // cq.UNIT_SIZE
+        for start, path in segs:
+            try:
+                with open(path, "rb") as f:
+                    fd = f.fileno()
+                    lo, hi = 0, os.fstat(fd).st_size // cq.UNIT_SIZE  # [0, lo) gone
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        unit = cq.decode(os.pread(fd, cq.UNIT_SIZE, mid * cq.UNIT_SIZE))
+                        if cq.is_valid(unit) and unit.commitlog_offset < commitlog_min:
+                            lo = mid + 1
+                        else:
+                            hi = mid
+                    size = os.fstat(fd).st_size // cq.UNIT_SIZE
+                    if lo < size:  # a unit still present, or the end of the data
+                        return start // cq.UNIT_SIZE + lo
+            except FileNotFoundError:  # removed by its builder meanwhile: the next one
+                continue
+        return self.max_offset(topic, queue)
 
     def max_offset(self, topic: str, queue: int) -> int:
         """One past the last unit (0 for a queue without files). The last segment's data

@@ -66,6 +66,10 @@ class Redelivery:
     def _resolve(self, topic: str, q: int, o: int, f: Flight) -> None:
         raise NotImplementedError  # Consumption's
 
+    async def present_records(self, group: str, topic: str, entries: list[Entry],
+                              ) -> tuple[list[Entry], list[commitlog.Record]]:  # fmt: skip
+        raise NotImplementedError  # Consumption's
+
     async def records(self, flights: list[Flight]) -> list[commitlog.Record]:
         raise NotImplementedError  # Consumption's
 
@@ -128,10 +132,9 @@ class Redelivery:
         copies: nothing is settled then."""
         if not entries:
             return
-        for q, o, f in entries:
-            if f.phy < 0:  # restored after a restart: looked up in the consume queue
-                self._resolve(topic, q, o, f)
-        records = await self.records([f for _q, _o, f in entries])
+        entries, records = await self.present_records(g.name, topic, entries)  # none gone
+        if not entries:
+            return
         target = self.retry_target(g.name, topic) if to_retry else None
         is_retry = topic.startswith(copies.RETRY_PREFIX)
         origin = topic

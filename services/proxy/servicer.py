@@ -51,7 +51,9 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
         self.router = router
         self.metrics = metrics
         self.consumption: Consumption | None = None  # set when the proxy knows the store
-        self.auth = Authenticator(config.access_key, config.secret_key)
+        self.auth = Authenticator(
+            config.access_key, config.secret_key, config.signature_window_s
+        )
         self.clients = ClientRegistry(metrics.set_clients)
         self.sender = Sender(config.max_body_size, config.max_delay_ms)
         self._send_counters: dict[tuple[str, int], Any] = {}  # (topic, type) -> its child
@@ -205,10 +207,11 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
                 for i, _r, _t, _k in plain:
                     entries[i] = self._failed(request.messages[i], e)
             else:
-                if len(plain) == len(entries):  # every one stored: the common case
-                    return self._all_sent(plain, results)
+                if len(plain) == len(entries) and not any(r.status for r in results):
+                    return self._all_sent(plain, results)  # every one stored: the common case
                 for (i, r, topic_name, kind), result in zip(plain, results, strict=True):
-                    entries[i] = self._sent(r.unique_key, topic_name, kind, "", result.queue_offset)
+                    entries[i] = self._sent(r.unique_key, topic_name, kind, "", result.queue_offset,
+                                            result.status)  # fmt: skip
         done = [e for e in entries if e is not None]
         codes = {e.status.code for e in done}
         if codes == {pb.OK}:
@@ -227,12 +230,14 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
                 self._send_counters[(topic, kind)] = counter
         counter.inc(n)
 
-    def _sent(self, message_id: str, topic: str, kind: int, tid: str, offset: int
-              ) -> spb.SendResultEntry:  # fmt: skip
+    def _sent(self, message_id: str, topic: str, kind: int, tid: str, offset: int,
+              replica: int = 0) -> spb.SendResultEntry:  # fmt: skip
+        """A stored message's entry: OK, or its replica status (spec rocketmq-ha.md §5)."""
         self._count(topic, kind)
         return spb.SendResultEntry(
-            status=OK_STATUS, message_id=message_id, transaction_id=tid, offset=offset
-        )
+            status=status.REPLICA_STATUSES.get(replica, OK_STATUS), message_id=message_id,
+            transaction_id=tid, offset=offset,
+        )  # fmt: skip
 
     def _all_sent(self, stored: list[tuple[int, Any, str, int]], results: list
                   ) -> spb.SendMessageResponse:  # fmt: skip

@@ -50,7 +50,7 @@ def transaction_id(phy_offset: int, queue_offset: int) -> str:
 
 
 def parse_transaction_id(tid: str) -> tuple[int, int]:
-    if not TRANSACTION_ID.match(tid):
+    if not TRANSACTION_ID.fullmatch(tid):
         raise BusinessError(pb.INVALID_TRANSACTION_ID, f"transaction id {tid!r} is malformed")
     return int(tid[:16], 16), int(tid[16:], 16)
 

@@ -25,3 +25,8 @@ class QueryObserver:
                 self.m.truncated.labels(kind=kind).inc()
             if budget_exhausted:
                 self.m.budget_exhausted.labels(kind=kind, budget="query").inc()
+
+    def pull_skipped(self, offsets: int) -> None:
+        """Queue offsets a pull's answer moved the consumer over: their messages are gone."""
+        if self.m is not None and offsets > 0:
+            self.m.pull_skipped.inc(offsets)

@@ -48,6 +48,9 @@ class PullResult:
     min_offset: int = 0
     max_offset: int = 0
     records: list[commitlog.Record] = field(default_factory=list)
+    # queue offsets the answer moves the consumer over because their messages are gone:
+    # up to the first one still stored (OFFSET_TOO_SMALL), or deleted while being read
+    skipped: int = 0
 
 
 @dataclass(frozen=True)
@@ -116,7 +119,7 @@ class Puller:
         if mx == 0:
             return PullResult(PullStatus.NO_MESSAGE_IN_QUEUE, 0, mn, mx)
         if offset < mn:
-            return PullResult(PullStatus.OFFSET_TOO_SMALL, mn, mn, mx)
+            return PullResult(PullStatus.OFFSET_TOO_SMALL, mn, mn, mx, skipped=mn - offset)
         if offset == mx:
             return PullResult(PullStatus.OFFSET_OVERFLOW_ONE, offset, mn, mx)
         if offset > mx:
@@ -152,6 +155,7 @@ class Puller:
             if phy < cl_min:
                 if not result.records:
                     result.status = PullStatus.MESSAGE_WAS_REMOVING
+                result.skipped += 1
                 i += 1
                 continue
             if phy not in fetched:
@@ -163,6 +167,7 @@ class Puller:
             if rec is None:
                 if not result.records:
                     result.status = PullStatus.MESSAGE_WAS_REMOVING
+                result.skipped += 1
             elif rec.topic == topic and tag_filter.matches_record(rec):
                 result.records.append(rec)
                 total_bytes += rec.total_size

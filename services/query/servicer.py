@@ -127,6 +127,7 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
             request.topic, request.queue_id, request.offset, request.max_messages,
             request.tag_expression,
         )
+        self.observer.pull_skipped(res.skipped)
         response = query_pb2.PullResponse(
             status=query_pb2.PullStatus.Name(res.status.value),
             next_offset=res.next_offset,

@@ -5,8 +5,8 @@ The V2 header carries V1's fields under one-letter names; both are read into one
 ``SendHeader``. Messages of every connection go through one ``Appender``, which batches
 concurrent sends into one writer call. Every refusal is a ``SendRefused`` carrying RocketMQ
 4.9.8's response code and remark; a put's outcome becomes the answer's code in one place,
-``STATUS_CODES`` (the writer answers PUT_OK today; a replicated store may answer
-FLUSH_SLAVE_TIMEOUT or SLAVE_NOT_AVAILABLE, which the client counts as stored too).
+``STATUS_CODES``: the writer's ``PutStatus`` (PUT_OK; under sync_master FLUSH_SLAVE_TIMEOUT or
+SLAVE_NOT_AVAILABLE, which a 4.x client counts as stored too) to RocketMQ's response code.
 """
 
 import random
@@ -22,7 +22,7 @@ from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import Host
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.formats.topics_json import TopicConfig
-from rmqstore.v1 import common_pb2
+from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.remoting import topics as T
 from services.remoting.transactions import Transactions
 
@@ -51,15 +51,12 @@ CLIENT_SYS_FLAGS = 0x1 | 0x2 | TRANSACTION_TYPES | 0x700
 # properties the writer sets from a message's own fields, or itself
 OWN_FIELDS = (P.TAGS, P.KEYS, P.UNIQ_KEY, P.WAIT, P.DELAY, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID)
 
-# A put's outcome -> the send answer's code. One place, so a store that reports replication
-# (FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE) or a flush timeout maps here.
-PUT_OK = "PUT_OK"
-FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
-FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
-SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
-STATUS_CODES = {
+# A put's outcome (the writer's PutStatus) -> the send answer's code, in one place.
+PUT_OK = commitlog_pb2.PUT_OK
+FLUSH_SLAVE_TIMEOUT = commitlog_pb2.FLUSH_SLAVE_TIMEOUT
+SLAVE_NOT_AVAILABLE = commitlog_pb2.SLAVE_NOT_AVAILABLE
+STATUS_CODES: dict[int, int] = {
     PUT_OK: RC.SUCCESS,
-    FLUSH_DISK_TIMEOUT: RC.FLUSH_DISK_TIMEOUT,
     FLUSH_SLAVE_TIMEOUT: RC.FLUSH_SLAVE_TIMEOUT,
     SLAVE_NOT_AVAILABLE: RC.SLAVE_NOT_AVAILABLE,
 }
@@ -209,7 +206,7 @@ def to_record(
 
 def answer(
     request: R.Command,
-    status: str,
+    status: int,
     msg_id: str,
     queue_id: int,
     queue_offset: int,
@@ -322,7 +319,7 @@ class Sender:
         finally:
             self.pending -= 1
         self.stored += len(stored)
-        status = getattr(stored[0], "status", PUT_OK)
+        status = stored[0].status  # one for the whole put
         msg_id = ",".join(self.msg_id(s.phy_offset) for s in stored)
         return answer(request, status, msg_id, queue_id, stored[0].queue_offset)
 

@@ -9,6 +9,9 @@ process of its own by the proxy's consumer tests. One JSON line per event on std
 ``simple`` receives (batch 32) and acks until EXPECT distinct messages are acked; with
 ``--leave-first`` the first message is not acked and must come back (attempt 2) before it is;
 ``--stop-after N`` exits (code 3) after N acks, without shutting down cleanly.
+
+Every line carries ``mono``, the process's ``time.monotonic()`` when it was written (one
+clock for every process of the machine); ``acking`` is written just before an ack is sent.
 """
 
 import argparse
@@ -34,7 +37,9 @@ _printing = threading.Lock()
 
 
 def out(**kw):
-    line = json.dumps(kw) + "\n"
+    # stamped here, by the machine's monotonic clock, which every process reads alike: the
+    # tests order two consumers' events by it, not by when their lines reach the test
+    line = json.dumps({**kw, "mono": time.monotonic()}) + "\n"
     with _printing:  # a PushConsumer's listener runs on many threads
         sys.stdout.write(line)
         sys.stdout.flush()
@@ -80,6 +85,7 @@ def simple(a):
                 out(event="left", id=m.message_id)
                 continue
             time.sleep(a.slow)  # the application's work
+            out(event="acking", id=m.message_id)  # before the ack leaves
             consumer.ack(m)
             acked.add(m.message_id)
             out(event="acked", id=m.message_id, body=body)

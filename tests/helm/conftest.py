@@ -40,7 +40,9 @@ ALL_ON: dict[str, Any] = {
     "index": {"extraArgs": ["--log-level", "DEBUG"]},
     "query": {"extraArgs": ["--log-level", "DEBUG"]},
     "extraEnv": [{"name": "TZ", "value": "UTC"}],
-    "service": {"type": "LoadBalancer", "annotations": {"lb.example/internal": "true"}},
+    "service": {"type": "LoadBalancer", "annotations": {"lb.example/internal": "true"},
+                "exposeInternal": True},
+    "proxy": {"accessKey": "AK", "secretKeySecret": "rmqstore-keys", "signatureWindowSeconds": 300},
     "metrics": {"enabled": True},
     "serviceMonitor": {"enabled": True, "interval": "15s", "labels": {"release": "prom"}},
     "prometheusRule": {"enabled": True, "labels": {"release": "prom"}},
@@ -49,6 +51,7 @@ ALL_ON: dict[str, Any] = {
         "enabled": True,
         "grpcFrom": [{"namespaceSelector": {"matchLabels": {"team": "apps"}}}],
         "metricsFrom": [{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}],
+        "internalFrom": [{"podSelector": {"matchLabels": {"role": "rmqstore-tools"}}}],
     },
     "rebuild": {"enabled": True, "master": "spark://spark:7077", "extraArgs": ["--verbose"]},
 }

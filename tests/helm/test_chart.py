@@ -456,3 +456,64 @@ def test_consumer_group_settings_reach_the_proxy() -> None:
     assert _arg(proxy, "--max-delay") == "3d"  # RocketMQ 5's timerMaxDelaySec by default
     args = proxy["args"]
     assert [args[i + 1] for i, a in enumerate(args) if a == "--fifo-group"] == ["a", "b"]
+
+
+def _client_service(objects: list[dict]) -> dict:
+    [client] = [o for o in by_kind(objects, "Service") if o["metadata"]["name"] == FULLNAME]
+    return client
+
+
+INTERNAL = {"grpc-writer", "grpc-query", "grpc-cq", "grpc-index"}  # no credentials taken
+
+
+def test_services_expose_no_unauthenticated_port_by_default(default_objects: list[dict]) -> None:
+    assert {p["name"] for p in _client_service(default_objects)["spec"]["ports"]} == {
+        "grpc-proxy"}  # fmt: skip
+    headless = next(s for s in by_kind(default_objects, "Service")
+                    if s["spec"].get("clusterIP") == "None")  # fmt: skip
+    assert not {p["name"] for p in headless["spec"]["ports"]} & INTERNAL
+    exposed = render({"service": {"exposeInternal": True}})
+    assert {p["name"] for p in _client_service(exposed)["spec"]["ports"]} == {
+        "grpc-proxy", "grpc-writer", "grpc-query"}  # fmt: skip
+
+
+def test_network_policy_keeps_the_unauthenticated_ports_closed() -> None:
+    objects = render({"networkPolicy": {"enabled": True}, "console": {
+        "enabled": True, "trustedProxies": ["10.0.0.0/8"]}})  # fmt: skip
+    policy = one(objects, "NetworkPolicy")
+    opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
+    assert "grpc-proxy" in opened and "http-console" in opened and "metrics-writer" in opened
+    assert not opened & INTERNAL
+    tools = [{"podSelector": {"matchLabels": {"role": "tools"}}}]
+    policy = one(render({"networkPolicy": {"enabled": True, "internalFrom": tools}}),
+                 "NetworkPolicy")  # fmt: skip
+    [internal] = [r for r in policy["spec"]["ingress"]
+                  if {p["port"] for p in r["ports"]} & INTERNAL]  # fmt: skip
+    assert {p["port"] for p in internal["ports"]} == INTERNAL and internal["from"] == tools
+
+
+def test_the_proxy_s_secret_key_is_a_file_from_a_secret(all_on_objects: list[dict]) -> None:
+    proxy = _containers(all_on_objects)["proxy"]
+    assert _arg(proxy, "--access-key") == "AK"
+    path = _arg(proxy, "--secret-key-file")
+    assert _arg(proxy, "--signature-window") == "300"
+    mount = next(m for m in proxy["volumeMounts"] if m["name"] == "access-key")
+    assert path.startswith(mount["mountPath"] + "/") and mount["readOnly"]
+    volumes = _statefulset(all_on_objects)["spec"]["template"]["spec"]["volumes"]
+    secret = next(v for v in volumes if v["name"] == "access-key")["secret"]
+    assert secret["secretName"] == "rmqstore-keys"
+    assert secret["items"] == [{"key": "secretKey", "path": path.rsplit("/", 1)[1]}]
+    for name, c in _containers(all_on_objects).items():
+        assert "--secret-key" not in c["args"], name
+        assert not [e for e in c.get("env", []) if "SECRET" in e["name"]], name
+    with_console = render({**ALL_ON, "console": {"enabled": True, "allowedHosts": ["c.example"],
+                                                 "trustedProxies": ["10.0.0.0/8"]}})
+    console = _containers(with_console)["console"]
+    assert _arg(console, "--access-key") == "AK" and _arg(console, "--secret-key-file") == path
+    assert _arg(console, "--allowed-host") == "c.example"
+    assert "access-key" in {m["name"] for m in console["volumeMounts"]}
+
+
+def test_an_access_key_without_its_secret_is_refused() -> None:
+    with pytest.raises(Exception, match="proxy.secretKeySecret"):
+        render({"proxy": {"accessKey": "AK"}})

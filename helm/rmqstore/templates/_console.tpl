@@ -17,6 +17,12 @@ group pages ask the proxy in the same pod when it runs.
       "--auth" $c.auth -}}
 {{- if and $root.Values.proxy.enabled (not $root.Values.readOnly) }}
 {{- $args = concat $args (list "--proxy" (printf "127.0.0.1:%d" (int $root.Values.proxy.grpcPort))) }}
+{{- if include "rmqstore.accessKeys" $root }}
+{{- $args = concat $args (include "rmqstore.accessKeyArgs" $root | fromYamlArray) }}
+{{- end }}
+{{- end }}
+{{- range $c.allowedHosts }}
+{{- $args = concat $args (list "--allowed-host" .) }}
 {{- end }}
 {{- if eq $c.auth "basic" }}
 {{- $args = concat $args (list "--users-file" "/etc/rmqstore/console/users") }}
@@ -92,6 +98,11 @@ group pages ask the proxy in the same pod when it runs.
     {{- if eq $c.auth "basic" }}
     - name: console-users
       mountPath: /etc/rmqstore/console
+      readOnly: true
+    {{- end }}
+    {{- if include "rmqstore.accessKeys" $root }}
+    - name: access-key
+      mountPath: /etc/rmqstore/access-key
       readOnly: true
     {{- end }}
 {{- end }}

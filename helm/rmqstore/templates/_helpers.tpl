@@ -125,7 +125,7 @@ readinessProbe:
 
 {{/*
 One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "svc" VALUES
-"args" LIST "readOnly" BOOL).
+"args" LIST "readOnly" BOOL "accessKey" BOOL); accessKey: mount the proxy's secret key.
 */}}
 {{- define "rmqstore.container" -}}
 {{- $root := .root -}}
@@ -189,11 +189,37 @@ One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "sv
       mountPath: /etc/rmqstore/tls
       readOnly: true
     {{- end }}
+    {{- if and .accessKey (include "rmqstore.accessKeys" $root) }}
+    - name: access-key
+      mountPath: /etc/rmqstore/access-key
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* Claim of pod 0 (the rebuild Job's default). */}}
 {{- define "rmqstore.claimName" -}}
 {{- default (printf "data-%s-0" (include "rmqstore.fullname" .)) .Values.rebuild.existingClaim }}
+{{- end }}
+
+{{/* Whether the proxy requires signed calls (proxy.accessKey, with its secret's Secret). */}}
+{{- define "rmqstore.accessKeys" -}}
+{{- if and .Values.proxy.enabled (not .Values.readOnly) .Values.proxy.accessKey -}}
+{{- if not .Values.proxy.secretKeySecret }}{{ fail "proxy.accessKey needs proxy.secretKeySecret (a Secret holding the secret key)" }}{{ end -}}
+true
+{{- end -}}
+{{- end }}
+
+{{/* The proxy's secret key as a file: the access-key volume, mounted here. */}}
+{{- define "rmqstore.secretKeyFile" -}}
+/etc/rmqstore/access-key/secret-key
+{{- end }}
+
+{{/* --access-key and --secret-key-file of the proxy and of the console that calls it. */}}
+{{- define "rmqstore.accessKeyArgs" -}}
+- --access-key
+- {{ .Values.proxy.accessKey | quote }}
+- --secret-key-file
+- {{ include "rmqstore.secretKeyFile" . }}
 {{- end }}
 
 {{/* The writer's put socket, in the /tmp volume every container of the pod mounts. */}}

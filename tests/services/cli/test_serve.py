@@ -19,6 +19,7 @@ import pytest
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests import procs
+from tests.ha_peer import PeerSlave
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +29,7 @@ def _free_base() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        slots = (0, 1, 2, 3, 4, 5, 7, 8, 10, 11, 12, 13, 14, 17, 18)
+        slots = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 17, 18)
         if base + 18 < 65535 and all(_free(base + k) for k in slots):
             return base
 
@@ -90,6 +91,13 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
             commitlog_pb2.PutRequest(message=common_pb2.Message(topic="T", body=b"hi", keys="k1"))
         )
         assert r.phy_offset == 0
+        ha = rf"replication\s+async_master, slaves connect to 127\.0\.0\.1:{base + 6}\b"
+        assert re.search(ha, out), out
+        slave = PeerSlave("127.0.0.1", base + 6)  # the HA port follows the port base
+        try:
+            slave.run_until(r.size, timeout=30)
+        finally:
+            slave.close()
         assert re.search(rf"console\s+http://127\.0\.0\.1:{base + 5}/", out), out
         with urllib.request.urlopen(f"http://127.0.0.1:{base + 5}/api/v1/store", timeout=30) as h:
             assert json.load(h)["commitlog"]["maxOffset"] == r.size
@@ -108,14 +116,17 @@ def test_serve_passes_the_writer_options_on():
     from services.cli.serve import SERVICES, _command
 
     args = build_parser().parse_args(
-        ["serve", "--flush", "sync", "--dispatch-linger-ms", "0", "--queues-per-topic", "4"]
-    )
+        ["serve", "--flush", "sync", "--dispatch-linger-ms", "0", "--queues-per-topic", "4",
+         "--role", "sync_master", "--slave-timeout", "1.5"]
+    )  # fmt: skip
     cmd = _command(SERVICES[0], args, {"commitlog": 9000})
     options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
     assert options["--flush"] == "sync"
     assert options["--dispatch-linger-ms"] == "0.0"
     assert options["--queues-per-topic"] == "4"
     assert options["--listen"] == "127.0.0.1:9000"
+    assert (options["--role"], options["--ha-port"], options["--slave-timeout"]) == (
+        "sync_master", "8106", "1.5")  # fmt: skip
 
 
 def test_serve_starts_the_console_only_on_loopback():

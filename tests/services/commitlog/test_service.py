@@ -86,6 +86,7 @@ BAD = [
     ("path topic", dict(topic="../x"), "outside"),
     ("slash topic", dict(topic="a/b"), "outside"),
     ("control char", dict(topic="a\nb"), "outside"),
+    ("trailing newline", dict(topic="Orders\n"), "outside"),  # `$` matched before the \n
     ("long topic", dict(topic="T" * 128), "128 characters"),
     ("reserved topic", dict(topic="SCHEDULE_TOPIC_XXXX"), "reserved"),
     ("negative queue", dict(queue_id=-1), "queue id -1"),

@@ -201,5 +201,7 @@ def test_store_page_shows_the_commitlog_builders_and_index(console, served):
                                                                       "index": 0}
     assert doc["indexFiles"][0]["entries"] == 399 and doc["indexFiles"][0]["fill"] == 1.0
     assert doc["delivery"] is None and doc["delayedPending"] is None  # --no-delivery
+    assert doc["replication"]["role"] == "async_master" and doc["replication"]["slaves"] == []
     page = get(f"{console}/store").text
     assert "Index files" in page and "100.0 %" in page and "--no-delivery" in page
+    assert "Role <code>async_master</code>" in page

@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from services.console.auth import Authenticator, load_users
+from services.console.auth import Authenticator, LoginLimiter, load_users
 from tests import procs
 from tests.services.console.http import get
 
@@ -95,3 +95,65 @@ def test_session_cookie_expires_and_is_bound_to_the_key():
     assert a.session_user(cookie, now=1001.0) == "alice"
     assert a.session_user(cookie, now=1000.0 + 9 * 3600) is None
     assert b.session_user(cookie, now=1001.0) is None
+
+
+def _port(base: str) -> str:
+    return base.rsplit(":", 1)[1]
+
+
+def test_a_console_without_auth_answers_only_under_its_own_names(console):
+    port = _port(console)
+    r = get(console + "/api/v1/topics", {"Host": f"attacker.example:{port}"})
+    assert r.status == 421  # a page of attacker.example, its name rebound to 127.0.0.1
+    assert "attacker.example" in r.text and "--allowed-host" in r.text
+    assert get(console + "/topics", {"Host": "evil.example"}).status == 421
+    assert get(console + "/topics", {"Host": ""}).status in (400, 421)
+    for name in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", f"[::1]:{port}"):
+        assert get(console + "/api/v1/topics", {"Host": name}).status == 200, name
+    assert get(console + "/healthz", {"Host": "probe.example"}).status == 200
+
+
+def test_allowed_host_adds_a_name_the_console_is_served_under(served):
+    proc = served.console("--allowed-host", "console.example.org")
+    base = f"http://{proc.address}"
+    try:
+        assert get(base + "/topics", {"Host": "console.example.org"}).status == 200
+        assert get(base + "/topics", {"Host": "Console.Example.org.:443"}).status == 200
+        assert get(base + "/topics", {"Host": "example.org"}).status == 421
+        assert get(base + "/topics").status == 200  # 127.0.0.1:port, its listen address
+    finally:
+        proc.stop()
+
+
+def test_failed_logins_are_limited_per_client(served, users_file):
+    proc = served.console("--auth", "basic", "--users-file", users_file)
+    base = f"http://{proc.address}"
+    try:
+        assert get(base + "/topics").status == 401  # no credentials: not a failed login
+        for _ in range(5):
+            assert get(base + "/topics", _basic("alice", "guess")).status == 401
+        r = get(base + "/topics", _basic("alice", "s3cret pass"))  # even the right one
+        assert r.status == 429
+        assert 1 <= int(r.headers["Retry-After"]) <= 60
+        assert get(base + "/healthz").status == 200
+    finally:
+        proc.stop()
+
+
+def test_a_client_may_log_in_again_once_its_failures_age_out():
+    now = [1000.0]
+    limiter = LoginLimiter(max_failures=5, window_s=60, clock=lambda: now[0])
+    for _ in range(5):
+        assert limiter.retry_after("10.0.0.1") == 0
+        limiter.failed("10.0.0.1")
+        now[0] += 1  # failures at 1000 … 1004
+    assert limiter.retry_after("10.0.0.1") == 55  # the first ages out at 1060
+    assert limiter.retry_after("10.0.0.2") == 0  # per client
+    now[0] = 1059.5
+    assert limiter.retry_after("10.0.0.1") == 1
+    now[0] = 1060.0
+    assert limiter.retry_after("10.0.0.1") == 0  # four left in the window: one more try
+    limiter.failed("10.0.0.1")
+    assert limiter.retry_after("10.0.0.1") == 1  # the second (1001) ages out at 1061
+    now[0] = 2000.0
+    assert limiter.retry_after("10.0.0.1") == 0 and "10.0.0.1" not in limiter.failures

@@ -15,7 +15,7 @@ from tests import procs
 CLIENTS = procs.ROOT / "tests" / "clients"
 PYTHON_CLIENT = CLIENTS / ".venv" / "bin" / "python"
 NODE_MODULES = CLIENTS / "node_modules" / "rocketmq-client-nodejs"
-SLOTS = (0, 1, 2, 3, 4, 7, 8, 10, 11, 12, 13, 14, 17, 18)
+SLOTS = (0, 1, 2, 3, 4, 6, 7, 8, 10, 11, 12, 13, 14, 17, 18)  # 6: the writer's HA port
 
 
 def _free(port: int) -> bool:

@@ -1,6 +1,7 @@
 """Access keys with the official clients: the Python and Node.js producers sign their calls
 (``Credentials(ak, sk)``, ``sessionCredentials``) and a proxy started with ``--access-key``
-and ``--secret-key`` takes them; a wrong secret is refused and nothing is stored."""
+and its secret in ``$RMQSTORE_SECRET_KEY`` takes them (their signed dates within its
+window); a wrong secret is refused and nothing is stored."""
 
 import subprocess
 
@@ -45,7 +46,8 @@ def secured(tmp_path_factory):
     writer = procs.start("services.commitlog", "--store", str(tmp / "store"), "--listen",
                          "127.0.0.1:0")  # fmt: skip
     proxy = procs.start("services.proxy", "--listen", "127.0.0.1:0", "--commitlog",
-                        writer.address, "--access-key", "AK", "--secret-key", "SK")  # fmt: skip
+                        writer.address, "--access-key", "AK",
+                        env={"RMQSTORE_SECRET_KEY": "SK"})  # fmt: skip
     try:
         yield writer, proxy, client_env(tmp / "home")
     finally:
@@ -53,10 +55,12 @@ def secured(tmp_path_factory):
         writer.stop()
 
 
-def _send(client: str, proxy: str, secret: str, env: dict) -> subprocess.CompletedProcess:
+def _send(client: str, proxy: str, secret: str, env: dict, tz: str = "UTC"
+          ) -> subprocess.CompletedProcess:  # fmt: skip
     command = {"python": [str(PYTHON_CLIENT), "-c", PYTHON_SEND],
                "node": ["node", "-e", NODE_SEND]}[client]  # fmt: skip
-    return subprocess.run([*command, proxy, "AK", secret], cwd=CLIENTS, env=env,
+    # the Python client signs its local time marked as UTC: the proxy reads it as UTC
+    return subprocess.run([*command, proxy, "AK", secret], cwd=CLIENTS, env={**env, "TZ": tz},
                           capture_output=True, text=True, timeout=120)  # fmt: skip
 
 
@@ -81,4 +85,17 @@ def test_an_official_client_with_a_wrong_secret_is_refused(secured, client_runti
     before = _max_offset(writer)
     run = _send(client, proxy.address, "wrong", env)
     assert run.returncode != 0, run.stdout
+    assert _max_offset(writer) == before
+
+
+def test_a_signature_dated_outside_the_window_is_refused(secured, client_runtimes):
+    """The Python client writes its local time as the signed date: three hours ahead of UTC,
+    it is outside the proxy's 15 minutes, as a replayed signature would be."""
+    writer, proxy, env = secured
+    before = _max_offset(writer)
+    run = _send("python", proxy.address, "SK", env, tz="Etc/GMT-3")
+    assert run.returncode != 0, run.stdout
+    # the client shows no reason; the proxy's log does (the reply's status carries it)
+    assert any("UNAUTHORIZED" in line and "ahead of the proxy's clock" in line
+               for line in proxy.lines), proxy.lines[-20:]  # fmt: skip
     assert _max_offset(writer) == before

@@ -4,6 +4,7 @@ reply, and access-key signatures, without a server."""
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from rmqstore.access_keys import parse_date
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
 from rmqstore.formats.hosts import parse_host
@@ -20,7 +21,7 @@ NOW = 1_790_000_000_000
 
 
 def _msg(**system) -> pb.Message:
-    sp = pb.SystemProperties(message_id="01AB", message_type=pb.NORMAL, **system)
+    sp = pb.SystemProperties(**{"message_id": "01AB", "message_type": pb.NORMAL, **system})
     return pb.Message(topic=pb.Resource(name="T"), body=b"b", system_properties=sp)
 
 
@@ -74,6 +75,7 @@ def test_a_normal_message_goes_as_plain_columns_with_its_born_time_and_host_name
         ({}, {"TAGS": "x"}, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
         ({}, {"k": "v\x01"}, Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
         ({"message_group": "\x02"}, {}, Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        ({"message_id": "0102FC0000000136BF0B19630500000000\n"}, {}, Code.ILLEGAL_MESSAGE_ID),
     ],
 )
 def test_refusals(system, props, code):
@@ -87,7 +89,7 @@ def test_refusals(system, props, code):
 def test_transaction_id_round_trip_and_malformed():
     tid = transactions.transaction_id(0xABCDEF, 7)
     assert transactions.parse_transaction_id(tid) == (0xABCDEF, 7)
-    for bad in ("", "1234", tid.lower(), tid + "0"):
+    for bad in ("", "1234", tid.lower(), tid + "0", tid + "\n"):
         with pytest.raises(BusinessError) as e:
             transactions.parse_transaction_id(bad)
         assert e.value.code == Code.INVALID_TRANSACTION_ID
@@ -130,8 +132,8 @@ def test_settings_back_off_per_client_and_language():
 
 
 def test_signatures_in_either_case_and_wrong_ones_refused():
-    auth = Authenticator("AK", "SK")
     date = "20261126T000000Z"
+    auth = Authenticator("AK", "SK", clock=lambda: parse_date(date))
     header = sign("AK", "SK", date)
     auth.check({"authorization": header, "x-mq-date-time": date})
     for bad in (sign("AK", "no", date), sign("XX", "SK", date), "", "Basic abc"):

@@ -1,5 +1,6 @@
 """The proxy's consume-queue reader: units across segments, the end of the data in a
-preallocated segment, and a segment started after the reader last looked."""
+preallocated segment, a segment started after the reader last looked, and the first unit
+whose record retention kept."""
 
 from rmqstore.formats import consume_queue as cq
 from rmqstore.layout import StoreLayout
@@ -47,3 +48,18 @@ def test_written_looks_at_one_unit_in_whichever_segment_holds_it(tmp_path):
     assert files.written("T", 0, 3) and not files.written("T", 0, 4)
     _segment(tmp_path, 4, [(400, 50, 4)])  # started after the last listing
     assert files.written("T", 0, 4) and not files.written("T", 0, 5)
+
+
+def test_first_present_is_the_first_unit_whose_record_retention_kept(tmp_path):
+    files = QueueFiles(tmp_path)
+    assert files.first_present("T", 0, 1000) == 0  # no such queue
+    pre_blank = (0, 0x7FFFFFFF, 0)
+    _segment(tmp_path, 0, [pre_blank, (100, 50, 1), (200, 50, 2), (300, 50, 3)])
+    _segment(tmp_path, 4, [(400, 50, 4), (500, 50, 5)])
+    # each commitlog minimum against the offsets an exhaustive look finds
+    units = [(o, 100 * o) for o in range(1, 6)]
+    for low in (0, 1, 100, 101, 250, 300, 301, 400, 450, 500, 501, 10_000):
+        expect = next((o for o, phy in units if phy >= low), 6) if low else 0
+        assert files.first_present("T", 0, low) == expect, low
+    (StoreLayout.of(tmp_path).queue_dir("T", 0) / segment_name(0)).unlink()  # its builder's
+    assert files.first_present("T", 0, 450) == 5

@@ -80,7 +80,7 @@ def test_answer_as_captured_and_statuses_mapped_in_one_place() -> None:
                       "msgId": "7F00000100007CA70000000000000000", "queueOffset": "0"}  # fmt: skip
     assert S.answer(request, S.FLUSH_SLAVE_TIMEOUT, "x", 0, 0).code == 12
     assert S.answer(request, S.SLAVE_NOT_AVAILABLE, "x", 0, 0).code == 11
-    assert S.answer(request, S.FLUSH_DISK_TIMEOUT, "x", 0, 0).code == 10
+    assert S.answer(request, 99, "x", 0, 0).code == R.ResponseCode.SYSTEM_ERROR  # unknown
 
 
 @pytest.mark.parametrize(("kind", "code"), [

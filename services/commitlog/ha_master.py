@@ -1,0 +1,337 @@
+"""The master side of RocketMQ 4.9's replication ("HA") protocol, on the writer's event loop.
+
+Slaves connect to ``--ha-port`` (``rmqstore/formats/ha.py`` has the bytes,
+``/spec/rocketmq-ha.md`` the rules). Per connection, one task reads the slave's offset
+reports (the first is its start point, later ones acknowledge) and one sends transfer frames
+cut from the segment files: at most 32 KiB, never across a file end, up to what has been
+written (blank end-of-file fillers included), a heartbeat after 5 s without sending. A sender
+with nothing to send idles up to 100 ms unless a put wakes it.
+
+Everything runs on the writer's one event loop, as the puts do: an acknowledgement settles
+the futures of the sync-master puts it covers in the callback that read it, with no thread in
+between, and a put never waits on the loop (it awaits its future, as a sync-flush put awaits
+its group commit).
+
+Divergence (spec §6): a first report beyond the master's end or off a record boundary is
+refused (one log line, the connection closed, nothing sent); a first report below the oldest
+file can never be served and is refused with its own log line, metric and status.
+"""
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from rmqstore.errors import StoreError, UnavailableError
+from rmqstore.formats import ha
+from rmqstore.v1 import commitlog_pb2
+from services.commitlog.config import ASYNC_MASTER, SYNC_MASTER
+from services.commitlog.record_reads import record_at
+
+log = logging.getLogger(__name__)
+
+PUT_OK = commitlog_pb2.PUT_OK
+FLUSH_SLAVE_TIMEOUT = commitlog_pb2.FLUSH_SLAVE_TIMEOUT
+SLAVE_NOT_AVAILABLE = commitlog_pb2.SLAVE_NOT_AVAILABLE
+STATUS_NAMES = {s: commitlog_pb2.PutStatus.Name(s) for s in commitlog_pb2.PutStatus.values()}
+
+SENDER_IDLE_S = 0.1  # RocketMQ's sender waits up to 100 ms unless a put wakes it
+READ_CHUNK = 4096
+SEND_BURST = 1 << 20  # bytes of frames a sender writes at once before it lets others run
+
+Replica = int | asyncio.Future  # a put's status now, or a future that settles to it
+
+
+class NotEnoughReplicasError(UnavailableError):
+    """``--min-sync-replicas`` is not met: the put is refused before anything is written."""
+
+
+class SlaveLink:
+    """One slave's connection: what it reported and where its next frame starts."""
+
+    def __init__(self, address: str) -> None:
+        self.address = address
+        self.first_report: int | None = None
+        self.acked = -1  # its last report (-1: none yet)
+        self.sent = -1  # where the next frame starts (-1: not started)
+        self.since = time.monotonic()
+        self.wake = asyncio.Event()
+
+
+class Replication:
+    """The master's replication state: connected slaves, the acknowledged offset (the
+    highest any slave reported, never going down), and the puts waiting for it."""
+
+    def __init__(
+        self, engine: Any, role: str = ASYNC_MASTER, slave_timeout_s: float = 3.0,
+        fallbehind_max: int = 256 << 20, min_sync_replicas: int = 0,
+    ) -> None:  # fmt: skip
+        if role not in (ASYNC_MASTER, SYNC_MASTER):
+            raise ValueError(f"a master's role is {ASYNC_MASTER} or {SYNC_MASTER}, not {role!r}")
+        self.engine = engine
+        self.role = role
+        self.slave_timeout_s = slave_timeout_s
+        self.fallbehind_max = fallbehind_max
+        self.min_sync_replicas = min_sync_replicas
+        self.port = 0
+        self.acked = 0
+        self.slaves: set[SlaveLink] = set()
+        self._waiters: list[tuple[int, int, asyncio.Future, float]] = []  # end, seq, fut, t0
+        self._seq = itertools.count()
+        self.refused_below_min = 0
+        self.refused_divergent = 0
+        self.waited: Callable[[float], None] = lambda _s: None  # sync-put wait time, seconds
+        self._server: asyncio.AbstractServer | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- puts ----------------------------------------------------------------------------
+    @property
+    def sync(self) -> bool:
+        return self.role == SYNC_MASTER
+
+    def in_sync(self) -> int:
+        """Slaves that have reported and are less than ``fallbehind_max`` behind."""
+        end = self.engine.max_offset
+        return sum(1 for s in self.slaves if s.acked >= 0 and end - s.acked < self.fallbehind_max)
+
+    def check_put(self) -> None:
+        """Refuse a put before it is written when ``--min-sync-replicas`` is not met."""
+        n = self.min_sync_replicas
+        if n and (have := self.in_sync()) < n:
+            raise NotEnoughReplicasError(
+                f"not stored: {have} slave(s) in sync, --min-sync-replicas is {n} (a slave is "
+                f"in sync once connected, reporting and less than {self.fallbehind_max} bytes "
+                "behind); start or repair a slave, or lower --min-sync-replicas")
+
+    def replicated(self, end: int) -> Replica:
+        """A put that ends at ``end`` was appended: its status, or a future that settles to
+        it (sync_master). Wakes the senders."""
+        for s in self.slaves:
+            s.wake.set()
+        if not self.sync:
+            return PUT_OK
+        if not self.slaves or end - self.acked >= self.fallbehind_max:
+            return SLAVE_NOT_AVAILABLE
+        if self.acked >= end:
+            return PUT_OK
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        t0 = time.perf_counter()
+        heapq.heappush(self._waiters, (end, next(self._seq), fut, t0))
+        loop.call_later(self.slave_timeout_s, self._timed_out, fut, t0)
+        return fut
+
+    def _timed_out(self, fut: asyncio.Future, t0: float) -> None:
+        if not fut.done():
+            fut.set_result(FLUSH_SLAVE_TIMEOUT)
+            self.waited(time.perf_counter() - t0)
+
+    def acknowledge(self, link: SlaveLink, offset: int) -> None:
+        """``link`` reported ``offset``: settle the puts it covers (PUT_OK)."""
+        link.acked = offset
+        if offset <= self.acked:
+            return
+        self.acked = offset
+        waiters = self._waiters
+        now = time.perf_counter()
+        while waiters and waiters[0][0] <= offset:
+            _end, _seq, fut, t0 = heapq.heappop(waiters)
+            if not fut.done():
+                fut.set_result(PUT_OK)
+                self.waited(now - t0)
+        # futures settled by their timeout stay in the heap until an ack passes them
+        if len(waiters) > 100_000:
+            self._waiters = [w for w in waiters if not w[2].done()]
+            heapq.heapify(self._waiters)
+
+    # -- the listener --------------------------------------------------------------------
+    async def listen(self, host: str, port: int) -> int:
+        """Take slaves on ``host:port`` (0: any free port); the port listened on."""
+        self._server = await asyncio.start_server(self._serve, host, port)
+        self.port = self._server.sockets[0].getsockname()[1]
+        # (not "listening on": that line is the gRPC address, which scripts look for)
+        log.info("%s: slaves may connect to the HA port %s:%d", self.role, host, self.port)
+        return self.port
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await task
+        for _end, _seq, fut, _t0 in self._waiters:
+            if not fut.done():
+                fut.set_result(FLUSH_SLAVE_TIMEOUT)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        peer = writer.get_extra_info("peername")
+        link = SlaveLink(f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.slaves.add(link)
+        log.info("slave %s connected", link.address)
+        sender: asyncio.Task | None = None
+        why = "closed by the slave"
+        refused = ""
+        try:
+            buf = bytearray()
+            first = await self._first_report(reader, buf)
+            if first is None:
+                return
+            link.first_report = first
+            refused = self._refusal(link.address, first)  # logged there, in one line
+            if refused:
+                return
+            self.acknowledge(link, first)
+            sender = asyncio.ensure_future(self._send(writer, link, first))
+            sender.add_done_callback(lambda _t: writer.close())  # ends the reading too
+            why = await self._read_acks(reader, link, buf)
+            if sender.done() and not sender.cancelled() and sender.exception():
+                why = f"sending failed: {sender.exception()}"
+        except (ConnectionError, OSError) as e:
+            why = f"connection error: {e}"
+        finally:
+            self.slaves.discard(link)
+            if sender is not None:
+                sender.cancel()
+                with contextlib.suppress(BaseException):
+                    await sender
+            writer.close()
+            self._tasks.discard(task)
+            if not refused:
+                log.info("slave %s disconnected (%s), acknowledged up to %d", link.address, why,
+                         link.acked)  # fmt: skip
+
+    async def _first_report(self, reader: asyncio.StreamReader, buf: bytearray) -> int | None:
+        """The slave's first report (None at end of file or after 20 s of silence): nothing
+        is sent before it. A partial report after it stays in ``buf``."""
+        while True:
+            try:
+                async with asyncio.timeout(ha.IDLE_TIMEOUT_S):
+                    data = await reader.read(READ_CHUNK)
+            except TimeoutError:
+                return None
+            if not data:
+                return None
+            buf += data
+            offset, used = ha.last_report(buf)
+            del buf[:used]
+            if offset is not None:
+                return offset
+
+    async def _read_acks(
+        self, reader: asyncio.StreamReader, link: SlaveLink, buf: bytearray
+    ) -> str:
+        """Read acknowledgements (the last whole 8-byte value of each read counts) until the
+        connection ends; the reason it ended."""
+        while True:
+            try:
+                async with asyncio.timeout(ha.IDLE_TIMEOUT_S):
+                    data = await reader.read(READ_CHUNK)
+            except TimeoutError:
+                return f"nothing read for {ha.IDLE_TIMEOUT_S:g} s"
+            if not data:
+                return "closed by the slave"
+            buf += data
+            offset, used = ha.last_report(buf)
+            del buf[:used]
+            if offset is None:
+                continue
+            if offset > self.engine.max_offset:
+                return (f"it reported offset {offset}, beyond this master's end "
+                        f"{self.engine.max_offset}")  # fmt: skip
+            self.acknowledge(link, offset)
+
+    def _refusal(self, address: str, first: int) -> str:
+        """Why a first report cannot be served (logged, counted), or ''."""
+        e = self.engine
+        end, lo, size = e.max_offset, e.min_offset, e.config.segment_size
+        if first > end:
+            self.refused_divergent += 1
+            why = (f"its log ends at {first}, beyond this master's end {end}: it holds a history "
+                   "this master does not (was the master wiped or replaced?); wipe the slave's "
+                   "store (or move it aside) and start it again")
+        elif first != 0 and first < lo:
+            self.refused_below_min += 1
+            why = (f"its log ends at {first}, below this master's oldest file (offset {lo}): "
+                   "the bytes it needs were deleted and it can never catch up; wipe the slave's "
+                   "store and start it again (it then copies from the master's last file)")
+        elif first in (0, end) or first % size == 0 or _starts_record(e, first):
+            return ""
+        else:
+            self.refused_divergent += 1
+            why = (f"its log ends at {first}, which is not the start of a record on this master: "
+                   "its history differs from this master's; wipe the slave's store (or move it "
+                   "aside) and start it again")
+        log.warning("refused slave %s: %s", address, why)
+        return why
+
+    async def _send(self, writer: asyncio.StreamWriter, link: SlaveLink, first: int) -> None:
+        """Frames from the start point on, heartbeats when idle."""
+        e = self.engine
+        size = e.config.segment_size
+        offset = link.sent = ha.start_offset(first, e.max_offset, size)
+        last_sent = time.monotonic()
+        while True:
+            end = e.max_offset
+            if offset < end:
+                budget = SEND_BURST  # frames written before the loop serves anything else
+                while offset < end and budget > 0:
+                    n = ha.frame_span(offset, end, size)
+                    try:
+                        seg = e.segments.find(offset)
+                        pos = offset - seg.start
+                        body = seg.map[pos : pos + n]
+                    except (ValueError, StoreError) as err:  # retention deleted it meanwhile
+                        raise ConnectionError(f"offset {offset} is no longer on this master: "
+                                              f"{err}") from None  # fmt: skip
+                    writer.writelines((ha.encode_frame_header(offset, n), body))
+                    offset = link.sent = offset + n
+                    budget -= n
+                last_sent = time.monotonic()
+                await writer.drain()
+                continue
+            idle = time.monotonic() - last_sent
+            if idle >= ha.HEARTBEAT_INTERVAL_S:
+                writer.write(ha.encode_frame_header(offset, 0))
+                last_sent = time.monotonic()
+                await writer.drain()
+                continue
+            link.wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(SENDER_IDLE_S, ha.HEARTBEAT_INTERVAL_S - idle)):
+                    await link.wake.wait()
+
+    # -- status ----------------------------------------------------------------------------
+    def status(self) -> commitlog_pb2.ReplicationStatus:
+        end = self.engine.max_offset
+        now = time.monotonic()
+        return commitlog_pb2.ReplicationStatus(
+            role=self.role, ha_port=self.port, acked_offset=self.acked,
+            min_sync_replicas=self.min_sync_replicas, in_sync=self.in_sync(),
+            refused_below_min=self.refused_below_min, refused_divergent=self.refused_divergent,
+            slaves=[
+                commitlog_pb2.SlaveStatus(
+                    address=s.address, acked_offset=s.acked,
+                    lag_bytes=end - s.acked if s.acked >= 0 else end, sent_offset=s.sent,
+                    connected_seconds=now - s.since,
+                )
+                for s in sorted(self.slaves, key=lambda s: s.address)
+            ],
+        )  # fmt: skip
+
+
+def _starts_record(engine: Any, offset: int) -> bool:
+    """Whether a record (or an end-of-file blank) starts at ``offset`` on this master."""
+    try:
+        record_at(engine.segments.find, engine.min_offset, engine.max_offset, offset)
+    except (StoreError, ValueError):
+        return False
+    return True
