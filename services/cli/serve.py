@@ -90,6 +90,7 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
         *(["--commitlog-socket", put_socket] if put_socket else []),
         *(["--broker-ip", args.broker_ip] if args.broker_ip else []),
         "--broker-name", args.broker_name, "--cluster-name", args.cluster_name,
+        "--ha-address", f"{args.broker_ip or host}:{args.ha_port or args.port_base + HA_PORT_SLOT}",
         *([] if args.auto_create_topics else ["--no-auto-create-topics"]),
         "--transaction-timeout", str(args.transaction_timeout),
         "--transaction-check-interval", str(args.transaction_check_interval),

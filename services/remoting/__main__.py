@@ -53,6 +53,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "registered with the name servers and carried by offset message ids "
         "(default: the host of --listen)",
     )
+    p.add_argument("--ha-address", default="",
+                   help="the writer's HA address the broker registers (haServerAddr; default: "
+                        "--broker-ip and this port + 1, as RocketMQ)")  # fmt: skip
     p.add_argument("--broker-name", default="broker-a")
     p.add_argument("--cluster-name", default="DefaultCluster")
     p.add_argument(
@@ -181,7 +184,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
         args.broker_name,
         info.broker_addr,
         args.cluster_name,
-        f"{broker_ip}:{bound + 1}",
+        args.ha_address or f"{broker_ip}:{bound + 1}",
         broker.topic_table,
         args.register_interval,
     )
