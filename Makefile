@@ -73,7 +73,13 @@ $(CLIENTS)/node_modules/.installed: $(CLIENTS)/package.json $(CLIENTS)/package-l
 	cd $(CLIENTS) && npm ci --no-audit --no-fund --loglevel=error
 	touch $@
 
-test-deps: system-deps $(CLIENTS)/.venv/.installed $(CLIENTS)/node_modules/.installed ## the official RocketMQ 5 clients (Python, Node.js) for the tests
+# ali-ons, a RocketMQ 4.x client in pure JavaScript, for the remoting tests (its own folder:
+# its dependencies must not mix with the RocketMQ 5 client's)
+$(CLIENTS)/remoting/node_modules/.installed: $(CLIENTS)/remoting/package.json $(CLIENTS)/remoting/package-lock.json | apt-deps
+	cd $(CLIENTS)/remoting && npm ci --no-audit --no-fund --loglevel=error
+	touch $@
+
+test-deps: system-deps $(CLIENTS)/.venv/.installed $(CLIENTS)/node_modules/.installed $(CLIENTS)/remoting/node_modules/.installed ## the official RocketMQ 5 clients (Python, Node.js) and ali-ons (4.x) for the tests
 
 setup: $(VENV)/.installed protos ## create .venv, install packages, generate protos
 

@@ -1,7 +1,9 @@
 """``rmqstore serve``: run every service of one store node locally, as supervised processes.
 
 Ports come from ``SERVICES``: writer N (``--port-base N``), query N+1, consume-queue builder
-N+2, index builder N+3, proxy N+4, console (HTTP, loopback only) N+5; metrics N + 10 + slot.
+N+2, index builder N+3, proxy N+4, console (HTTP, loopback only) N+5, RocketMQ 4.x name
+server N+8, RocketMQ 4.x remoting broker N+7 (registered with that name server; its address
+is the writer's store host, so offset message ids reach it); metrics N + 10 + slot.
 
 ``serve`` is a supervisor: when a service fails to start or dies, it says which and why in
 one line, stops the others (services first, the writer last) and exits ``UNAVAILABLE`` (3).
@@ -62,7 +64,37 @@ def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
         "--dispatch-linger-ms", str(args.dispatch_linger_ms),
         *_given(args, "commitlog-segment-size"), *background_args(args),
         *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),
+        *(["--store-host", _broker_address(args, ports)] if _remoting_runs(args, ports) else []),
+        "--cluster-name", args.cluster_name,
         *replication_args(args, args.ha_port or args.port_base + HA_PORT_SLOT),
+    ]
+
+
+def _remoting_runs(args: argparse.Namespace, ports: dict[str, int]) -> bool:
+    return not args.read_only and "remoting" in ports and _exists("services.remoting")
+
+
+def _broker_address(args: argparse.Namespace, ports: dict[str, int]) -> str:
+    """Where 4.x clients reach the remoting broker: ``--broker-ip`` (else ``--host``) and its
+    port; records and offset message ids carry it."""
+    ip = args.broker_ip or args.host
+    return f"[{ip}]:{ports['remoting']}" if ":" in ip else f"{ip}:{ports['remoting']}"
+
+
+def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    put_socket = getattr(args, "put_socket", "")
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    return [
+        *_writer_address(args, ports), "--query", f"{host}:{ports['query']}",
+        "--namesrv", f"{host}:{ports['namesrv']}",
+        *(["--commitlog-socket", put_socket] if put_socket else []),
+        *(["--broker-ip", args.broker_ip] if args.broker_ip else []),
+        "--broker-name", args.broker_name, "--cluster-name", args.cluster_name,
+        "--ha-address", f"{args.broker_ip or host}:{args.ha_port or args.port_base + HA_PORT_SLOT}",
+        *([] if args.auto_create_topics else ["--no-auto-create-topics"]),
+        "--transaction-timeout", str(args.transaction_timeout),
+        "--transaction-check-interval", str(args.transaction_check_interval),
+        "--transaction-check-max", str(args.transaction_check_max),
     ]
 
 
@@ -139,6 +171,10 @@ SERVICES: list[ServiceSpec] = [
                 read_only=False),
     ServiceSpec("console", "services.console", 5, "console-port", flags=_console_flags,
                 takes_read_only=False, metrics=False, scheme="http", skip=_console_skip),
+    ServiceSpec("namesrv", "services.namesrv", 8, "namesrv-port", read_only=False,
+                takes_read_only=False, scheme="remoting"),
+    ServiceSpec("remoting", "services.remoting", 7, "remoting-port", flags=_remoting_flags,
+                read_only=False, takes_read_only=False, scheme="remoting"),
 ]
 
 
@@ -341,7 +377,7 @@ def run(args: argparse.Namespace) -> int:
                        f"{ports[spec.name] + METRICS_OFFSET}/metrics"
                        if args.metrics and spec.metrics else "")
             where = (f"http://{child.address}/" if spec.scheme == "http"
-                     else f"grpc {child.address}")
+                     else f"{spec.scheme} {child.address}")
             print(f"{spec.name:14s} {where}{metrics}", flush=True)
             if spec.name == "commitlog" and not args.read_only and args.role != "slave":
                 ha_port = args.ha_port or args.port_base + HA_PORT_SLOT
@@ -406,4 +442,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cq-entries-per-file", type=int, default=None,
                    help="default: read from the store's consume queues, else 300,000")
     proxy_config.add_flags(p.add_argument_group("proxy (RocketMQ 5 protocol)"))
+    g = p.add_argument_group("name server and remoting broker (RocketMQ 4.x protocol)")
+    g.add_argument("--broker-ip", default="",
+                   help="the address 4.x clients reach the remoting broker at (RocketMQ's "
+                        "brokerIP1; default: --host): registered with the name server, carried "
+                        "by offset message ids")
+    g.add_argument("--cluster-name", default="DefaultCluster")
     p.set_defaults(run=run)

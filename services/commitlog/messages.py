@@ -17,7 +17,8 @@ from rmqstore.layout import SCHEDULE_TOPIC, validate_topic
 from services.commitlog.config import WriterConfig
 from services.commitlog.message_properties import PropertiesText, check_text
 
-CLIENT_SYS_FLAGS = commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
+CLIENT_SYS_FLAGS = (commitlog.COMPRESSED_FLAG | commitlog.MULTI_TAGS_FLAG | 0xC
+                    | commitlog.COMPRESSION_TYPE_MASK)
 
 
 # A message ready for the append lock, as a plain tuple (cheap to make; the engine reads it

@@ -31,9 +31,10 @@ from typing import Any
 
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
-from rmqstore.layout import TRANS_HALF_TOPIC, TRANS_OP_TOPIC
+from rmqstore.layout import TRANS_HALF_TOPIC
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.rocketmq import service_pb2 as spb
+from rmqstore.transaction_records import commit_record, half_record, op_record
 from rmqstore.v1 import common_pb2
 from services.proxy.appender import Appender
 from services.proxy.clients import ClientRegistry
@@ -42,12 +43,6 @@ from services.proxy.status import BusinessError
 
 log = logging.getLogger(__name__)
 TRANSACTION_ID = re.compile(r"^[0-9A-F]{32}$")
-OP_TAG = "d"
-# properties of the half record that the commit record does not carry over (the writer
-# sets TAGS, KEYS, UNIQ_KEY, WAIT and CLUSTER from their own fields)
-_NOT_CARRIED = frozenset(
-    (P.TAGS, P.KEYS, P.UNIQ_KEY, P.WAIT, P.CLUSTER, P.REAL_TOPIC, P.REAL_QID, P.TRAN_MSG, P.DELAY)
-)
 RESOLVED_REMEMBERED = 100_000
 
 
@@ -59,51 +54,6 @@ def parse_transaction_id(tid: str) -> tuple[int, int]:
     if not TRANSACTION_ID.fullmatch(tid):
         raise BusinessError(pb.INVALID_TRANSACTION_ID, f"transaction id {tid!r} is malformed")
     return int(tid[:16], 16), int(tid[16:], 16)
-
-
-def half_record(m: common_pb2.Message) -> common_pb2.Message:
-    """The half record of a transactional message bound for ``m.topic``/``m.queue_id``."""
-    half = common_pb2.Message()
-    half.CopyFrom(m)
-    half.topic, half.queue_id = TRANS_HALF_TOPIC, 0
-    half.properties.extend(
-        common_pb2.Property(name=n, value=v)
-        for n, v in (
-            (P.TRAN_MSG, "true"), (P.PGROUP, m.topic),
-            (P.REAL_TOPIC, m.topic), (P.REAL_QID, str(m.queue_id)),
-        )
-    )  # fmt: skip
-    return half
-
-
-def commit_record(r: commitlog.Record) -> common_pb2.Message:
-    props = r.property_map
-    return common_pb2.Message(
-        topic=props[P.REAL_TOPIC],
-        queue_id=int(props[P.REAL_QID]),
-        body=r.body,
-        tags=r.tags,
-        keys=r.keys,
-        unique_key=r.uniq_key,
-        properties=[
-            common_pb2.Property(name=n, value=v) for n, v in props.items() if n not in _NOT_CARRIED
-        ],
-        flag=r.flag,
-        sys_flag=commitlog.TRANSACTION_COMMIT_TYPE,
-        born_timestamp=r.born_timestamp,
-        born_host=str(r.born_host),
-        prepared_transaction_offset=r.physical_offset,
-    )
-
-
-def op_record(half_queue_offset: int) -> common_pb2.Message:
-    return common_pb2.Message(
-        topic=TRANS_OP_TOPIC,
-        queue_id=0,
-        body=str(half_queue_offset).encode(),
-        tags=OP_TAG,
-        without_unique_key=True,
-    )
 
 
 def check_message(m: pb.Message) -> pb.Message:

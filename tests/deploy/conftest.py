@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
-from rmqstore import metrics, metrics_background, metrics_proxy
+from rmqstore import metrics, metrics_background, metrics_proxy, metrics_remoting
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -42,6 +42,8 @@ def exported_series_names() -> set[str]:
     metrics_proxy.ProxyMetrics(registry)
     metrics_background.BackgroundMetrics(registry)
     metrics_proxy.ConsumerGroupMetrics(registry)
+    metrics_remoting.RemotingMetrics(registry, "remoting")
+    metrics_remoting.RemotingMetrics(registry, "namesrv")
     return _sample_names(registry)
 
 

@@ -19,7 +19,7 @@ from tests.deploy.conftest import ROOT
 pytestmark = pytest.mark.integration
 CHECK = ROOT / "deploy" / "check_install.py"
 SERVE_DEADLINE_S = 90.0
-PORTS = 16  # serve: gRPC N..N+5, metrics N+10..N+15
+PORTS = 19  # serve: N..N+8 (HA N+6, remoting N+7, name server N+8), metrics N+10..N+18
 
 
 def _run(args: list, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -74,7 +74,7 @@ def test_installed_package_passes_the_image_check(installed: Path, tmp_path: Pat
 
 
 def _free_port_base() -> int:
-    """A base N with N..N+15 free on loopback now (serve binds them a moment later)."""
+    """A base N with N..N+18 free on loopback now (serve binds them a moment later)."""
     for _ in range(50):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
@@ -93,7 +93,7 @@ def _free_port_base() -> int:
         finally:
             for s in held:
                 s.close()
-    raise RuntimeError("no 16 free ports in a row")
+    raise RuntimeError(f"no {PORTS} free ports in a row")
 
 
 def test_serve_put_and_query_from_outside_the_tree(installed: Path, tmp_path: Path):

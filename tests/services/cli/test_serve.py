@@ -29,8 +29,8 @@ def _free_base() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        slots = (0, 1, 2, 3, 4, 5, 6, 10, 11, 12, 13, 14)
-        if base + 14 < 65535 and all(_free(base + k) for k in slots):
+        slots = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 17, 18)
+        if base + 18 < 65535 and all(_free(base + k) for k in slots):
             return base
 
 
@@ -85,6 +85,7 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
         out = "".join(lines)
         assert re.search(rf"commitlog\s+grpc 127\.0\.0\.1:{base}\b", out), out
         assert re.search(rf"proxy\s+grpc 127\.0\.0\.1:{base + 4}\b", out), out
+        assert re.search(rf"namesrv\s+remoting 127\.0\.0\.1:{base + 8}\b", out), out
         stub = commitlog_pb2_grpc.CommitLogStub(channel(f"127.0.0.1:{base}"))
         r = stub.Put(
             commitlog_pb2.PutRequest(message=common_pb2.Message(topic="T", body=b"hi", keys="k1"))

@@ -37,6 +37,7 @@ def _mix():
         m(topic="B", body=b"rollback", sys_flag=0xC, prepared_transaction_offset=9,
           unique_key=UK + "8"),
         m(topic="B", body=b"commit", sys_flag=0x8, unique_key=UK + "9"),
+        m(topic="B", body=b"zlib", sys_flag=0x301, unique_key=UK + "A"),  # a 4.x client's
         m(topic="A", queue_id=1, body=b"x", tags="T1", keys="k1 k2", unique_key=UK + "1"),
     ]  # fmt: skip
 
@@ -49,7 +50,7 @@ def test_build_many_equals_build(tmp_path):
     one = _builder(tmp_path)
     single = [one.build(m, NOW) for m in _mix()]
     assert many == single and again == single
-    assert [row[10] for row in single] == [True] * 8 + [False, False, True, True]
+    assert [row[10] for row in single] == [True] * 8 + [False, False, True, True, True]
 
 
 def test_generated_unique_keys_are_distinct(tmp_path):

@@ -15,7 +15,7 @@ from tests import procs
 CLIENTS = procs.ROOT / "tests" / "clients"
 PYTHON_CLIENT = CLIENTS / ".venv" / "bin" / "python"
 NODE_MODULES = CLIENTS / "node_modules" / "rocketmq-client-nodejs"
-SLOTS = (0, 1, 2, 3, 4, 6, 10, 11, 12, 13, 14)  # 6: the writer's HA port
+SLOTS = (0, 1, 2, 3, 4, 6, 7, 8, 10, 11, 12, 13, 14, 17, 18)  # 6: the writer's HA port
 
 
 def _free(port: int) -> bool:
@@ -32,7 +32,7 @@ def free_base() -> int:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             base = s.getsockname()[1]
-        if base + 14 < 65535 and all(_free(base + k) for k in SLOTS):
+        if base + 18 < 65535 and all(_free(base + k) for k in SLOTS):
             return base
 
 

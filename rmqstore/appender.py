@@ -1,0 +1,386 @@
+"""Appends through the commitlog writer, batching concurrent sends into ``PutBatch``: what
+the RocketMQ 5 proxy and the 4.x remoting front end share.
+
+Each send waits on a future; one task per batch slot takes whatever has queued up (at most
+``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
+per batch than a call). At rest a send goes out at once; under load (a batch started less
+than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
+time and takes everything that came meanwhile, and goes on waiting (in steps of
+``spacing_s``, at most ``linger_s`` in all) while such a sender's puts keep arriving and no
+other put comes, so the writer gets fewer, larger batches: the writer's and the proxy's cost
+is mostly per batch, not per message. A sender is pipelining while it has more than one put
+waiting here (``put``'s ``sender``: the client id); while none is, batches go out at once,
+as a synchronous sender (one send at a time) gains nothing from the wait but latency. The
+writer validates a whole batch before writing any of it: when it refuses one, every message
+of that batch is retried alone, so only the bad one fails. Messages that must be stored
+together (a commit and its op record) are one group.
+
+A batch goes out as one request per kind of group: groups of ``Plain`` messages of one topic
+from one peer become a ``MessageColumns`` request each (no protobuf object per message on
+either side, the writer's fast path); the other groups one request of ``Message``s. The
+requests of a batch are written back to back on the stream, then their replies read.
+"""
+
+import asyncio
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import grpc
+
+from rmqstore.formats import properties as P
+from rmqstore.put_socket import PutConnection
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+
+REFUSED = "refused"  # the writer refused the message (bad input): nothing written
+BUSY = "busy"  # the writer is full or busy
+UNAVAILABLE = "unavailable"  # the writer cannot be reached, or failed the put
+
+
+class AppendError(Exception):
+    """A put or read that failed: its ``kind`` (``REFUSED``, ``BUSY``, ``UNAVAILABLE``) and a
+    message for the client. Each front end maps kinds to its protocol's codes in one place
+    (the ``make_error`` it gives the ``Appender``)."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+ErrorFactory = Callable[[str, str], Exception]
+
+
+class Plain(NamedTuple):
+    """A message with none of what only a ``Message`` carries (properties but __BORNHOST,
+    delay, flags): the writer stores it as the ``Message`` of ``as_message`` would be
+    stored."""
+
+    topic: str
+    queue_id: int
+    body: bytes
+    tags: str
+    keys: str
+    unique_key: str
+    born_host: str
+    born_timestamp: int = 0  # ms; 0: when the writer takes it
+    born_host_property: str = ""  # __BORNHOST (none when empty)
+
+    def as_message(self) -> common_pb2.Message:
+        return common_pb2.Message(
+            topic=self.topic, queue_id=self.queue_id, body=self.body, tags=self.tags,
+            keys=self.keys, unique_key=self.unique_key, born_host=self.born_host,
+            born_timestamp=self.born_timestamp,
+            properties=[common_pb2.Property(name=P.BORN_HOST, value=self.born_host_property)]
+            if self.born_host_property else (),
+        )  # fmt: skip
+
+
+Record = common_pb2.Message | Plain
+Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their bytes
+BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
+PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
+LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
+
+
+class Stored(NamedTuple):
+    """Where a message was stored."""
+
+    phy_offset: int
+    queue_offset: int
+    status: int = 0  # the writer's PutStatus (PUT_OK; under sync_master maybe another)
+
+
+def _error(e: grpc.aio.AioRpcError) -> AppendError:
+    if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+        return AppendError(REFUSED, e.details() or "refused by the store")
+    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return AppendError(BUSY, e.details() or "store is full or busy")
+    return AppendError(UNAVAILABLE, f"store unavailable: {e.details()}")
+
+
+ColumnsKey = tuple[str, str, str]  # what a MessageColumns holds once for all its messages
+
+
+def _columns_key(records: list[Record]) -> ColumnsKey | None:
+    """(topic, born host, __BORNHOST) when every record is ``Plain`` with those."""
+    first = records[0]
+    if not isinstance(first, Plain):
+        return None
+    key = (first.topic, first.born_host, first.born_host_property)
+    for r in records:
+        if not isinstance(r, Plain) or (r.topic, r.born_host, r.born_host_property) != key:
+            return None
+    return key
+
+
+def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]]:
+    """The writer requests of one batch, each with the groups it holds."""
+    if len(groups) == 1 and len(groups[0][0]) == 1 and isinstance(groups[0][0][0], Plain):
+        return [(_lone(groups[0][0][0]), groups)]  # a synchronous sender's: the common case
+    by_key: dict[ColumnsKey | None, list[Group]] = {}
+    for g in groups:
+        by_key.setdefault(_columns_key(g[0]), []).append(g)
+    out = []
+    for key, gs in by_key.items():
+        records = [r for rs, _f, _n in gs for r in rs]
+        if key is None:
+            messages = [r.as_message() if isinstance(r, Plain) else r for r in records]
+            out.append((commitlog_pb2.PutBatchRequest(
+                messages=messages, columnar_results=True, offsets_only=True), gs))  # fmt: skip
+            continue
+        plain: list[Any] = records
+        _topic, queue_ids, bodies, tags, keys, uniqs, _born, born_ts, _prop = zip(
+            *plain, strict=True)  # fmt: skip
+        columns = commitlog_pb2.MessageColumns(
+            topic=key[0], body_size=[len(b) for b in bodies], bodies=b"".join(bodies),
+            queue_id=queue_ids, unique_key=uniqs, born_host=key[1],
+            tags=tags[:1] if tags.count(tags[0]) == len(tags) else tags,
+            keys=keys[:1] if keys.count(keys[0]) == len(keys) else keys,
+            born_timestamps=born_ts if any(born_ts) else (), born_host_property=key[2],
+        )  # fmt: skip
+        out.append((commitlog_pb2.PutBatchRequest(
+            columns=columns, columnar_results=True, offsets_only=True), gs))  # fmt: skip
+    return out
+
+
+def _lone(r: Plain) -> commitlog_pb2.PutBatchRequest:
+    """The request of one ``Plain`` message (what ``_requests`` makes of it, made directly)."""
+    return commitlog_pb2.PutBatchRequest(
+        columns=commitlog_pb2.MessageColumns(
+            topic=r.topic, body_size=(len(r.body),), bodies=r.body, queue_id=(r.queue_id,),
+            unique_key=(r.unique_key,), born_host=r.born_host, tags=(r.tags,), keys=(r.keys,),
+            born_timestamps=(r.born_timestamp,) if r.born_timestamp else (),
+            born_host_property=r.born_host_property,
+        ),
+        columnar_results=True, offsets_only=True,
+    )  # fmt: skip
+
+
+class Appender:
+    """``put_socket``: the writer's put socket (``rmqstore.put_socket``), taken instead of
+    ``PutStream`` for puts when given; reads always go through ``channel``. Failures reach
+    callers as ``make_error(kind, message)`` (an ``AppendError`` by default)."""
+
+    def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
+                 spacing_s: float = 0.001, put_socket: str = "", linger_s: float = 0.0,
+                 linger_below: int = LINGER_BELOW,
+                 make_error: ErrorFactory = AppendError) -> None:  # fmt: skip
+        self.make_error = make_error
+        self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
+        self.put_socket = put_socket
+        self.batch_max = batch_max
+        self.spacing_s = spacing_s
+        self.linger_s = linger_s  # the longest a pipelining sender's batch waits
+        self.linger_below = linger_below  # ... while fewer messages than this wait
+        self._queued = 0  # messages in the queue
+        self._next_at = 0.0  # loop time before which no batch starts (under load)
+        self._queue: asyncio.Queue[Group] = asyncio.Queue()
+        self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
+        self._pipelined = 0  # puts made while their sender had another one waiting
+        self._arrivals = 0  # puts ever made by a pipeliner (see below)
+        self._pipeliners: dict[str, float] = {}  # sender -> when it last had puts overlap
+        self._lone: set[asyncio.Future] = set()  # queued puts of other senders
+        self._streams: dict[int, Any] = dict.fromkeys(range(slots))  # slot -> its put stream
+        self._busy = [asyncio.Lock() for _ in range(slots)]  # held while a slot puts
+        self._tasks = [asyncio.ensure_future(self._run(slot)) for slot in range(slots)]
+        self.batches = 0  # puts made (for tests and metrics)
+        self.on_batch: Callable[[int], None] | None = None  # called with each put's size
+
+    async def put(self, messages: Sequence[Record], *, sender: str = "") -> list[Stored]:
+        """Store ``messages`` (all or none of them); their results in order. ``sender``: who
+        asks (puts of one sender that overlap make batches wait to fill up; see above)."""
+        loop = asyncio.get_running_loop()
+        future = loop.create_future()
+        size = sum(len(r.body) if isinstance(r, Plain) else r.ByteSize() for r in messages)
+        before = self._waiting.get(sender, 0)
+        self._waiting[sender] = before + 1
+        self._pipelined += before > 0
+        now = loop.time()
+        if before and sender:
+            if len(self._pipeliners) > 10_000:
+                self._pipeliners.clear()
+            self._pipeliners[sender] = now
+        last = self._pipeliners.get(sender)
+        if last is not None and now - last < PIPELINER_S:
+            self._arrivals += 1
+        else:
+            self._lone.add(future)
+        group = (list(messages), future, size)
+        try:
+            slot = self._direct_slot(loop)
+            if slot is None:
+                self._queued += len(messages)
+                self._queue.put_nowait(group)
+            else:  # nothing to batch with: straight out, without a hop through a slot's task
+                self._lone.discard(future)
+                async with self._busy[slot]:
+                    await self._put(slot, [group])
+            return await future
+        finally:
+            self._pipelined -= before > 0
+            if self._waiting[sender] > 1:
+                self._waiting[sender] -= 1
+            else:
+                del self._waiting[sender]
+
+    def _direct_slot(self, loop: asyncio.AbstractEventLoop) -> int | None:
+        """A free slot for a put that would go out alone and at once anyway (nothing queued,
+        no pipelining sender waiting), or None."""
+        if not self._queue.empty() or self._pipelined:
+            return None
+        for slot, busy in enumerate(self._busy):
+            if not busy.locked():
+                self._next_at = loop.time() + self.spacing_s
+                return slot
+        return None
+
+    async def read(self, offset: int) -> bytes:
+        return (await self.read_many([offset]))[0]
+
+    async def read_many(self, offsets: Sequence[int]) -> list[bytes]:
+        """Raw records at these commitlog offsets (each must start a record)."""
+        try:
+            reply = await self.stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=offsets))
+        except grpc.aio.AioRpcError as e:
+            err = _error(e)
+            raise self.make_error(err.kind, str(err)) from None
+        return list(reply.records)
+
+    async def _run(self, slot: int) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            first = await self._queue.get()
+            self._queued -= len(first[0])
+            lone = bool(self._lone) and first[1] in self._lone
+            self._lone.discard(first[1])
+            now = loop.time()
+            wait = self._next_at - now
+            if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
+                self._next_at += self.spacing_s
+                await asyncio.sleep(wait)
+                if not lone:
+                    await self._linger(now + self.linger_s)
+            else:
+                self._next_at = now + self.spacing_s
+            groups = [first]
+            count, size = len(first[0]), first[2]
+            while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
+                g = self._queue.get_nowait()
+                self._lone.discard(g[1])
+                self._queued -= len(g[0])
+                groups.append(g)
+                count += len(g[0])
+                size += g[2]
+            async with self._busy[slot]:
+                await self._put(slot, groups)
+
+    async def _linger(self, until: float) -> None:
+        """Wait on in steps of ``spacing_s`` while puts of pipelining senders keep coming (at
+        most until loop time ``until``, and while fewer than ``linger_below`` messages wait:
+        the cost per message hardly falls beyond, and a sender with a few large requests in
+        flight, all of them here soon, would be held to that many per wait): a sender with many
+        sends in flight (``send_async``) has them arrive one by one, and a larger batch costs
+        the writer and the proxy less per message; a sender whose sends all wait here already
+        gains nothing from more waiting, and its batch goes after one step. Any other put (a
+        synchronous sender's, the proxy's own) ends the wait: it would only add to its
+        latency."""
+        loop = asyncio.get_running_loop()
+        seen = self._arrivals
+        while self._pipelined and self._queued < self.linger_below:
+            step = min(self.spacing_s, until - loop.time())
+            if step <= 0:
+                return
+            await asyncio.sleep(step)
+            if self._arrivals == seen or self._lone:
+                return
+            seen = self._arrivals
+            self._next_at = max(self._next_at, loop.time() + self.spacing_s)
+
+    async def _call(self, slot: int, requests: list[commitlog_pb2.PutBatchRequest]
+                    ) -> list[commitlog_pb2.PutBatchResponse | AppendError]:  # fmt: skip
+        """Requests over the slot's stream (opened on first use, again after a failure),
+        written back to back; each one's response, or the AppendError it was refused with."""
+        stream = self._streams[slot]
+        if stream is None:
+            stream = self._streams[slot] = await self._open()
+        out: list[commitlog_pb2.PutBatchResponse | AppendError] = []
+        try:
+            for request in requests:
+                await stream.write(request)
+            for _ in requests:
+                reply = await stream.read()
+                if reply is grpc.aio.EOF or reply is None:
+                    self._streams[slot] = None
+                    raise AppendError(UNAVAILABLE, "the store closed the stream")
+                if reply.status_code:
+                    out.append(AppendError(
+                        REFUSED
+                        if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+                        else UNAVAILABLE, reply.error or "refused by the store",
+                    ))  # fmt: skip
+                else:
+                    out.append(reply.response)
+        except OSError as e:  # the put socket broke
+            self._streams[slot] = None
+            stream.cancel()
+            raise AppendError(UNAVAILABLE, f"store unavailable: {e}") from None
+        except BaseException:
+            self._streams[slot] = None
+            stream.cancel()
+            raise
+        return out
+
+    async def _open(self) -> Any:
+        """A put stream: the writer's ``PutStream``, or a connection to its put socket."""
+        if not self.put_socket:
+            return self.stub.PutStream()
+        try:
+            return await PutConnection.open(self.put_socket)
+        except OSError as e:
+            raise AppendError(
+                UNAVAILABLE, f"store unavailable: {self.put_socket}: {e.strerror}"
+            ) from None
+
+    async def _put(self, slot: int, groups: list[Group]) -> None:
+        try:
+            requests = _requests(groups)
+            replies = await self._call(slot, [r for r, _gs in requests])
+        except grpc.aio.AioRpcError as e:
+            self._fail(groups, _error(e))
+            return
+        except Exception as e:  # never leave a sender waiting
+            self._fail(groups, e)
+            return
+        for (_request, gs), reply in zip(requests, replies, strict=True):
+            if isinstance(reply, AppendError):
+                if reply.kind == REFUSED and len(gs) > 1:
+                    for g in gs:  # find the bad one: each group alone
+                        await self._put(slot, [g])
+                else:
+                    self._fail(gs, reply)
+                continue
+            c = reply.columns
+            self.batches += 1
+            if self.on_batch is not None:
+                self.on_batch(len(c.phy_offset))
+            results = [Stored(p, q, c.status) for p, q in zip(c.phy_offset, c.queue_offset,
+                                                             strict=True)]  # fmt: skip
+            at = 0
+            for rs, f, _n in gs:
+                if not f.done():
+                    f.set_result(results[at : at + len(rs)])
+                at += len(rs)
+
+    async def close(self) -> None:
+        for stream in self._streams.values():
+            if stream is not None:
+                stream.cancel()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _fail(self, groups: list[Group], e: BaseException) -> None:
+        if isinstance(e, AppendError):
+            e = self.make_error(e.kind, str(e))
+        for _rs, f, _n in groups:
+            if not f.done():
+                f.set_exception(e)

@@ -1,0 +1,272 @@
+"""RocketMQ 4.x remoting over asyncio TCP: the connection, the server and the client that the
+name server and the broker's remoting front end share (frames: ``formats/remoting.py``).
+
+One ``Connection`` carries requests both ways (``spec`` §1.4): the peer's requests are
+answered concurrently and out of order (a handler that returns a command answers at once; one
+that returns an awaitable is run as a task, so a slow request never holds up the next); our
+own requests (``invoke``) are matched to their responses by ``opaque``. A frame that does not
+decode closes only its connection. Oneway requests are never answered.
+"""
+
+import asyncio
+import inspect
+import itertools
+import logging
+import socket
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rmqstore.formats import remoting as R
+
+log = logging.getLogger(__name__)
+
+Answer = R.Command | None
+Handler = Callable[["Connection", R.Command], Answer | Awaitable[Answer]]
+Observer = Callable[[int, int | None, float], None]  # request code, response code, seconds
+READ_CHUNK = 256 * 1024
+_opaques = itertools.count(1)  # our own requests' opaques, process-wide (as Java's counter)
+
+
+class RemotingError(Exception):
+    """A request of ours that got no answer (timeout, connection lost) or could not be sent."""
+
+
+def not_supported(request: R.Command) -> R.Command:
+    return R.response_to(request, R.ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                         remark=f" request type {request.code} not supported")  # fmt: skip
+
+
+def peer_text(writer: asyncio.StreamWriter) -> str:
+    """The peer's ``ip:port`` (``[v6]:port``), or "" when unknown."""
+    peer = writer.get_extra_info("peername")
+    if not peer:
+        return ""
+    host, port = peer[0], peer[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class Connection:
+    """One TCP connection speaking remoting frames. ``handler`` answers the peer's requests
+    (None: every request is answered REQUEST_CODE_NOT_SUPPORTED)."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        handler: Handler | None = None,
+        observe: Observer | None = None,
+    ) -> None:
+        self.reader = reader
+        self.writer = writer
+        self.handler = handler
+        self.observe = observe
+        self.remote = peer_text(writer)
+        self.closed = asyncio.Event()
+        self._pending: dict[int, asyncio.Future[R.Command]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.attrs: dict[str, Any] = {}  # what a service keeps about the peer
+
+    async def run(self) -> None:
+        """Read frames until the peer closes or sends one that does not decode."""
+        buf = bytearray()  # the start of a frame not yet whole
+        try:
+            while True:
+                chunk = await self.reader.read(READ_CHUNK)
+                if not chunk:
+                    break
+                if buf:
+                    buf += chunk
+                    commands, used = R.split(buf)
+                    del buf[:used]
+                else:  # mostly whole frames: decoded from the chunk, nothing copied
+                    commands, used = R.split(chunk)
+                    if used < len(chunk):
+                        buf += chunk[used:]
+                for cmd in commands:
+                    self._received(cmd)
+        except R.FrameError as e:
+            log.warning("closing the connection from %s: %s", self.remote, e)
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.close()
+
+    def _received(self, cmd: R.Command) -> None:
+        if cmd.flag & R.FLAG_RESPONSE:
+            future = self._pending.pop(cmd.opaque, None)
+            if future is not None and not future.done():
+                future.set_result(cmd)
+            return
+        started = time.perf_counter() if self.observe is not None else 0.0
+        try:
+            answer = self.handler(self, cmd) if self.handler is not None else not_supported(cmd)
+        except Exception:
+            log.exception("request %s from %s failed", R.code_name(cmd.code), self.remote)
+            answer = R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR, remark="internal error")
+        if answer is not None and type(answer) is not R.Command and inspect.isawaitable(answer):
+            task = asyncio.ensure_future(self._await(cmd, answer, started))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            return
+        self._answer(cmd, answer, started)  # type: ignore[arg-type]
+
+    async def _await(self, cmd: R.Command, answer: Awaitable[Answer], started: float) -> None:
+        try:
+            result = await answer
+        except Exception:
+            log.exception("request %s from %s failed", R.code_name(cmd.code), self.remote)
+            result = R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR, remark="internal error")
+        self._answer(cmd, result, started)
+
+    def _answer(self, cmd: R.Command, answer: Answer, started: float) -> None:
+        if self.observe is not None:
+            self.observe(cmd.code, None if answer is None else answer.code,
+                         time.perf_counter() - started)  # fmt: skip
+        if answer is None or cmd.is_oneway:
+            return
+        self.send(answer)
+
+    def send(self, cmd: R.Command) -> None:
+        if self.writer.is_closing():
+            return
+        try:
+            self.writer.write(R.encode(cmd))
+        except R.FrameError as e:
+            log.error("answer to %s too large: %s", self.remote, e)
+            self.writer.write(R.encode(R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR,
+                                                     remark=str(e))))  # fmt: skip
+
+    async def invoke(self, cmd: R.Command, timeout: float) -> R.Command:
+        """Send a request of ours; its response (``RemotingError`` if none in ``timeout``)."""
+        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        cmd.flag = 0
+        future: asyncio.Future[R.Command] = asyncio.get_running_loop().create_future()
+        self._pending[cmd.opaque] = future
+        try:
+            if self.writer.is_closing():
+                raise RemotingError(f"connection to {self.remote} is closed")
+            self.writer.write(R.encode(cmd))
+            return await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            raise RemotingError(f"{R.code_name(cmd.code)} to {self.remote}: no answer in "
+                                f"{timeout} s") from None  # fmt: skip
+        finally:
+            self._pending.pop(cmd.opaque, None)
+
+    def oneway(self, cmd: R.Command) -> None:
+        """Send a request of ours that is never answered."""
+        cmd.opaque = next(_opaques) & 0x7FFFFFFF
+        cmd.flag = R.FLAG_ONEWAY
+        self.send(cmd)
+
+    def close(self) -> None:
+        if self.closed.is_set():
+            return
+        self.closed.set()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(RemotingError(f"connection to {self.remote} closed"))
+        self._pending.clear()
+        self.writer.close()
+
+
+class RemotingServer:
+    """Accepts connections on ``host:port`` and serves each with ``handler``.
+    ``on_close(conn)`` is called when a connection ends."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        observe: Observer | None = None,
+        on_close: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self.handler = handler
+        self.observe = observe
+        self.on_close = on_close
+        self.connections: set[Connection] = set()
+        self.address = ""  # host:port once started
+        self._serving: set[asyncio.Task[Any]] = set()  # a task per connection
+        self._server: asyncio.base_events.Server | None = None
+
+    async def start(self, host: str, port: int) -> str:
+        """Listen; the bound address as ``host:port``."""
+        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True,
+                                                  limit=R.FRAME_MAX)  # fmt: skip
+        bound = self._server.sockets[0].getsockname()[1]
+        self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
+        return self.address
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        conn = Connection(reader, writer, self.handler, self.observe)
+        self.connections.add(conn)
+        task = asyncio.current_task()
+        if task is not None:
+            self._serving.add(task)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            self._serving.discard(task)  # type: ignore[arg-type]
+            if self.on_close is not None:
+                self.on_close(conn)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for conn in list(self.connections):
+            conn.close()
+        if self._serving:  # each ends at its connection's end of file
+            await asyncio.wait(list(self._serving), timeout=5)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+
+class RemotingClient:
+    """Requests to one address over one connection, opened on first use and again after it
+    broke. ``handler`` answers what the peer asks of us on it."""
+
+    def __init__(
+        self, address: str, handler: Handler | None = None, connect_timeout: float = 3.0
+    ) -> None:
+        self.address = address
+        self.handler = handler
+        self.connect_timeout = connect_timeout
+        self._conn: Connection | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def connection(self) -> Connection:
+        async with self._lock:
+            if self._conn is not None and not self._conn.closed.is_set():
+                return self._conn
+            host, _, port = self.address.rpartition(":")
+            try:
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host.strip("[]"), int(port), limit=R.FRAME_MAX),
+                    self.connect_timeout)  # fmt: skip
+            except (OSError, TimeoutError, ValueError) as e:
+                raise RemotingError(f"cannot connect to {self.address}: {e}") from None
+            self._conn = Connection(reader, writer, self.handler)
+            self._reader_task = asyncio.ensure_future(self._conn.run())
+            return self._conn
+
+    async def invoke(self, cmd: R.Command, timeout: float = 3.0) -> R.Command:
+        conn = await self.connection()
+        try:
+            return await conn.invoke(cmd, timeout)
+        except RemotingError:
+            conn.close()  # as Java: a timed-out request closes its connection
+            raise
+
+    async def oneway(self, cmd: R.Command) -> None:
+        (await self.connection()).oneway(cmd)
+
+    async def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+        if self._reader_task is not None:
+            await asyncio.gather(self._reader_task, return_exceptions=True)

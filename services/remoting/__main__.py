@@ -1,0 +1,230 @@
+"""``python -m services.remoting``: the broker's RocketMQ 4.x remoting front end. RocketMQ 4.x
+producers and ``mqadmin`` send to it; it appends through the commitlog writer, answers
+lookups through the query service, and registers with the name servers every 30 s."""
+
+import argparse
+import asyncio
+import logging
+import signal
+import sys
+
+from rmqstore import metrics, tls
+from rmqstore.appender import Appender
+from rmqstore.formats.hosts import parse_host
+from rmqstore.metrics_remoting import RemotingMetrics
+from rmqstore.remoting_net import RemotingServer
+from rmqstore.server import announce, configure_logging
+from rmqstore.startup import StartupError, check_port_free, run_main, split_address
+from services.remoting import registration
+from services.remoting.broker import Broker, BrokerInfo
+from services.remoting.clients import Clients
+from services.remoting.send import Sender, append_refused
+from services.remoting.topics import Topics
+from services.remoting.transactions import Transactions
+
+log = logging.getLogger("rmqstore.remoting")
+CLIENT_SCAN_S = 10.0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="python -m services.remoting", description=__doc__)
+    p.add_argument("--listen", default="127.0.0.1:10911", help="HOST:PORT (port 0: any free)")
+    p.add_argument(
+        "--store",
+        default="",
+        help="the store root (unused: all goes through the writer and the query service)",
+    )
+    p.add_argument("--commitlog", default="127.0.0.1:8100", help="the commitlog writer")
+    p.add_argument(
+        "--commitlog-socket",
+        default="",
+        help="the writer's --put-socket (same machine): puts go there",
+    )
+    p.add_argument("--query", default="127.0.0.1:8101", help="the query service")
+    p.add_argument(
+        "--namesrv",
+        default="",
+        help="name servers to register with, HOST:PORT;HOST:PORT (none: register nowhere)",
+    )
+    p.add_argument(
+        "--broker-ip",
+        default="",
+        help="the address clients reach this broker at (RocketMQ's brokerIP1): "
+        "registered with the name servers and carried by offset message ids "
+        "(default: the host of --listen)",
+    )
+    p.add_argument("--ha-address", default="",
+                   help="the writer's HA address the broker registers (haServerAddr; default: "
+                        "--broker-ip and this port + 1, as RocketMQ)")  # fmt: skip
+    p.add_argument("--broker-name", default="broker-a")
+    p.add_argument("--cluster-name", default="DefaultCluster")
+    p.add_argument(
+        "--no-auto-create-topics",
+        dest="auto_create_topics",
+        action="store_false",
+        help="refuse sends to unknown topics (RocketMQ's autoCreateTopicEnable=false)",
+    )
+    p.add_argument(
+        "--max-pending-sends",
+        type=int,
+        default=10_000,
+        help="sends waiting for the writer beyond which new ones are answered "
+        "SYSTEM_BUSY (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batches-in-flight",
+        type=int,
+        default=2,
+        help="writer batches put at once (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-linger-ms",
+        type=float,
+        default=16.0,
+        help="while a pipelining connection's sends keep arriving, its writer batch "
+        "waits up to this long to fill up (default: %(default)s)",
+    )
+    p.add_argument(
+        "--register-interval",
+        type=float,
+        default=registration.INTERVAL_S,
+        help="seconds between registrations (default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-timeout",
+        type=float,
+        default=6.0,
+        help="seconds before an open transaction is first checked (RocketMQ's "
+        "transactionTimeOut; default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-interval",
+        type=float,
+        default=60.0,
+        help="seconds between checks of an open transaction (RocketMQ's "
+        "transactionCheckInterval; default: %(default)s)",
+    )
+    p.add_argument(
+        "--transaction-check-max",
+        type=int,
+        default=15,
+        help="checks of an open transaction before it is no longer checked (default: %(default)s)",
+    )
+    p.add_argument("--metrics-port", type=int, default=0)
+    p.add_argument("--metrics-host", default="", help="default: the host of --listen")
+    p.add_argument("--log-level", default="INFO")
+    tls.add_tls_flags(p)
+    return p.parse_args(argv)
+
+
+async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> None:
+    host, port = split_address(args.listen)
+    try:
+        namesrvs = registration.parse_namesrv(args.namesrv)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+    writer = tls.aio_client_channel(args.commitlog, args)
+    query = tls.aio_client_channel(args.query, args)
+    if args.batches_in_flight < 1 or not 0 <= args.batch_linger_ms <= 1000:
+        raise StartupError("--batches-in-flight must be >= 1, --batch-linger-ms in 0..1000")
+    appender = Appender(
+        writer,
+        slots=args.batches_in_flight,
+        put_socket=args.commitlog_socket,
+        linger_s=args.batch_linger_ms / 1000,
+        make_error=append_refused,
+    )
+    topics = Topics(writer)
+    clients = Clients()
+    holder: dict[str, registration.Registration] = {}
+
+    def topics_changed(_topic: str = "") -> None:
+        if "r" in holder:
+            holder["r"].soon()
+
+    sender = Sender(
+        appender,
+        topics,
+        parse_host("127.0.0.1:0"),
+        args.broker_name,
+        args.auto_create_topics,
+        args.max_pending_sends,
+        topics_changed,
+    )
+    reads: dict[str, Broker] = {}
+
+    async def read(offset: int) -> bytes:
+        return await reads["broker"].read_record(offset)
+
+    sender.transactions = Transactions(
+        appender, clients, read, sender.msg_id, args.transaction_timeout,
+        args.transaction_check_interval, args.transaction_check_max,
+    )  # fmt: skip
+    info = BrokerInfo(args.cluster_name, args.broker_name, "")
+    broker = reads["broker"] = Broker(info, sender, topics, query, writer, clients,
+                                      topics_changed)  # fmt: skip
+    server = RemotingServer(
+        broker, observe.observe if observe else None, on_close=broker.connection_closed
+    )
+    try:
+        address = await server.start(host, port)
+    except OSError as e:
+        raise StartupError(f"cannot listen on {args.listen}: {e.strerror}") from None
+    bound = int(address.rpartition(":")[2])
+    broker_ip = args.broker_ip or host
+    if broker_ip in ("", "0.0.0.0", "::"):
+        raise StartupError("--broker-ip is required when listening on all addresses")
+    try:
+        sender.store_host = parse_host(f"{broker_ip}:{bound}")
+    except ValueError as e:
+        raise StartupError(f"--broker-ip {broker_ip!r}: {e}") from None
+    info.broker_addr = f"{broker_ip}:{bound}"
+    reg = registration.Registration(
+        namesrvs,
+        args.broker_name,
+        info.broker_addr,
+        args.cluster_name,
+        args.ha_address or f"{broker_ip}:{bound + 1}",
+        broker.topic_table,
+        args.register_interval,
+    )
+    holder["r"] = reg
+    reg.start()
+    sender.transactions.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    announce("remoting", address)
+    while True:
+        try:
+            await asyncio.wait_for(stop.wait(), CLIENT_SCAN_S)
+            break
+        except TimeoutError:
+            clients.expire()
+    await reg.close()
+    await sender.transactions.close()
+    await server.close()
+    await appender.close()
+    await writer.close()
+    await query.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    configure_logging(args.log_level)
+    check_port_free(args.listen, "remoting")
+    registry = metrics.new_registry("remoting")
+    observe = RemotingMetrics(registry, "remoting") if args.metrics_port else None
+    host = metrics.metrics_host(args.listen, args.metrics_host)
+    metrics_server = metrics.start_metrics_server(args.metrics_port, registry, host)
+    try:
+        asyncio.run(serve(args, observe))
+    finally:
+        if metrics_server is not None:
+            metrics_server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_main("remoting", main))

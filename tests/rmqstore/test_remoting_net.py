@@ -1,0 +1,89 @@
+"""The remoting connection the name server and the broker share: requests of one connection
+answered concurrently and out of order, oneways never answered, requests made by the server
+on a client's connection (as CHECK_TRANSACTION_STATE is), and the client's reconnection."""
+
+import asyncio
+
+from rmqstore.formats import remoting as R
+from rmqstore.remoting_net import Connection, RemotingClient, RemotingError, RemotingServer
+
+SLOW, FAST, ONEWAY_SEEN = 1001, 1002, 1003
+
+
+def test_answers_out_of_order_and_oneways_unanswered() -> None:
+    async def main() -> None:
+        release = asyncio.Event()
+        seen: list[int] = []
+
+        async def slow(req: R.Command) -> R.Command:
+            await release.wait()
+            return R.response_to(req, ext={"who": "slow"})
+
+        def handler(conn: Connection, req: R.Command) -> object:
+            seen.append(req.code)
+            if req.code == SLOW:
+                return slow(req)
+            return R.response_to(req, ext={"who": "fast"})
+
+        server = RemotingServer(handler)  # type: ignore[arg-type]
+        address = await server.start("127.0.0.1", 0)
+        client = RemotingClient(address)
+        slow_call = asyncio.ensure_future(client.invoke(R.Command(code=SLOW), 30))
+        await client.oneway(R.Command(code=ONEWAY_SEEN))
+        fast = await client.invoke(R.Command(code=FAST), 30)
+        assert fast.ext == {"who": "fast"} and not slow_call.done()
+        release.set()
+        assert (await slow_call).ext == {"who": "slow"}
+        assert sorted(seen) == [SLOW, FAST, ONEWAY_SEEN]
+        await client.close()
+        await server.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_server_asks_the_client_on_its_connection() -> None:
+    async def main() -> None:
+        connections: list[Connection] = []
+
+        def server_side(conn: Connection, req: R.Command) -> R.Command:
+            connections.append(conn)
+            return R.response_to(req)
+
+        def client_side(conn: Connection, req: R.Command) -> R.Command:
+            return R.response_to(req, ext={"answered": str(req.code)})
+
+        server = RemotingServer(server_side)
+        client = RemotingClient(await server.start("127.0.0.1", 0), client_side)
+        await client.invoke(R.Command(code=R.RequestCode.HEART_BEAT), 30)
+        answer = await connections[0].invoke(R.Command(code=307), 30)
+        assert answer.ext == {"answered": "307"}
+        await client.close()
+        await server.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_client_reconnects_after_the_server_closed_its_connection() -> None:
+    async def main() -> None:
+        server = RemotingServer(lambda conn, req: R.response_to(req))
+        address = await server.start("127.0.0.1", 0)
+        client = RemotingClient(address)
+        assert (await client.invoke(R.Command(code=1), 30)).code == 0
+        for conn in list(server.connections):
+            conn.close()
+        while True:  # the client sees the close, then opens a new connection
+            try:
+                assert (await client.invoke(R.Command(code=1), 30)).code == 0
+                break
+            except RemotingError:
+                await asyncio.sleep(0.01)
+        await client.close()
+        await server.close()
+        try:
+            await RemotingClient(address, connect_timeout=5).invoke(R.Command(code=1), 5)
+        except RemotingError as e:
+            assert "cannot connect" in str(e)
+        else:
+            raise AssertionError("a closed server answered")
+
+    asyncio.run(asyncio.wait_for(main(), 60))

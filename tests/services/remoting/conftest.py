@@ -1,0 +1,31 @@
+"""Fixtures of the remoting tests: ``rmqstore serve`` (name server on base + 8, remoting broker
+on base + 7) for the whole module, and a connection to each."""
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.services.proxy.conftest import Serve
+
+NAMESRV_SLOT = 8
+BROKER_SLOT = 7
+
+
+class Served:
+    def __init__(self, serve: Serve) -> None:
+        self.serve = serve
+        self.namesrv = serve.address(NAMESRV_SLOT)
+        self.broker = serve.address(BROKER_SLOT)
+        self.query = serve.address(1)
+        self.writer = serve.address(0)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    store: Path = tmp_path_factory.mktemp("remoting") / "store"
+    serve = Serve(store)
+    try:
+        yield Served(serve)
+    finally:
+        serve.stop()
