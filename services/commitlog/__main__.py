@@ -25,11 +25,15 @@ from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_master import Replication
 from services.commitlog.ha_slave import HaSlave
 from services.commitlog.observe import WriterObserver
+from services.commitlog.promotion import Roles, replication_for
 from services.commitlog.read_only import ReadOnlyStore
+from services.commitlog.rejoin import MasterUnknown, rejoin
 from services.commitlog.retention import Retention
 from services.commitlog.servicer import CommitLogServicer, add_to_server
+from services.commitlog.terms import NewerThanMaster
 
 log = logging.getLogger("rmqstore.commitlog")
+REJOIN_DEADLINE_S = 30.0  # a slave waits this long for its master's writer to answer
 
 
 def add_store_flags(p: argparse.ArgumentParser) -> None:
@@ -126,13 +130,31 @@ def _serve(args: argparse.Namespace) -> int:
         delay.use_levels(config.delay_levels)  # before any message is built or dispatched
         engine: CommitLogEngine | ReadOnlyStore = (
             ReadOnlyStore(config) if args.read_only else CommitLogEngine(config))
-        topic_store = topics.TopicStore(
-            Path(args.store), args.queues_per_topic, args.read_only,
-            in_use=(lambda: engine.queue_table) if isinstance(engine, CommitLogEngine) else dict,
-        )  # fmt: skip
     except StoreLockedError as e:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
+        raise StartupError(f"cannot open the store {args.store}: {e}") from None
+    if args.ha_master_commitlog and not config.is_slave:
+        engine.close()
+        raise StartupError("--ha-master-commitlog goes with --role slave")
+    if isinstance(engine, CommitLogEngine) and config.is_slave and args.ha_master_commitlog:
+        try:
+            engine = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S)
+        except (MasterUnknown, NewerThanMaster) as e:
+            engine.close()
+            raise StartupError(f"cannot follow {config.ha_master}: {e}") from None
+        except (StoreError, OSError) as e:
+            engine.close()
+            raise StartupError(f"cannot cut the commitlog to follow {config.ha_master}: "
+                               f"{e}") from None  # fmt: skip
+    opened = engine
+    try:
+        topic_store = topics.TopicStore(
+            Path(args.store), args.queues_per_topic, args.read_only,
+            in_use=(lambda: opened.queue_table) if isinstance(opened, CommitLogEngine) else dict,
+        )  # fmt: skip
+    except (StoreError, ValueError, OSError) as e:
+        engine.close()
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
     # delayed delivery appends and retention deletes: only a writable store has them, and a
     # slave has neither (its master's appear in the bytes it copies)
@@ -140,8 +162,7 @@ def _serve(args: argparse.Namespace) -> int:
     retention: Retention | None = None
     replication: Replication | None = None
     if isinstance(engine, CommitLogEngine) and not config.is_slave:
-        replication = Replication(engine, config.role, config.slave_timeout_s,
-                                  config.slave_fallbehind_max, config.min_sync_replicas)
+        replication = replication_for(engine, config)
         if replication.sync and not config.ha_port:
             log.warning("--role sync_master without --ha-port: no slave can connect, every "
                         "put is answered SLAVE_NOT_AVAILABLE")
@@ -187,8 +208,8 @@ def _serve(args: argparse.Namespace) -> int:
             _stop_background(delivery, retention)
             engine.close()
             raise StartupError(f"cannot listen on the put socket {args.put_socket}: {e}") from None
+    host = args.listen.rsplit(":", 1)[0].strip("[]")
     if replication is not None and config.ha_port:
-        host = args.listen.rsplit(":", 1)[0].strip("[]")
         try:
             service.call(replication.listen(host, config.ha_port))
         except OSError as e:
@@ -207,16 +228,20 @@ def _serve(args: argparse.Namespace) -> int:
     if slave is not None:
         ha_slave.watch(registry, slave)
         slave.start()
+    roles = Roles(engine, host, observer, service.run_blocking, slave, replication, delivery,
+                  retention)  # fmt: skip
+    if isinstance(engine, CommitLogEngine):
+        servicer.use(roles)
 
     def stop() -> None:
         if put_server is not None:
             service.call(put_socket.close(put_server))
-        if replication is not None:
-            service.call(replication.close())
+        if roles.replication is not None:
+            service.call(roles.replication.close())
         service.stop()
-        if slave is not None:  # before the engine it appends to closes
-            slave.close()
-        _stop_background(delivery, retention)  # before the engine they append to closes
+        if roles.slave is not None:  # before the engine it appends to closes
+            roles.slave.close()
+        _stop_background(roles.delivery, roles.retention)  # before the engine closes
         engine.close()
         if metrics_server is not None:
             metrics_server.stop()

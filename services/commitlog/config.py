@@ -185,6 +185,12 @@ def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") ->
         help="a slave's master: its HA port (RocketMQ's broker: listen port + 1, 10912)",
     )  # fmt: skip
     p.add_argument(
+        "--ha-master-commitlog", default="", metavar="HOST:PORT",
+        help="a slave's master is an rmqstore writer at this gRPC address: before following, "
+        "the slave cuts its log where its history parts from the master's (a former master "
+        "rejoining after a switchover; the cut bytes go to rmqstore/quarantine/)",
+    )  # fmt: skip
+    p.add_argument(
         "--ha-retry-seconds", type=float, default=WriterConfig.ha_retry_s,
         help="a slave reconnects to its master after this long (default: %(default)s)",
     )  # fmt: skip
@@ -205,4 +211,6 @@ def replication_args(args: argparse.Namespace, ha_port: int) -> list[str]:
         "--ha-retry-seconds", str(args.ha_retry_seconds),
         "--ha-idle-seconds", str(args.ha_idle_seconds),
     ]  # fmt: skip
-    return out + (["--ha-master", args.ha_master] if args.ha_master else [])
+    out += ["--ha-master", args.ha_master] if args.ha_master else []
+    return out + (["--ha-master-commitlog", args.ha_master_commitlog]
+                  if args.ha_master_commitlog else [])  # fmt: skip
