@@ -27,13 +27,13 @@ from services.commitlog.ha_slave import HaSlave
 from services.commitlog.observe import WriterObserver
 from services.commitlog.promotion import Roles, replication_for
 from services.commitlog.read_only import ReadOnlyStore
-from services.commitlog.rejoin import MasterUnknown, rejoin
+from services.commitlog.rejoin import LateCheck, MasterUnknown, rejoin
 from services.commitlog.retention import Retention
 from services.commitlog.servicer import CommitLogServicer, add_to_server
 from services.commitlog.terms import NewerThanMaster
 
 log = logging.getLogger("rmqstore.commitlog")
-REJOIN_DEADLINE_S = 30.0  # a slave waits this long for its master's writer to answer
+REJOIN_DEADLINE_S = 5.0  # at start-up, a slave waits this long for its master's writer
 
 
 def add_store_flags(p: argparse.ArgumentParser) -> None:
@@ -137,9 +137,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.ha_master_commitlog and not config.is_slave:
         engine.close()
         raise StartupError("--ha-master-commitlog goes with --role slave")
+    checked = True
     if isinstance(engine, CommitLogEngine) and config.is_slave and args.ha_master_commitlog:
         try:
-            engine = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S)
+            engine, checked = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S)
         except (MasterUnknown, NewerThanMaster) as e:
             engine.close()
             raise StartupError(f"cannot follow {config.ha_master}: {e}") from None
@@ -226,12 +227,15 @@ def _serve(args: argparse.Namespace) -> int:
         retention.start()
     slave = HaSlave(engine) if isinstance(engine, CommitLogEngine) and config.is_slave else None
     if slave is not None:
+        if not checked:
+            slave.check = LateCheck(slave.replica.engine, args.ha_master_commitlog)
         ha_slave.watch(registry, slave)
         slave.start()
     roles = Roles(engine, host, observer, service.run_blocking, slave, replication, delivery,
                   retention)  # fmt: skip
     if isinstance(engine, CommitLogEngine):
         servicer.use(roles)
+        roles.on_change.append(servicer.use)  # after a promotion
 
     def stop() -> None:
         if put_server is not None:

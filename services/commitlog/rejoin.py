@@ -12,6 +12,11 @@ its master terms began (``terms.py``), and before following:
 * begins a writer epoch at the cut, so its builders cut their consume queues and index
   there too when they reconnect;
 * adopts the master's terms.
+
+A master whose writer does not answer at start-up (down, like the slave) is checked again
+before each connection to its HA port, and the slave does not follow it until it has been:
+a check that finds a cut to make then keeps the slave from following and says to restart it
+(the cut is made at start-up, before the builders connect).
 """
 
 import logging
@@ -27,7 +32,7 @@ from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.recovery import Recovered, quarantine_beyond, zero_tail
 from services.commitlog.segment_files import SegmentQueue
-from services.commitlog.terms import Term, diverges_at
+from services.commitlog.terms import NewerThanMaster, Term, diverges_at
 
 log = logging.getLogger(__name__)
 RPC_TIMEOUT_S = 5.0
@@ -37,7 +42,11 @@ class MasterUnknown(Exception):
     """The master's writer did not say where its terms began."""
 
 
-def master_terms(address: str, deadline_s: float) -> list[Term]:
+class MasterIsSlave(MasterUnknown):
+    """The writer named as the master is a slave itself."""
+
+
+def master_terms(address: str, deadline_s: float = 0) -> list[Term]:
     """The master writer's terms; retried until ``deadline_s`` has passed."""
     until = time.monotonic() + deadline_s
     while True:
@@ -54,7 +63,7 @@ def master_terms(address: str, deadline_s: float) -> list[Term]:
             time.sleep(0.5)
             continue
         if got.role == "slave":
-            raise MasterUnknown(f"the writer at {address} is a slave, not a master: point "
+            raise MasterIsSlave(f"the writer at {address} is a slave, not a master: point "
                                 "--ha-master-commitlog at the master's writer")  # fmt: skip
         return [(t.term, t.start_offset) for t in got.terms]
 
@@ -83,11 +92,17 @@ def cut_commitlog(config: WriterConfig, offset: int, reason: str) -> int:
 
 
 def rejoin(engine: CommitLogEngine, master_commitlog: str, deadline_s: float
-           ) -> CommitLogEngine:  # fmt: skip
-    """Check ``engine``'s history against its master's; the engine to serve (a new one if its
-    log was cut)."""
+           ) -> tuple[CommitLogEngine, bool]:  # fmt: skip
+    """Check ``engine``'s history against its master's: the engine to serve (a new one if its
+    log was cut) and whether the check was made (False: the master's writer did not answer)."""
     config = engine.config
-    theirs = master_terms(master_commitlog, deadline_s)
+    try:
+        theirs = master_terms(master_commitlog, deadline_s)
+    except MasterIsSlave:
+        raise
+    except MasterUnknown as e:
+        log.warning("%s; the slave follows %s once it has answered", e, config.ha_master)
+        return engine, False
     end = engine.max_offset
     cut = diverges_at(engine.terms.history, theirs, end)
     if cut is not None:
@@ -104,4 +119,32 @@ def rejoin(engine: CommitLogEngine, master_commitlog: str, deadline_s: float
         log.warning("cut the commitlog at %d (%d bytes kept in rmqstore/quarantine/); writer "
                     "epoch %d begins there", cut, moved, epoch)  # fmt: skip
     engine.terms.adopt(theirs)
-    return engine
+    return engine, True
+
+
+class LateCheck:
+    """The check of a slave whose master's writer did not answer at start-up, made before
+    each connection (``HaSlave.check``) until it has passed."""
+
+    def __init__(self, engine: CommitLogEngine, master_commitlog: str) -> None:
+        self.engine = engine
+        self.address = master_commitlog
+        self.passed = False
+
+    def __call__(self) -> str:
+        if self.passed:
+            return ""
+        try:
+            theirs = master_terms(self.address)
+            cut = diverges_at(self.engine.terms.history, theirs, self.engine.max_offset)
+        except (MasterUnknown, NewerThanMaster) as e:
+            return f"not following {self.engine.config.ha_master} yet: {e}"
+        if cut is not None:
+            return (f"not following {self.engine.config.ha_master}: its history parts from this "
+                    f"store's at {cut}, and this store ends at {self.engine.max_offset}; restart "
+                    "this writer to move the bytes past the cut into the quarantine and follow")
+        self.engine.terms.adopt(theirs)
+        self.passed = True
+        log.info("the master %s's history continues this store's: following it",
+                 self.engine.config.ha_master)  # fmt: skip
+        return ""
