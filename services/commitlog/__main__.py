@@ -19,6 +19,7 @@ from services.commitlog.config import (
     add_background_flags,
     add_replication_flags,
 )
+from services.commitlog.config_copy import ConfigCopy
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.dispatching import LINGER_BELOW
 from services.commitlog.engine import CommitLogEngine
@@ -134,6 +135,9 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
+    if not args.config_copy_seconds > 0:
+        engine.close()
+        raise StartupError("--config-copy-seconds must be positive")
     if args.ha_master_commitlog and not config.is_slave:
         engine.close()
         raise StartupError("--ha-master-commitlog goes with --role slave")
@@ -233,6 +237,10 @@ def _serve(args: argparse.Namespace) -> int:
         slave.start()
     roles = Roles(engine, host, observer, service.run_blocking, slave, replication, delivery,
                   retention)  # fmt: skip
+    if slave is not None and args.ha_master_commitlog:
+        roles.config_copy = ConfigCopy(slave.replica.engine.layout, topic_store,
+                                       args.ha_master_commitlog, args.config_copy_seconds)
+        roles.config_copy.start()
     if isinstance(engine, CommitLogEngine):
         servicer.use(roles)
         roles.on_change.append(servicer.use)  # after a promotion
@@ -245,6 +253,8 @@ def _serve(args: argparse.Namespace) -> int:
         service.stop()
         if roles.slave is not None:  # before the engine it appends to closes
             roles.slave.close()
+        if roles.config_copy is not None:
+            roles.config_copy.close()
         _stop_background(roles.delivery, roles.retention)  # before the engine closes
         engine.close()
         if metrics_server is not None:

@@ -191,6 +191,11 @@ def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") ->
         "rejoining after a switchover; the cut bytes go to rmqstore/quarantine/)",
     )  # fmt: skip
     p.add_argument(
+        "--config-copy-seconds", type=float, default=10.0,
+        help="with --ha-master-commitlog: copy the master's config/ (topics, delay offsets, "
+        "consumer offsets, subscription groups) this often (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
         "--ha-retry-seconds", type=float, default=WriterConfig.ha_retry_s,
         help="a slave reconnects to its master after this long (default: %(default)s)",
     )  # fmt: skip
@@ -210,6 +215,7 @@ def replication_args(args: argparse.Namespace, ha_port: int) -> list[str]:
         "--min-sync-replicas", str(args.min_sync_replicas),
         "--ha-retry-seconds", str(args.ha_retry_seconds),
         "--ha-idle-seconds", str(args.ha_idle_seconds),
+        "--config-copy-seconds", str(args.config_copy_seconds),
     ]  # fmt: skip
     out += ["--ha-master", args.ha_master] if args.ha_master else []
     return out + (["--ha-master-commitlog", args.ha_master_commitlog]

@@ -7,7 +7,8 @@ Promotion (``rmqstore admin promote``, the writer's ``Promote`` call):
    (two masters would take puts for one history) unless forced;
 2. the HA listener starts on the writer's ``--ha-port`` (or the one asked for; a port in
    use refuses the promotion with nothing changed);
-3. the follower stops (a record received in part is dropped: it was never acknowledged);
+3. the follower stops (a record received in part is dropped: it was never acknowledged),
+   and so does the copy of the master's configuration (``config_copy``);
 4. a new master term and a new writer epoch begin at this store's end (``terms.py``): a
    former master that rejoins as a slave cuts its log there;
 5. delayed delivery and retention start, and puts are taken.
@@ -25,6 +26,7 @@ from typing import Any
 from rmqstore.errors import StoreError
 from rmqstore.v1 import commitlog_pb2
 from services.commitlog.config import ASYNC_MASTER, SYNC_MASTER, WriterConfig, master_address
+from services.commitlog.config_copy import ConfigCopy
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_master import Replication
@@ -74,6 +76,7 @@ class Roles:
         self.replication = replication
         self.delivery = delivery
         self.retention = retention
+        self.config_copy: ConfigCopy | None = None  # a slave's copy of its master's config/
         self.on_change: list[Callable[[Roles], None]] = []  # e.g. the servicer's references
         self._promoting = asyncio.Lock()
 
@@ -106,6 +109,9 @@ class Roles:
                                           f"{err}") from None  # fmt: skip
             slave = self.slave
             await self.run_blocking(slave.close)
+            if self.config_copy is not None:  # the master's config/ is this writer's now
+                await self.run_blocking(self.config_copy.close)
+                self.config_copy = None
             if slave.replica.pending:
                 log.info("dropping %d bytes of a record received in part from %s",
                          len(slave.replica.pending), former)  # fmt: skip

@@ -24,6 +24,7 @@ from rmqstore.put_socket import Answer
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
+from services.commitlog.config_copy import read_config
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.engine import DURABLE_TIMEOUT_S, CommitLogEngine, flush_timeout
 from services.commitlog.ha_master import PUT_OK, Replication
@@ -390,6 +391,11 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         return commitlog_pb2.Terms(
             terms=[commitlog_pb2.Term(term=t, start_offset=o) for t, o in history],
             max_offset=e.max_offset, role=e.config.role, store_id=e.store_id)  # fmt: skip
+
+    @grpc_errors
+    async def GetConfig(self, request, context):
+        files = await self._run_blocking(read_config, self.engine.layout)
+        return commitlog_pb2.ConfigFiles(files=files)
 
 
 SUBSCRIBE_METHOD = (

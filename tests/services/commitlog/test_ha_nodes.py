@@ -1,15 +1,19 @@
 """Two rmqstore nodes on loopback (writer and builders each, real processes): a slave ends
 identical to its master; put statuses with a real rmqstore slave killed, frozen and thawed
 (spec rocketmq-ha.md §5); a switchover with ``rmqstore admin promote`` and the former
-master rejoining as the new master's slave, its unreplicated tail moved into the quarantine."""
+master rejoining as the new master's slave, its unreplicated tail moved into the quarantine;
+the slave's copy of its master's config/."""
 
 import json
 import signal
 
 import pytest
 
-from rmqstore import quarantine
+from rmqstore import durable, quarantine
+from rmqstore.formats import consumer_offsets
 from rmqstore.layout import StoreLayout
+from rmqstore.server import channel
+from rmqstore.v1 import topics_pb2, topics_pb2_grpc
 from tests.services.commitlog.nodes import Node, admin
 from tests.services.commitlog.replicas import files, wait_for
 from tests.services.indexer.helpers import tree_bytes
@@ -146,3 +150,28 @@ def test_switchover_and_the_former_master_rejoins_as_a_slave(tmp_path):
     finally:
         a.stop()
         b.stop()
+
+
+def test_a_slave_copies_its_masters_config(tmp_path):
+    """Every ``--config-copy-seconds`` the slave's writer takes the master's topics and delay
+    offsets into its config/, and keeps the master's consumer offsets (as its proxy saved
+    them) in rmqstore/replica-config/ for its own proxy."""
+    master, slave = Node(tmp_path, "a"), Node(tmp_path, "b")
+    try:
+        master.master(builders=False)
+        topics_pb2_grpc.TopicsStub(channel(master.address)).CreateTopic(
+            topics_pb2.CreateTopicRequest(name="Orders", queue_nums=2), timeout=10)
+        offsets = consumer_offsets.OffsetTable({("Orders", "billing"): {0: 12, 1: 3}})
+        # as the master's proxy saves them
+        durable.replace_file(master.store / "config" / "consumerOffset.json",
+                             consumer_offsets.render(offsets).encode())  # fmt: skip
+        slave.slave_of(master, "--config-copy-seconds", "0.2", builders=False)
+        copied = StoreLayout.of(slave.store).replica_config_dir / "consumerOffset.json"
+        wait_for(copied.exists, 60, "the master's consumer offsets on the slave")
+        assert consumer_offsets.parse(copied.read_text()).offsets == offsets.offsets
+        topics = topics_pb2_grpc.TopicsStub(channel(slave.address))
+        got = topics.GetTopic(topics_pb2.GetTopicRequest(name="Orders"), timeout=10)
+        assert got.write_queue_nums == 2
+    finally:
+        slave.stop()
+        master.stop()
