@@ -116,6 +116,8 @@ def test_switchover_and_the_former_master_rejoins_as_a_slave(tmp_path):
         refused = admin("promote", "--commitlog", b.address)
         assert refused.returncode == 1, refused
         assert f"the master {a.ha} still answers on its HA port" in refused.stderr
+        not_slave = admin("promote", "--commitlog", a.address)
+        assert not_slave.returncode == 1 and "only a slave can be promoted" in not_slave.stderr
 
         b.kill_writer()
         wait_for(lambda: not a.replication().slaves, 30, "the master to see the kill")
@@ -175,3 +177,17 @@ def test_a_slave_copies_its_masters_config(tmp_path):
     finally:
         slave.stop()
         master.stop()
+
+
+def test_a_slave_refuses_to_follow_a_writer_that_is_a_slave_itself(tmp_path):
+    """``--ha-master-commitlog`` naming a slave (a promoted node restarted unchanged, pointing
+    at its former master): the writer refuses to start, saying why."""
+    a, b, c = Node(tmp_path, "a"), Node(tmp_path, "b"), Node(tmp_path, "c")
+    try:
+        a.master(builders=False)
+        b.slave_of(a, builders=False)
+        with pytest.raises(RuntimeError, match="is a slave, not a master"):
+            c.slave_of(b, builders=False)
+    finally:
+        for n in (c, b, a):
+            n.stop()
