@@ -116,7 +116,12 @@ class Roles:
                 log.info("dropping %d bytes of a record received in part from %s",
                          len(slave.replica.pending), former)  # fmt: skip
             term, start, epoch = e.become_master(role, ha_port)
-            delivery = DeliveryService(e) if e.config.delivery else None
+            delivery = None
+            try:
+                delivery = DeliveryService(e) if e.config.delivery else None
+            except StoreError as err:  # promoted all the same: puts matter more
+                log.error("promoted, but delayed delivery cannot start: %s; delayed messages "
+                          "stay in the schedule topic until the writer restarts", err)  # fmt: skip
             retention = Retention(e)
             self.slave, self.replication = None, replication
             self.delivery, self.retention = delivery, retention
