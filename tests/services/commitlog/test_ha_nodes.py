@@ -13,7 +13,7 @@ from rmqstore import durable, quarantine
 from rmqstore.formats import consumer_offsets
 from rmqstore.layout import StoreLayout
 from rmqstore.server import channel
-from rmqstore.v1 import topics_pb2, topics_pb2_grpc
+from rmqstore.v1 import commitlog_pb2, topics_pb2, topics_pb2_grpc
 from tests.services.commitlog.nodes import Node, admin
 from tests.services.commitlog.replicas import files, wait_for
 from tests.services.indexer.helpers import tree_bytes
@@ -134,7 +134,9 @@ def test_switchover_and_the_former_master_rejoins_as_a_slave(tmp_path):
         start = got["startOffset"]
         assert got["term"] == 1 and got["haPort"] == b.ha_port and got["formerMaster"] == a.ha
         assert start == acked[-1].phy_offset + acked[-1].size < a_end
-        assert b.replication().role == "sync_master"
+        status = b.stub().GetStatus(commitlog_pb2.GetStatusRequest(), timeout=10)
+        assert status.replication.role == "sync_master"
+        assert status.delivery.enabled and status.retention.retention_hours > 0  # both run now
         assert b.put(2000).results[0].status == 2  # no slave yet: SLAVE_NOT_AVAILABLE
 
         a.slave_of(b)  # the former master rejoins
