@@ -108,6 +108,12 @@ class StoreLayout:
         return self.root / "rmqstore"
 
     @property
+    def replica_config_dir(self) -> Path:
+        """A slave's copies of its master's consumer progress (``consumerOffset.json``,
+        ``subscriptionGroup.json``), kept by its writer and read by its proxy at start."""
+        return self.own_dir / "replica-config"
+
+    @property
     def delay_offset(self) -> Path:
         return self.root / "config" / "delayOffset.json"
 

@@ -17,7 +17,8 @@ import grpc
 from services.cli.errors import USAGE, CliError
 
 # module name -> it defines register(subparsers) adding one or more subcommands
-COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline", "topic", "group", "consume")
+COMMAND_MODULES = ("serve", "put", "inspect", "query", "pipeline", "topic", "group", "consume",
+                   "admin")
 
 
 class Parser(argparse.ArgumentParser):

@@ -19,17 +19,22 @@ from services.commitlog.config import (
     add_background_flags,
     add_replication_flags,
 )
+from services.commitlog.config_copy import ConfigCopy
 from services.commitlog.delivery import DeliveryService
 from services.commitlog.dispatching import LINGER_BELOW
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_master import Replication
 from services.commitlog.ha_slave import HaSlave
 from services.commitlog.observe import WriterObserver
+from services.commitlog.promotion import Roles, replication_for
 from services.commitlog.read_only import ReadOnlyStore
+from services.commitlog.rejoin import LateCheck, MasterUnknown, rejoin
 from services.commitlog.retention import Retention
 from services.commitlog.servicer import CommitLogServicer, add_to_server
+from services.commitlog.terms import NewerThanMaster
 
 log = logging.getLogger("rmqstore.commitlog")
+REJOIN_DEADLINE_S = 5.0  # at start-up, a slave waits this long for its master's writer
 
 
 def add_store_flags(p: argparse.ArgumentParser) -> None:
@@ -126,13 +131,35 @@ def _serve(args: argparse.Namespace) -> int:
         delay.use_levels(config.delay_levels)  # before any message is built or dispatched
         engine: CommitLogEngine | ReadOnlyStore = (
             ReadOnlyStore(config) if args.read_only else CommitLogEngine(config))
-        topic_store = topics.TopicStore(
-            Path(args.store), args.queues_per_topic, args.read_only,
-            in_use=(lambda: engine.queue_table) if isinstance(engine, CommitLogEngine) else dict,
-        )  # fmt: skip
     except StoreLockedError as e:
         raise StartupError(str(e)) from None
     except (StoreError, ValueError, OSError) as e:
+        raise StartupError(f"cannot open the store {args.store}: {e}") from None
+    if not args.config_copy_seconds > 0:
+        engine.close()
+        raise StartupError("--config-copy-seconds must be positive")
+    if args.ha_master_commitlog and not config.is_slave:
+        engine.close()
+        raise StartupError("--ha-master-commitlog goes with --role slave")
+    checked = True
+    if isinstance(engine, CommitLogEngine) and config.is_slave and args.ha_master_commitlog:
+        try:
+            engine, checked = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S)
+        except (MasterUnknown, NewerThanMaster) as e:
+            engine.close()
+            raise StartupError(f"cannot follow {config.ha_master}: {e}") from None
+        except (StoreError, OSError) as e:
+            engine.close()
+            raise StartupError(f"cannot cut the commitlog to follow {config.ha_master}: "
+                               f"{e}") from None  # fmt: skip
+    opened = engine
+    try:
+        topic_store = topics.TopicStore(
+            Path(args.store), args.queues_per_topic, args.read_only,
+            in_use=(lambda: opened.queue_table) if isinstance(opened, CommitLogEngine) else dict,
+        )  # fmt: skip
+    except (StoreError, ValueError, OSError) as e:
+        engine.close()
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
     # delayed delivery appends and retention deletes: only a writable store has them, and a
     # slave has neither (its master's appear in the bytes it copies)
@@ -140,8 +167,7 @@ def _serve(args: argparse.Namespace) -> int:
     retention: Retention | None = None
     replication: Replication | None = None
     if isinstance(engine, CommitLogEngine) and not config.is_slave:
-        replication = Replication(engine, config.role, config.slave_timeout_s,
-                                  config.slave_fallbehind_max, config.min_sync_replicas)
+        replication = replication_for(engine, config)
         if replication.sync and not config.ha_port:
             log.warning("--role sync_master without --ha-port: no slave can connect, every "
                         "put is answered SLAVE_NOT_AVAILABLE")
@@ -187,8 +213,8 @@ def _serve(args: argparse.Namespace) -> int:
             _stop_background(delivery, retention)
             engine.close()
             raise StartupError(f"cannot listen on the put socket {args.put_socket}: {e}") from None
+    host = args.listen.rsplit(":", 1)[0].strip("[]")
     if replication is not None and config.ha_port:
-        host = args.listen.rsplit(":", 1)[0].strip("[]")
         try:
             service.call(replication.listen(host, config.ha_port))
         except OSError as e:
@@ -205,18 +231,31 @@ def _serve(args: argparse.Namespace) -> int:
         retention.start()
     slave = HaSlave(engine) if isinstance(engine, CommitLogEngine) and config.is_slave else None
     if slave is not None:
+        if not checked:
+            slave.check = LateCheck(slave.replica.engine, args.ha_master_commitlog)
         ha_slave.watch(registry, slave)
         slave.start()
+    roles = Roles(engine, host, observer, service.run_blocking, slave, replication, delivery,
+                  retention)  # fmt: skip
+    if slave is not None and args.ha_master_commitlog:
+        roles.config_copy = ConfigCopy(slave.replica.engine.layout, topic_store,
+                                       args.ha_master_commitlog, args.config_copy_seconds)
+        roles.config_copy.start()
+    if isinstance(engine, CommitLogEngine):
+        servicer.use(roles)
+        roles.on_change.append(servicer.use)  # after a promotion
 
     def stop() -> None:
         if put_server is not None:
             service.call(put_socket.close(put_server))
-        if replication is not None:
-            service.call(replication.close())
+        if roles.replication is not None:
+            service.call(roles.replication.close())
         service.stop()
-        if slave is not None:  # before the engine it appends to closes
-            slave.close()
-        _stop_background(delivery, retention)  # before the engine they append to closes
+        if roles.slave is not None:  # before the engine it appends to closes
+            roles.slave.close()
+        if roles.config_copy is not None:
+            roles.config_copy.close()
+        _stop_background(roles.delivery, roles.retention)  # before the engine closes
         engine.close()
         if metrics_server is not None:
             metrics_server.stop()

@@ -185,6 +185,17 @@ def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") ->
         help="a slave's master: its HA port (RocketMQ's broker: listen port + 1, 10912)",
     )  # fmt: skip
     p.add_argument(
+        "--ha-master-commitlog", default="", metavar="HOST:PORT",
+        help="a slave's master is an rmqstore writer at this gRPC address: before following, "
+        "the slave cuts its log where its history parts from the master's (a former master "
+        "rejoining after a switchover; the cut bytes go to rmqstore/quarantine/)",
+    )  # fmt: skip
+    p.add_argument(
+        "--config-copy-seconds", type=float, default=10.0,
+        help="with --ha-master-commitlog: copy the master's config/ (topics, delay offsets, "
+        "consumer offsets, subscription groups) this often (default: %(default)s)",
+    )  # fmt: skip
+    p.add_argument(
         "--ha-retry-seconds", type=float, default=WriterConfig.ha_retry_s,
         help="a slave reconnects to its master after this long (default: %(default)s)",
     )  # fmt: skip
@@ -204,5 +215,8 @@ def replication_args(args: argparse.Namespace, ha_port: int) -> list[str]:
         "--min-sync-replicas", str(args.min_sync_replicas),
         "--ha-retry-seconds", str(args.ha_retry_seconds),
         "--ha-idle-seconds", str(args.ha_idle_seconds),
+        "--config-copy-seconds", str(args.config_copy_seconds),
     ]  # fmt: skip
-    return out + (["--ha-master", args.ha_master] if args.ha_master else [])
+    out += ["--ha-master", args.ha_master] if args.ha_master else []
+    return out + (["--ha-master-commitlog", args.ha_master_commitlog]
+                  if args.ha_master_commitlog else [])  # fmt: skip

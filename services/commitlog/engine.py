@@ -7,6 +7,7 @@ batch either fits (segments pre-created first) or nothing of it is written.
 """
 
 import bisect
+import dataclasses
 import logging
 import threading
 import time
@@ -38,6 +39,7 @@ from services.commitlog.recovery import Recovered, recover, save_snapshot
 from services.commitlog.segment_files import Segment, SegmentQueue
 from services.commitlog.store_lock import StoreLock
 from services.commitlog.stored import Stored
+from services.commitlog.terms import Terms
 from services.commitlog.wire_batch import WireBatch
 
 log = logging.getLogger(__name__)
@@ -127,6 +129,7 @@ class CommitLogEngine(Dispatching):
             cfg.snapshot_interval_ms / 1000,
         )
         self.epochs = Epochs(self.layout.progress("commitlog-epochs"))
+        self.terms = Terms(self.layout.progress("commitlog-terms"))
         if not self.last_exit_clean or r.corruption or not self.epochs.history:
             self.epochs.begin(r.end)
         self.layout.abort.write_bytes(b"")
@@ -201,6 +204,15 @@ class CommitLogEngine(Dispatching):
             raise NotMasterError(
                 f"this writer is a slave of {self.config.ha_master}; send puts to the master"
             )
+
+    def become_master(self, role: str, ha_port: int) -> tuple[int, int, int]:
+        """A slave that stopped following takes puts from now on (``promotion``): a new
+        master term and a new writer epoch begin at its end. (term, start offset, epoch)."""
+        with self._lock:
+            start = self.max_offset
+            self.config = dataclasses.replace(self.config, role=role, ha_master="",
+                                              ha_port=ha_port)  # fmt: skip
+        return self.terms.begin(start), start, self.epochs.begin(start)
 
     # -- a slave's appends (see ``replica_log``) -----------------------------------------
     def write_replicated(self, offset: int, data: bytes | memoryview) -> None:

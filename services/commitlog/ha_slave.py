@@ -21,6 +21,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
@@ -61,6 +62,8 @@ class HaSlave:
         self._sock: socket.socket | None = None
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._run, name="ha-slave", daemon=True)
+        # asked before each connection: why not to follow the master now ("": follow)
+        self.check: Callable[[], str] | None = None
 
     @property
     def written(self) -> int:
@@ -84,6 +87,10 @@ class HaSlave:
     # -- the connection loop -----------------------------------------------------------------
     def _run(self) -> None:
         while not self._stop.is_set():
+            if self.check is not None and (why := self.check()):
+                self._failed(why, logging.ERROR)
+                self._stop.wait(self.retry_s)
+                continue
             try:
                 sock = socket.create_connection((self.host, self.port), timeout=self.retry_s)
             except OSError as e:

@@ -55,6 +55,19 @@ class WriterObserver:
         if replication is not None:
             replication.waited = rm.sync_wait.observe
 
+    def promoted(self, delivery: DeliveryService | None, retention: Retention | None,
+                 replication: Replication) -> None:
+        """A slave became a master: watch what now runs (``promotion``)."""
+        self.delivery, self.retention, self.replication = delivery, retention, replication
+        if self.m is None:
+            return
+        rm = self.m.replication
+        for name in ("async_master", "sync_master", "slave"):
+            rm.role.labels(role=name).set(1 if name == replication.role else 0)
+        replication.waited = rm.sync_wait.observe
+        if delivery is not None:
+            delivery.observers.append(self._lateness)
+
     def puts(self, stored: Stored, seconds: float) -> None:
         m = self.m
         if m is None:

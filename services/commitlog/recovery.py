@@ -62,7 +62,7 @@ def save_snapshot(path: Path, offset: int, table: dict[tuple[str, int], int]) ->
     replace_file(path, json.dumps(doc).encode())
 
 
-def _zero_tail(seg: Segment, start: int) -> None:
+def zero_tail(seg: Segment, start: int) -> None:
     """Zero [start, size) of a segment where not already zero. Ranges the file system reports
     as holes (never written, or preallocated and not written since) read as zeros and are
     skipped, so the tail of a fresh segment is not read page by page."""
@@ -101,7 +101,7 @@ def _last_nonzero(mm: mmap.mmap, pos: int, end: int) -> int | None:
 
 def _data_end(seg: Segment, begin: int) -> int:
     """The end of the last byte of ``seg`` at or after ``begin`` that is not zero (``begin``
-    when none is); holes the file system reports are skipped unread, as in ``_zero_tail``."""
+    when none is); holes the file system reports are skipped unread, as in ``zero_tail``."""
     last, pos = begin, begin
     while pos < seg.size:
         try:
@@ -118,7 +118,7 @@ def _data_end(seg: Segment, begin: int) -> int:
     return last
 
 
-def _quarantine(segs: list[Segment], end: int, reason: str, keep: Keep | None,
+def quarantine_beyond(segs: list[Segment], end: int, reason: str, keep: Keep | None,
                 out: Recovered) -> None:
     """Copy every byte recovery is about to cut (past ``end``) that is not zero aside."""
     for seg in segs:
@@ -175,7 +175,7 @@ def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None =
             break
         end = seg.end  # a blank record fills the segment: data goes on in the next one
     out.end = end
-    _quarantine(segs, end, out.corruption or f"bytes past the end of valid data at {end}",
+    quarantine_beyond(segs, end, out.corruption or f"bytes past the end of valid data at {end}",
                 keep, out)
     head = None
     for seg in segs:
@@ -183,7 +183,7 @@ def recover(segments: SegmentQueue, snapshot: Path, parallel_bytes: int | None =
             head = seg
     if head is not None:
         tail_at = end - head.start
-        _zero_tail(head, tail_at)
+        zero_tail(head, tail_at)
         head.map.flush()
         head.wrote = head.flushed = tail_at
     out.removed_files = [p.name for p in segments.remove_beyond(end)]

@@ -24,10 +24,12 @@ from rmqstore.put_socket import Answer
 from rmqstore.server import MAX_MESSAGE_BYTES, grpc_errors, status_code
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.append_ahead import appended_ahead
+from services.commitlog.config_copy import read_config
 from services.commitlog.delivery import DeliveryService
-from services.commitlog.engine import DURABLE_TIMEOUT_S, flush_timeout
+from services.commitlog.engine import DURABLE_TIMEOUT_S, CommitLogEngine, flush_timeout
 from services.commitlog.ha_master import PUT_OK, Replication
 from services.commitlog.observe import WriterObserver
+from services.commitlog.promotion import PromoteRefusedError, Roles
 from services.commitlog.read_only import Store
 from services.commitlog.retention import Retention
 from services.commitlog.stored import PutResult, Stored
@@ -112,6 +114,14 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         self._sync = engine.config.flush == "sync"
         # a put's answer waits: for its group commit (sync flush) or a slave (sync_master)
         self._waits = self._sync or (replication is not None and replication.sync)
+        self.roles: Roles | None = None  # a writable store's: Promote
+
+    def use(self, roles: Roles) -> None:
+        """Serve with what runs for the writer's role (again after a promotion)."""
+        self.roles = roles
+        self.replication, self.delivery, self.retention = (
+            roles.replication, roles.delivery, roles.retention)
+        self._waits = self._sync or (self.replication is not None and self.replication.sync)
 
     async def _put(self, messages) -> Stored:
         return await self._acknowledge(self._append(messages))
@@ -366,6 +376,26 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
         else:
             out.replication.role = self.engine.config.role
         return out
+
+    @grpc_errors
+    async def Promote(self, request, context):
+        if self.roles is None:
+            raise PromoteRefusedError("this writer serves a store read-only: it cannot be "
+                                      "promoted")  # fmt: skip
+        return await self.roles.promote(request)
+
+    @grpc_errors
+    async def GetTerms(self, request, context):
+        e = self.engine
+        history = e.terms.history if isinstance(e, CommitLogEngine) else []
+        return commitlog_pb2.Terms(
+            terms=[commitlog_pb2.Term(term=t, start_offset=o) for t, o in history],
+            max_offset=e.max_offset, role=e.config.role, store_id=e.store_id)  # fmt: skip
+
+    @grpc_errors
+    async def GetConfig(self, request, context):
+        files = await self._run_blocking(read_config, self.engine.layout)
+        return commitlog_pb2.ConfigFiles(files=files)
 
 
 SUBSCRIBE_METHOD = (

@@ -78,6 +78,15 @@ class TopicStore:
             self.table = table
             return table.topics
 
+    def replace(self, table: TopicTable) -> bool:
+        """Take ``table`` (a slave: its master's, ``config_copy``); whether it changed."""
+        with self._lock:
+            if table.topics == self.table.topics:
+                return False
+            durable.replace_file(self.path, topics_json.render(table).encode())
+            self.table = table
+            return True
+
     def create(self, name: str, queue_nums: int = 0, perm: int = 0,
                message_type: str = "") -> tuple[TopicConfig, bool]:  # fmt: skip
         """The topic, created unless it exists (then unchanged); and whether it was made."""

@@ -18,7 +18,13 @@ Durability (the proxy owns these files; each is replaced atomically):
 * ``config/popInflight.json`` — ours (strict JSON): per queue ``next``, the settled offsets
   above ``committed`` and each in-flight offset's attempt and visible-at time.
 
-Both are written together every ``flush_interval`` and on a clean stop. After a crash the
+Both are written together every ``flush_interval`` and on a clean stop.
+
+On a node that was (or is) a slave, its writer keeps copies of the master's consumer offsets
+and subscription groups in ``rmqstore/replica-config/`` (``services/commitlog/config_copy``).
+They are taken in at start: a queue whose copied offset is higher than this node's own
+starts there (what the master's consumers settled is not delivered again), a lower one is
+ignored (progress never goes back), and groups this node lacks are added. After a crash the
 group resumes from the last flush: offsets handed out after it are handed out again (a
 redelivery, counted), acks after it are lost (the message comes back once its invisible
 time is over) and originals copied to the retry topic after it are copied again (a
@@ -38,6 +44,7 @@ from typing import NamedTuple
 from rmqstore import durable
 from rmqstore.errors import StoreLockedError
 from rmqstore.formats import consumer_offsets, subscription_groups
+from rmqstore.layout import StoreLayout
 
 log = logging.getLogger(__name__)
 INFLIGHT_FILE = "popInflight.json"
@@ -130,6 +137,7 @@ class ProgressFiles:
 
     def __init__(self, store: Path) -> None:
         self.dir = Path(store) / "config"
+        self.replica_dir = StoreLayout.of(Path(store)).replica_config_dir
         self._renders = itertools.count()
         self._written = -1  # the newest render written: an older one is never written after
         self._lock = threading.Lock()
@@ -140,8 +148,23 @@ class ProgressFiles:
         except FileNotFoundError:
             return ""
 
+    def _read_replica(self, name: str) -> str:
+        try:
+            return (self.replica_dir / name).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ""
+
     def load_groups(self) -> subscription_groups.GroupTable:
-        return subscription_groups.parse(self._read(GROUPS_FILE))
+        table = subscription_groups.parse(self._read(GROUPS_FILE))
+        try:
+            copied = subscription_groups.parse(self._read_replica(GROUPS_FILE))
+        except ValueError as e:
+            log.warning("ignoring the master's subscription groups copied in %s: %s",
+                        self.replica_dir, e)  # fmt: skip
+            return table
+        for name, group in copied.groups.items():
+            table.groups.setdefault(name, group)
+        return table
 
     def save_groups(self, table: subscription_groups.GroupTable) -> None:
         durable.replace_file(self.dir / GROUPS_FILE, subscription_groups.render(table).encode())
@@ -155,6 +178,17 @@ class ProgressFiles:
             state[(group, topic)] = {
                 q: QueueProgress(committed=o, next=o) for q, o in queues.items()
             }
+        try:
+            copied = consumer_offsets.parse(self._read_replica(OFFSETS_FILE))
+        except ValueError as e:
+            log.warning("ignoring the master's consumer offsets copied in %s: %s",
+                        self.replica_dir, e)  # fmt: skip
+            copied = consumer_offsets.OffsetTable()
+        for (topic, group), queues in copied.offsets.items():
+            ours = state.setdefault((group, topic), {})
+            for q, o in queues.items():
+                if q not in ours or ours[q].committed < o:
+                    ours[q] = QueueProgress(committed=o, next=o)
         text = self._read(INFLIGHT_FILE)
         doc = json.loads(text) if text.strip() else {}
         for k, queues in doc.get("groups", {}).items():

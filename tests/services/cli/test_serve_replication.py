@@ -22,3 +22,11 @@ def test_serve_runs_an_async_master_by_default():
     flags = writer_flags()
     assert flags[flags.index("--role") + 1] == "async_master"
     assert "--ha-master" not in flags
+
+
+def test_serve_passes_the_masters_writer_for_the_history_check_and_config_copy():
+    flags = writer_flags("--role", "slave", "--ha-master", "10.0.0.1:8106",
+                         "--ha-master-commitlog", "10.0.0.1:8100",
+                         "--config-copy-seconds", "5")  # fmt: skip
+    assert flags[flags.index("--ha-master-commitlog") + 1] == "10.0.0.1:8100"
+    assert float(flags[flags.index("--config-copy-seconds") + 1]) == 5

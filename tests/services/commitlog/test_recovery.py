@@ -12,7 +12,7 @@ from rmqstore.v1 import common_pb2
 from services.commitlog import segment_scan
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
-from services.commitlog.recovery import _zero_tail, save_snapshot
+from services.commitlog.recovery import save_snapshot, zero_tail
 from services.commitlog.segment_files import Segment
 
 SEGMENT = 64 * 1024
@@ -177,7 +177,7 @@ def test_the_tail_after_the_cut_is_zeroed_between_holes_too(tmp_path):
             f.write(b"junk")
     seg = Segment(path, 0, size)
     try:
-        _zero_tail(seg, 102)
+        zero_tail(seg, 102)
         assert seg.map[:102] == b"\x00" * 100 + b"ju"
         assert seg.map[102:] == bytes(size - 102)
     finally:

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from rmqstore.formats import consumer_offsets
+from rmqstore.formats import consumer_offsets, subscription_groups
 from rmqstore.formats.javahash import java_hash
 from services.proxy.deliver import TagFilter
 from services.proxy.progress import Flight, ProgressFiles, QueueProgress
@@ -105,3 +105,21 @@ def test_a_second_proxy_on_the_same_store_is_refused_with_one_line(tmp_path):
         procs.start("services.proxy", *proxy_args).stop()  # the lock went with the first
     finally:
         writer.stop()
+
+
+def test_the_masters_copied_progress_is_taken_in_at_start_never_going_back(tmp_path):
+    """A node that was a slave: its writer copied the master's offsets and groups into
+    rmqstore/replica-config/; the proxy starts from the higher offset of each queue."""
+    files = ProgressFiles(tmp_path)
+    files.save({("g", "T"): {0: QueueProgress(7, 7), 1: QueueProgress(2, 2)}},
+               consumer_offsets.OffsetTable())  # fmt: skip
+    replica = tmp_path / "rmqstore" / "replica-config"
+    replica.mkdir(parents=True)
+    (replica / "consumerOffset.json").write_text(consumer_offsets.render(
+        consumer_offsets.OffsetTable({("T", "g"): {0: 5, 1: 9}, ("U", "h"): {3: 4}})))
+    groups = subscription_groups.GroupTable({"h": subscription_groups.GroupConfig("h", 5)})
+    (replica / "subscriptionGroup.json").write_text(subscription_groups.render(groups))
+    state, _ = files.load()
+    assert {q: p.committed for q, p in state[("g", "T")].items()} == {0: 7, 1: 9}
+    assert state[("h", "U")][3].committed == 4
+    assert files.load_groups().groups["h"].retry_max_times == 5
