@@ -2,28 +2,37 @@
 
 Every row runs real writer processes on loopback: a master (``--role async_master`` or
 ``sync_master`` with an HA port) and, but for the first rows, a second writer process as its
-slave (``--role slave --ha-master``), each on a fresh store.
+slave (``--role slave --ha-master``), each on a fresh store. On a machine of two cores or more
+the master and the producer are pinned to one core and the slave to another, as
+if the slave ran on its own machine: otherwise the slave's CPU would come out of the master's
+and the producer's, and the rows would compare one machine's CPU shared three ways with it
+shared two ways.
 
 - **Throughput**: one producer (this process, on ``grpc.aio``, as ``rmqstore put``) sends 1 KiB
-  messages as ``MessageColumns`` batches of 100 over one ``PutStream`` with 4 unanswered, as
-  fast as the master answers; the rate is compared with the no-slave row. Puts are counted
+  messages as ``MessageColumns`` batches of 100 over one ``PutStream`` with 4 (then 16)
+  unanswered, as fast as the master answers; the rate is compared with the no-slave row of
+  the same window (a sync put's answer waits for the slave's round trip, so how many batches
+  a producer keeps in flight decides how much of it is hidden). Puts are counted
   per status (a sync row is only meaningful if its puts are ``PUT_OK``); after the last
   answer the slave must end with the master's max offset.
 - **One at a time**: single-message ``PutBatch`` calls, each waiting for its answer: the
   latency a sync put adds (the slave's round trip) with nothing queued behind it.
 - **Lag**: the producer sends batches of 100 paced to ``LAG_RATE`` messages/s to an
-  ``async_master``; another process polls the slave's ``GetOffsets`` every millisecond and
-  keeps each (time, max offset) it sees. A batch's lag is the time from its answer on the
-  master until the first poll that saw the slave hold its last byte (0 when the slave held it
-  before the answer came), so it includes up to one poll interval plus one ``GetOffsets``.
+  ``async_master``; another process (on the slave's core, which has room to spare) polls the
+  slave's ``GetOffsets`` every 2 ms and keeps each (time, max offset) it sees. A batch's lag
+  is the time from its answer on the master until the first poll that saw the slave hold its
+  last byte (0 when the slave held it before the answer came), so it includes up to one poll
+  interval plus one ``GetOffsets``.
 """
 
 import asyncio
 import bisect
 import collections
 import multiprocessing as mp
+import os
 import tempfile
 import time
+from contextlib import suppress
 
 import grpc
 
@@ -36,11 +45,12 @@ from tests.procs import free_port
 
 BODY = 1024
 BATCH = 100
-WINDOW = 4
+WINDOWS = (4, 16)  # PutStream batches in flight
 SEGMENT = 256 * 1024 * 1024
 LAG_RATE = 50_000  # messages/s
-POLL_S = 0.001
+POLL_S = 0.002
 CONNECT_TIMEOUT_S = 60.0
+WARM_UP = 10_000  # messages put before the clock starts, on each fresh master
 CATCH_UP_TIMEOUT_S = 60.0
 
 
@@ -55,20 +65,39 @@ def _batch(k: int) -> commitlog_pb2.PutBatchRequest:
     )  # fmt: skip
 
 
+def _cores(allowed: set[int]) -> tuple[set[int], set[int]] | None:
+    """(the master's, the slave's) core: the first two of ``allowed``; None with fewer."""
+    mine = sorted(allowed)
+    return ({mine[0]}, {mine[1]}) if len(mine) >= 2 else None
+
+
+def _pin(pid: int, cores: set[int] | None) -> None:
+    """Every thread of ``pid`` (0: this process) to ``cores``; threads it starts later
+    inherit it."""
+    if cores is None:
+        return
+    for tid in os.listdir(f"/proc/{pid or os.getpid()}/task"):
+        with suppress(OSError):  # a thread that just ended
+            os.sched_setaffinity(int(tid), cores)
+
+
 class Pair:
     """A master writer and, with ``slave``, a slave writer following it, on fresh stores."""
 
-    def __init__(self, role: str, slave: bool) -> None:
+    def __init__(self, role: str, slave: bool, cores: tuple[set[int], set[int]] | None,
+                 ) -> None:  # fmt: skip
         self._dirs = [tempfile.TemporaryDirectory() for _ in range(1 + slave)]
         ha_port = free_port()
         common = ["--listen", "127.0.0.1:0", "--commitlog-segment-size", str(SEGMENT)]
         self.master = start("services.commitlog", "--store", self._dirs[0].name, *common,
                             "--role", role, "--ha-port", str(ha_port))  # fmt: skip
+        _pin(self.master.proc.pid, cores and cores[0])
         self.slave: ServiceProcess | None = None
         if slave:
             self.slave = start("services.commitlog", "--store", self._dirs[1].name, *common,
                                "--role", "slave", "--ha-master", f"127.0.0.1:{ha_port}",
                                "--ha-retry-seconds", "0.2")  # fmt: skip
+            _pin(self.slave.proc.pid, cores and cores[1])
             self._wait(lambda s: s.replication.in_sync >= 1, CONNECT_TIMEOUT_S, "connect")
 
     def _wait(self, done, timeout: float, what: str) -> None:
@@ -95,7 +124,8 @@ class Pair:
             d.cleanup()
 
 
-async def _pipelined(address: str, count: int) -> tuple[float, list[float], collections.Counter]:
+async def _pipelined(address: str, count: int, window: int,
+                     ) -> tuple[float, list[float], collections.Counter]:  # fmt: skip
     reqs = [_batch(k) for k in range(count // BATCH)]
     lat: list[float] = []
     statuses: collections.Counter = collections.Counter()
@@ -103,7 +133,7 @@ async def _pipelined(address: str, count: int) -> tuple[float, list[float], coll
         stub = commitlog_pb2_grpc.CommitLogStub(ch)
         await stub.GetOffsets(commitlog_pb2.GetOffsetsRequest())  # connect
         t0 = time.perf_counter()
-        await put_stream.send_all(stub, reqs, WINDOW, lat, statuses=statuses)
+        await put_stream.send_all(stub, reqs, window, lat, statuses=statuses)
         return time.perf_counter() - t0, lat, statuses
 
 
@@ -175,14 +205,15 @@ async def _paced(address: str, batches: int, rate: float) -> list[tuple[float, i
     return acks
 
 
-def lag(count: int) -> dict:
-    pair = Pair("async_master", slave=True)
+def lag(count: int, cores: tuple[set[int], set[int]] | None) -> dict:
+    pair = Pair("async_master", True, cores)
     try:
         assert pair.slave is not None
         ctx = mp.get_context("spawn")
         q, stop = ctx.Queue(), ctx.Event()
         poller = ctx.Process(target=_poll, args=(pair.slave.address, q, stop))
         poller.start()
+        _pin(poller.pid or 0, cores and cores[1])  # the slave's core has room to spare
         if (ready := q.get(timeout=60)) != "ready":
             raise RuntimeError(f"the poller did not start: {ready!r}")
         t0 = time.monotonic()
@@ -216,40 +247,91 @@ CONFIGS = (("no slave", "async_master", False), ("async slave", "async_master", 
            ("sync slave", "sync_master", True))  # fmt: skip
 
 
+def _chunk(pair: Pair, count: int, window: int) -> dict:
+    """``count`` pipelined puts to ``pair``'s master; the slave then catches up, untimed."""
+    cpu0 = cpu_seconds(pair.master.proc.pid)
+    scpu0 = cpu_seconds(pair.slave.proc.pid) if pair.slave else 0.0
+    seconds, lat, statuses = asyncio.run(_pipelined(pair.master.address, count, window))
+    out = {
+        "rate": count / seconds, "lat": lat, "statuses": statuses,
+        "master_cpu": cpu_seconds(pair.master.proc.pid) - cpu0,
+        "slave_cpu": cpu_seconds(pair.slave.proc.pid) - scpu0 if pair.slave else 0.0,
+    }  # fmt: skip
+    if pair.slave:
+        pair.caught_up()  # and the slave holds every byte the master wrote
+    return out
+
+
+def _median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def run(scale: Scale = Scale.FULL) -> list[dict]:
-    count = scale.pick(200_000, 40_000, 2_000)
-    singles = scale.pick(5_000, 1_000, 100)
+    before = os.sched_getaffinity(0)
+    cores = _cores(before)
+    try:
+        _pin(0, cores and cores[0])  # the producer: with the master
+        return _run(scale, cores)
+    finally:
+        _pin(0, before)
+
+
+def _run(scale: Scale, cores: tuple[set[int], set[int]] | None) -> list[dict]:
+    """The three configurations run side by side (idle but for the one measured) and are
+    measured in turn, a chunk each, ``rounds`` times: the machine's speed, which drifts by
+    the minute, drifts alike for each, and each ratio is taken within one round."""
+    rounds = scale.pick(5, 3, 1)
+    chunk = scale.pick(200_000, 40_000, 2_000) // rounds // BATCH * BATCH
+    singles = scale.pick(5_000, 1_000, 100) // rounds
     lag_count = scale.pick(500_000, 150_000, 10_000)  # 10 s / 3 s / 0.2 s at LAG_RATE
+    pairs: dict[str, Pair] = {}
     rows: list[dict] = []
-    base = 0.0
-    for name, role, slave in CONFIGS:
-        pair = Pair(role, slave)
-        try:
-            cpu0 = cpu_seconds(pair.master.proc.pid)
-            scpu0 = cpu_seconds(pair.slave.proc.pid) if pair.slave else 0.0
-            seconds, lat, statuses = asyncio.run(_pipelined(pair.master.address, count))
-            rate = count / seconds
-            base = base or rate
-            row = {
-                "scenario": f"{name} ({role}), PutStream {WINDOW} in flight, columns",
-                "msgs/s": rate, "vs no slave": rate / base,
-                "batch p50 ms": _pct(lat, 0.5), "batch p99 ms": _pct(lat, 0.99),
-                "master CPU µs/msg": (cpu_seconds(pair.master.proc.pid) - cpu0) / count * 1e6,
-                "slave CPU µs/msg": ((cpu_seconds(pair.slave.proc.pid) - scpu0) / count * 1e6
-                                     if pair.slave else 0.0),
-                "statuses": _status_text(statuses),
-            }  # fmt: skip
+    try:
+        for name, role, slave in CONFIGS:
+            pairs[name] = pair = Pair(role, slave, cores)
+            asyncio.run(_pipelined(pair.master.address, min(chunk, WARM_UP), WINDOWS[0]))
             if slave:
-                pair.caught_up()  # and the slave holds every byte the master wrote
-            rows.append(row)
-            if role == "sync_master" or not slave:
-                one_lat, one_statuses = _one_at_a_time(pair.master.address, singles)
+                pair.caught_up()
+        for window in WINDOWS:
+            runs: dict[str, list[dict]] = {name: [] for name, _r, _s in CONFIGS}
+            for _ in range(rounds):
+                for name, _role, _slave in CONFIGS:
+                    runs[name].append(_chunk(pairs[name], chunk, window))
+            base = [r["rate"] for r in runs[CONFIGS[0][0]]]
+            for name, role, _slave in CONFIGS:
+                got = runs[name]
+                lat = [x for r in got for x in r["lat"]]
+                n = chunk * rounds
                 rows.append({
-                    "scenario": f"{name} ({role}), one message at a time",
-                    "msgs/s": singles / sum(one_lat), "put p50 ms": _pct(one_lat, 0.5),
-                    "put p99 ms": _pct(one_lat, 0.99), "statuses": _status_text(one_statuses),
+                    "scenario": f"{name} ({role}), PutStream {window} in flight, columns",
+                    "msgs/s": _median([r["rate"] for r in got]),
+                    "vs no slave": _median([r["rate"] / b for r, b in zip(got, base,
+                                                                          strict=True)]),
+                    "batch p50 ms": _pct(lat, 0.5), "batch p99 ms": _pct(lat, 0.99),
+                    "master CPU µs/msg": sum(r["master_cpu"] for r in got) / n * 1e6,
+                    "slave CPU µs/msg": sum(r["slave_cpu"] for r in got) / n * 1e6,
+                    "statuses": _status_text(sum((r["statuses"] for r in got),
+                                                 collections.Counter())),
                 })  # fmt: skip
-        finally:
+        ones: dict[str, tuple[list[float], collections.Counter]] = {
+            name: ([], collections.Counter()) for name, role, _s in CONFIGS
+            if name == "no slave" or role == "sync_master"}  # fmt: skip
+        for _ in range(rounds):
+            for name, (lat, statuses) in ones.items():
+                more, seen = _one_at_a_time(pairs[name].master.address, singles)
+                lat += more
+                statuses.update(seen)
+        for name, (lat, statuses) in ones.items():
+            role = next(r for n, r, _s in CONFIGS if n == name)
+            rows.append({
+                "scenario": f"{name} ({role}), one message at a time",
+                "msgs/s": len(lat) / sum(lat), "put p50 ms": _pct(lat, 0.5),
+                "put p99 ms": _pct(lat, 0.99), "statuses": _status_text(statuses),
+            })  # fmt: skip
+    finally:
+        for pair in pairs.values():
             pair.close()
-    rows.append(lag(lag_count))
+    rows.append(lag(lag_count, cores))
+    for row in rows:
+        row["rounds"] = rounds
     return rows
