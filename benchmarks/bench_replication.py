@@ -252,14 +252,15 @@ def _chunk(pair: Pair, count: int, window: int) -> dict:
     cpu0 = cpu_seconds(pair.master.proc.pid)
     scpu0 = cpu_seconds(pair.slave.proc.pid) if pair.slave else 0.0
     seconds, lat, statuses = asyncio.run(_pipelined(pair.master.address, count, window))
-    out = {
-        "rate": count / seconds, "lat": lat, "statuses": statuses,
-        "master_cpu": cpu_seconds(pair.master.proc.pid) - cpu0,
-        "slave_cpu": cpu_seconds(pair.slave.proc.pid) - scpu0 if pair.slave else 0.0,
-    }  # fmt: skip
+    master_cpu = cpu_seconds(pair.master.proc.pid) - cpu0
     if pair.slave:
         pair.caught_up()  # and the slave holds every byte the master wrote
-    return out
+    return {
+        "rate": count / seconds, "lat": lat, "statuses": statuses, "master_cpu": master_cpu,
+        # an async slave may still be copying when the last put is answered: its CPU until
+        # it has caught up
+        "slave_cpu": cpu_seconds(pair.slave.proc.pid) - scpu0 if pair.slave else 0.0,
+    }  # fmt: skip
 
 
 def _median(values: list[float]) -> float:
