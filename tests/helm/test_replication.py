@@ -157,3 +157,14 @@ def test_more_brokers_and_read_only_slaves_are_still_refused() -> None:
         render({**_values("async"), "replicas": 2})
     with pytest.raises(helm.HelmError, match="readOnly store"):
         render({**_values("async"), "readOnly": True})
+
+
+def test_one_slave_more_or_less_restarts_no_running_pod() -> None:
+    """The pod template is the same for 1 or 2 slaves: scaling starts or stops pods only."""
+    def template(slaves: int, mode: str = "sync") -> dict:
+        return one(render({"replication": {"slaves": slaves, "mode": mode}}),
+                   "StatefulSet")["spec"]["template"]
+
+    assert template(1) == template(2) == template(5)
+    assert template(0) != template(1)  # the writer's command and the HA port
+    assert template(1) != template(1, "async")
