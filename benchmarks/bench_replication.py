@@ -1,12 +1,13 @@
 """Replication: pipelined puts with no slave, an async slave and a sync slave; a slave's lag.
 
 Every row runs real writer processes on loopback: a master (``--role async_master`` or
-``sync_master`` with an HA port) and, but for the first rows, a second writer process as its
-slave (``--role slave --ha-master``), each on a fresh store. On a machine of two cores or more
-the master and the producer are pinned to one core and the slave to another, as
-if the slave ran on its own machine: otherwise the slave's CPU would come out of the master's
-and the producer's, and the rows would compare one machine's CPU shared three ways with it
-shared two ways.
+``sync_master`` with an HA port) and, but for the "no slave" rows, a second writer process as
+its slave (``--role slave --ha-master``), each on a fresh store. The three configurations run
+side by side and are measured in turn, a chunk each, several rounds (see ``_run``). On a
+machine of two cores or more the master and the producer are pinned to one core and the
+slave to another, as if the slave ran on its own machine: otherwise the slave's CPU would
+come out of the master's and the producer's, and the rows would compare one machine's CPU
+shared three ways with it shared two ways.
 
 - **Throughput**: one producer (this process, on ``grpc.aio``, as ``rmqstore put``) sends 1 KiB
   messages as ``MessageColumns`` batches of 100 over one ``PutStream`` with 4 (then 16)
