@@ -119,8 +119,19 @@ def test_dashboard_covers_what_operators_watch(dashboard: dict) -> None:
         "rmqstore_index_chain_length_bucket",
         "rmqstore_query_latency_seconds_bucket",  # query latency
         "rmqstore_store_filesystem_avail_bytes",  # disk use
+        "rmqstore_writer_put_status_total",  # replication, the master's side
+        "rmqstore_writer_slaves_in_sync",
+        "rmqstore_writer_slave_lag_bytes",
+        "rmqstore_ha_slave_connected",  # and the slave's
+        "rmqstore_ha_slave_offset_bytes",
+        "rmqstore_ha_slave_diverged",
     ):
         assert needed in used, needed
+
+
+def test_replication_has_a_row_for_each_side(dashboard: dict) -> None:
+    rows = [p["title"] for p in _panels(dashboard) if p["type"] == "row"]
+    assert {"Replication (master)", "Replication (slave)"} <= set(rows)
 
 
 def test_queries_use_the_datasource_variable(dashboard: dict) -> None:

@@ -65,6 +65,17 @@ def test_rules_cover_lag_flush_latency_and_disk() -> None:
         assert needed in used
 
 
+def test_rules_cover_replication_on_both_sides() -> None:
+    alerts = {rule["alert"]: rule for rule in _rules()}
+    for name, metric in (
+        ("RmqstoreSyncMasterWithoutSlave", "rmqstore_writer_slaves_in_sync"),
+        ("RmqstoreSlaveLagging", "rmqstore_writer_slave_lag_bytes"),
+        ("RmqstoreSlaveDisconnected", "rmqstore_ha_slave_connected"),
+        ("RmqstoreSlaveDiverged", "rmqstore_ha_slave_diverged"),
+    ):
+        assert metric in alerts[name]["expr"], name
+
+
 def test_every_alert_has_severity_and_text() -> None:
     names = [rule["alert"] for rule in _rules()]
     assert len(names) == len(set(names))

@@ -125,14 +125,16 @@ readinessProbe:
 
 {{/*
 One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "svc" VALUES
-"args" LIST "readOnly" BOOL "accessKey" BOOL); accessKey: mount the proxy's secret key.
+"args" LIST "readOnly" BOOL "accessKey" BOOL "command" LIST "extraPorts" LIST);
+accessKey: mount the proxy's secret key; command: instead of [python] (then POD_NAME is set);
+extraPorts: more container ports.
 */}}
 {{- define "rmqstore.container" -}}
 {{- $root := .root -}}
 - name: {{ .name }}
   image: {{ include "rmqstore.image" $root | quote }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
-  command: [python]
+  command: {{ .command | default (list "python") | toJson }}
   args:
     {{- toYaml .args | nindent 4 }}
     {{- with .svc.extraArgs }}
@@ -147,11 +149,20 @@ One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "sv
       containerPort: {{ .svc.metricsPort }}
       protocol: TCP
     {{- end }}
+    {{- with .extraPorts }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
   env:
     - name: POD_IP
       valueFrom:
         fieldRef:
           fieldPath: status.podIP
+    {{- if .command }}
+    - name: POD_NAME
+      valueFrom:
+        fieldRef:
+          fieldPath: metadata.name
+    {{- end }}
     - name: PYTHONUNBUFFERED
       value: "1"
     - name: PYTHONDONTWRITEBYTECODE
@@ -225,4 +236,40 @@ true
 {{/* The writer's put socket, in the /tmp volume every container of the pod mounts. */}}
 {{- define "rmqstore.putSocket" -}}
 /tmp/rmqstore-put.sock
+{{- end }}
+
+{{/* Whether the broker has slaves (replication.slaves > 0): then its pods are replicas. */}}
+{{- define "rmqstore.replicated" -}}
+{{- if gt (int .Values.replication.slaves) 0 }}true{{ end -}}
+{{- end }}
+
+{{/* Pods of the StatefulSet: the master and its slaves (none when replicas is 0). */}}
+{{- define "rmqstore.pods" -}}
+{{- if gt (int .Values.replicas) 0 }}{{ add 1 (int .Values.replication.slaves) }}{{ else }}0{{ end -}}
+{{- end }}
+
+{{/* The master: pod 0, by its name (the label Kubernetes gives every StatefulSet pod). */}}
+{{- define "rmqstore.masterPod" -}}
+{{- printf "%s-0" (include "rmqstore.fullname" .) }}
+{{- end }}
+
+{{/* Where a slave finds its master's HA port: pod 0 through the headless Service. */}}
+{{- define "rmqstore.haMaster" -}}
+{{- printf "%s.%s.%s.svc:%d" (include "rmqstore.masterPod" .) (include "rmqstore.headlessName" .) .Release.Namespace (int .Values.replication.haPort) }}
+{{- end }}
+
+{{/*
+The writer's command when the broker has slaves: a shell picks the role by the pod's ordinal
+(0: the master, taking slaves on haPort; any other: a slave of pod 0) and execs python with
+the container's args and the role's flags.
+*/}}
+{{- define "rmqstore.writerRoleCommand" -}}
+{{- $role := ternary "sync_master" "async_master" (eq .Values.replication.mode "sync") -}}
+- sh
+- -c
+- >-
+  if [ "${POD_NAME##*-}" = 0 ];
+  then exec python "$@" --role {{ $role }} --ha-port {{ int .Values.replication.haPort }};
+  else exec python "$@" --role slave --ha-master {{ include "rmqstore.haMaster" . }}; fi
+- writer
 {{- end }}

@@ -1,0 +1,170 @@
+"""``replication.slaves``: one broker as a master (pod 0) and its slaves, each pod picking its
+writer's role by its ordinal; the objects are valid Kubernetes in both modes."""
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from tests.helm.conftest import ALL_ON, NAMESPACE, RELEASE, by_kind, one, render
+from tests.helm.test_chart import KUBE_VERSIONS, SERVICE_MODULES, _lint
+
+FULLNAME = f"{RELEASE}-rmqstore"
+HEADLESS = f"{FULLNAME}-headless"
+MASTER = f"{FULLNAME}-0.{HEADLESS}.{NAMESPACE}.svc:10912"
+MODES = {"async": "async_master", "sync": "sync_master"}
+
+
+def _values(mode: str, **more: object) -> dict:
+    return {"replication": {"slaves": 2, "mode": mode}, **more}
+
+
+def _pod(objects: list[dict]) -> dict:
+    return one(objects, "StatefulSet")["spec"]["template"]["spec"]
+
+
+def _containers(objects: list[dict]) -> dict[str, dict]:
+    return {c["name"]: c for c in _pod(objects)["containers"]}
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("mode", list(MODES))
+def test_replicated_objects_are_valid_kubernetes(mode: str, kube: str) -> None:
+    for values in (_values(mode), _values(mode, **{k: v for k, v in ALL_ON.items()
+                                                   if k not in ("affinity", "replicas")})):
+        for obj in render(values):
+            if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+                continue
+            kubernetes_validate.validate(obj, kube, strict=True)
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_lint_is_clean_with_slaves(mode: str) -> None:
+    report = _lint(_values(mode))
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+@pytest.mark.parametrize("values", [{"slaves": -1}, {"slaves": "2"}, {"mode": "semi"},
+                                    {"haPort": 0}, {"slave": 1}],
+                         ids=["negative", "string", "bad-mode", "port-zero", "misspelt-key"])
+def test_lint_refuses_bad_replication_values(values: dict) -> None:
+    report = _lint({"replication": values})
+    assert "/replication" in "".join(report["errors"])
+
+
+def _fake_python(tmp_path: Path) -> Path:
+    """A ``python`` on PATH that prints the arguments it was given, one a line."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text('#!/bin/sh\nfor a in "$@"; do echo "$a"; done\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return bin_dir
+
+
+def _exec_line(writer: dict, pod: str, bin_dir: Path) -> list[str]:
+    """What the writer container execs in pod ``pod`` (the kubelet joins command and args)."""
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "POD_NAME": pod}
+    out = subprocess.run([*writer["command"], *writer["args"]], env=env, check=True,
+                         capture_output=True, text=True, timeout=10).stdout
+    return out.splitlines()
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_pod_0_is_the_master_and_the_others_its_slaves(mode: str, tmp_path: Path) -> None:
+    objects = render(_values(mode))
+    assert one(objects, "StatefulSet")["spec"]["replicas"] == 3
+    writer = _containers(objects)["commitlog"]
+    assert writer["command"][:2] == ["sh", "-c"]
+    assert {"name": "ha", "containerPort": 10912, "protocol": "TCP"} in writer["ports"]
+    env = {e["name"]: e for e in writer["env"]}
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    bin_dir = _fake_python(tmp_path)
+    master = _exec_line(writer, f"{FULLNAME}-0", bin_dir)
+    assert master[:2] == ["-m", "services.commitlog"]
+    assert master[-4:] == ["--role", MODES[mode], "--ha-port", "10912"]
+    assert master[:-4] == writer["args"]  # every other flag as rendered
+    for ordinal in (1, 2, 10):
+        slave = _exec_line(writer, f"{FULLNAME}-{ordinal}", bin_dir)
+        assert slave == [*writer["args"], "--role", "slave", "--ha-master", MASTER]
+
+
+def test_every_pod_runs_the_same_services() -> None:
+    """Builders, query and proxy run on slaves as on the master (reads work on a slave; its
+    writer refuses the proxy's sends, naming the master); only the writer's command differs."""
+    plain, replicated = _containers(render({})), _containers(render(_values("sync")))
+    assert list(replicated) == list(SERVICE_MODULES)
+    for name, c in replicated.items():
+        if name != "commitlog":
+            assert c == plain[name]
+
+
+def test_clients_reach_the_master_and_slaves_reach_it_on_the_headless_service() -> None:
+    objects = render(_values("sync", networkPolicy={"enabled": True}))
+    services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
+    client = services[FULLNAME]["spec"]
+    assert client["selector"]["statefulset.kubernetes.io/pod-name"] == f"{FULLNAME}-0"
+    assert {p["name"] for p in client["ports"]} == {"grpc-proxy"}
+    headless = services[HEADLESS]["spec"]
+    assert {"name": "ha", "port": 10912, "protocol": "TCP", "targetPort": "ha"} in \
+        headless["ports"]
+    assert headless["publishNotReadyAddresses"] is True  # a slave finds a starting master
+    assert "statefulset.kubernetes.io/pod-name" not in headless["selector"]
+    policy = one(objects, "NetworkPolicy")["spec"]
+    [ha_rule] = [r for r in policy["ingress"] if r["ports"] == [{"port": "ha", "protocol": "TCP"}]]
+    assert ha_rule["from"] == [{"podSelector": {"matchLabels": policy["podSelector"]
+                                                ["matchLabels"]}}]
+
+
+def test_disruption_budget_and_anti_affinity_spread_the_broker() -> None:
+    objects = render(_values("async"))
+    pdb = one(objects, "PodDisruptionBudget")["spec"]
+    pod_labels = one(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    assert pdb["maxUnavailable"] == 1
+    assert pdb["selector"]["matchLabels"].items() <= pod_labels.items()
+    [term] = _pod(objects)["affinity"]["podAntiAffinity"][
+        "preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"] == pdb["selector"][
+        "matchLabels"]
+    # the user's affinity is used as given; both can be turned off
+    mine = render(_values("async", affinity=ALL_ON["affinity"]))
+    assert _pod(mine)["affinity"] == ALL_ON["affinity"]
+    off = render({"replication": {"slaves": 1, "podAntiAffinity": False,
+                                  "podDisruptionBudget": False}})
+    assert "affinity" not in _pod(off) and not by_kind(off, "PodDisruptionBudget")
+    assert not by_kind(render({**_values("async"), "replicas": 0}), "PodDisruptionBudget")
+
+
+def test_without_slaves_the_pod_is_as_before(default_objects: list[dict]) -> None:
+    writer = _containers(default_objects)["commitlog"]
+    assert writer["command"] == ["python"] and "--role" not in writer["args"]
+    assert "ha" not in {p["name"] for p in writer["ports"]}
+    assert not by_kind(default_objects, "PodDisruptionBudget")
+    client = next(s for s in by_kind(default_objects, "Service")
+                  if s["metadata"]["name"] == FULLNAME)
+    assert "statefulset.kubernetes.io/pod-name" not in client["spec"]["selector"]
+
+
+def test_more_brokers_and_read_only_slaves_are_still_refused() -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match="replication.slaves"):
+        render({**_values("async"), "replicas": 2})
+    with pytest.raises(helm.HelmError, match="readOnly store"):
+        render({**_values("async"), "readOnly": True})
+
+
+def test_one_slave_more_or_less_restarts_no_running_pod() -> None:
+    """The pod template is the same for 1 or 2 slaves: scaling starts or stops pods only."""
+    def template(slaves: int, mode: str = "sync") -> dict:
+        return one(render({"replication": {"slaves": slaves, "mode": mode}}),
+                   "StatefulSet")["spec"]["template"]
+
+    assert template(1) == template(2) == template(5)
+    assert template(0) != template(1)  # the writer's command and the HA port
+    assert template(1) != template(1, "async")

@@ -1,0 +1,80 @@
+"""The writer command lines the chart gives pod 0 and pod 1 under ``replication.slaves``,
+started as real processes: pod 1 follows pod 0, a sync put is PUT_OK once it holds it, and a
+put to pod 1 is refused naming its master."""
+
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from tests import procs
+from tests.helm.conftest import NAMESPACE, RELEASE, one, render
+from tests.helm.test_chart_commands import SMALL, _local
+from tests.helm.test_replication import _exec_line, _fake_python
+
+pytestmark = pytest.mark.integration
+
+FULLNAME = f"{RELEASE}-rmqstore"
+DNS_MASTER = f"{FULLNAME}-0.{FULLNAME}-headless.{NAMESPACE}.svc:10912"
+DEADLINE_S = 30.0
+
+
+def _pod_args(writer: dict, ordinal: int, tmp_path: Path, bin_dir: Path, ha_port: int,
+              ) -> list[str]:  # fmt: skip
+    """What pod ``ordinal``'s writer runs, with pod-only values swapped for local ones."""
+    args = _exec_line(writer, f"{FULLNAME}-{ordinal}", bin_dir)
+    args = _local(args, tmp_path / f"store-{ordinal}", None, procs.free_port())
+    swap = {"--ha-port": str(ha_port), "--ha-master": f"127.0.0.1:{ha_port}",
+            "--put-socket": str(tmp_path / f"put-{ordinal}.sock")}  # fmt: skip
+    for flag, value in swap.items():
+        if flag in args:
+            args[args.index(flag) + 1] = value
+    return args
+
+
+def _until(what: str, check) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.05)
+
+
+def test_pod_1_follows_pod_0_as_the_chart_starts_them(tmp_path: Path) -> None:
+    values = {**SMALL, "replication": {"slaves": 1, "mode": "sync"}}
+    (writer,) = [c for c in one(render(values), "StatefulSet")["spec"]["template"]["spec"]
+                 ["containers"] if c["name"] == "commitlog"]  # fmt: skip
+    bin_dir = _fake_python(tmp_path)
+    ha_port = procs.free_port()
+    master_args = _pod_args(writer, 0, tmp_path, bin_dir, ha_port)
+    slave_args = _pod_args(writer, 1, tmp_path, bin_dir, ha_port)
+    assert master_args[master_args.index("--role") + 1] == "sync_master"
+    assert slave_args[slave_args.index("--role") + 1] == "slave"
+    started: list[procs.ServiceProcess] = []
+    try:
+        master = procs.start(master_args[1], *master_args[2:])
+        started.append(master)
+        slave = procs.start(slave_args[1], *slave_args[2:])
+        started.append(slave)
+        to_master = commitlog_pb2_grpc.CommitLogStub(channel(master.address))
+        to_slave = commitlog_pb2_grpc.CommitLogStub(channel(slave.address))
+        status = commitlog_pb2.GetStatusRequest()
+        _until("the slave reports to the master",
+               lambda: to_master.GetStatus(status, timeout=5).replication.in_sync == 1)
+        put = commitlog_pb2.PutRequest(message=common_pb2.Message(topic="Orders", body=b"hi"))
+        result = to_master.Put(put, timeout=10)
+        assert commitlog_pb2.PutStatus.Name(result.status) == "PUT_OK"
+        end = to_master.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=5).max_offset
+        _until("the slave holds the put", lambda: to_slave.GetOffsets(
+            commitlog_pb2.GetOffsetsRequest(), timeout=5).max_offset == end)
+        assert to_slave.GetStatus(status, timeout=5).replication.role == "slave"
+        with pytest.raises(grpc.RpcError) as refused:
+            to_slave.Put(put, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert f"slave of 127.0.0.1:{ha_port}" in (refused.value.details() or "")
+    finally:
+        for p in reversed(started):
+            p.stop()
+    assert all(p.proc.returncode == 0 for p in started), [p.lines[-5:] for p in started]
