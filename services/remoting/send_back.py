@@ -1,0 +1,167 @@
+"""CONSUMER_SEND_MSG_BACK 36: a 4.x consumer gives a message it failed to consume back to the
+broker (``spec/rocketmq-remoting.md`` §3.3), with RocketMQ 4.9.8's semantics:
+
+1. the record at the request's commit-log ``offset`` is read through the writer;
+2. its copy keeps body, flag, properties, tags, keys, UNIQ_KEY, born host and time; it gains
+   ``RETRY_TOPIC`` = the record's topic and ``ORIGIN_MESSAGE_ID`` = the record's offset
+   message id, unless it has them (a copy of a copy names the first); reconsumeTimes + 1;
+   not waited for (``WAIT=false``);
+3. old reconsumeTimes >= maxReconsumeTimes (the request's if its version >= 121, else 16),
+   or ``delayLevel`` < 0 → ``%DLQ%<group>`` queue 0, no delay;
+4. else ``%RETRY%<group>`` queue 0 through the delay levels: ``delayLevel``, or
+   3 + old reconsumeTimes when it is 0 (capped at the last level), so the writer stores it in
+   the schedule topic and delivers it when due.
+
+Both topics are created when missing: 1 queue, perm 6 (read and write), then registered
+with the name servers.
+"""
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+import grpc
+
+from rmqstore import delay, retries
+from rmqstore.appender import Appender, AppendError
+from rmqstore.errors import StoreError
+from rmqstore.formats import commitlog
+from rmqstore.formats import remoting as R
+from rmqstore.formats.msgid import offset_msg_id
+from rmqstore.remoting_net import Connection
+from rmqstore.v1 import common_pb2
+from services.remoting import topics as T
+from services.remoting.broker import NO_RECORD
+from services.remoting.send import CLIENT_SYS_FLAGS, OWN_FIELDS
+
+log = logging.getLogger("rmqstore.remoting")
+RC = R.ResponseCode
+VERSION_3_4_9 = 121  # from this client version on, the request's maxReconsumeTimes counts
+FIRST_AUTO_LEVEL = 3  # delayLevel 0: level 3 + reconsume times (10 s, 30 s, 1 min, ...)
+COPY_QUEUES = 1
+COPY_PERM = T.PERM_READ | T.PERM_WRITE
+
+
+class SendBackWatcher(Protocol):
+    """What the metrics are told (``metrics_remoting.ConsumerGroupMetrics``)."""
+
+    def sent_back(self, group: str, dead: bool) -> None: ...
+
+
+def _int(req: R.Command, name: str, default: int | None = None) -> int:
+    value = req.field(name)
+    if value is None:
+        if default is None:
+            raise ValueError(f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
+
+
+def max_reconsume_times(req: R.Command) -> int:
+    if req.version >= VERSION_3_4_9:
+        return _int(req, "maxReconsumeTimes", retries.DEFAULT_MAX_RECONSUME_TIMES)
+    return retries.DEFAULT_MAX_RECONSUME_TIMES
+
+
+def copy_of(r: commitlog.Record, to_topic: str, delay_level: int) -> common_pb2.Message:
+    """The record given back, as the writer takes it (steps 2–4 of the module's list)."""
+    props = dict(r.property_map)
+    props.setdefault(retries.RETRY_TOPIC, r.topic)
+    if not props.get(retries.ORIGIN_MESSAGE_ID):
+        props[retries.ORIGIN_MESSAGE_ID] = offset_msg_id(
+            r.store_host.ip, r.store_host.port, r.physical_offset
+        )
+    return common_pb2.Message(
+        topic=to_topic,
+        queue_id=0,
+        body=r.body,
+        tags=r.tags,
+        keys=r.keys,
+        unique_key=r.uniq_key,
+        without_unique_key=not r.uniq_key,
+        properties=[
+            common_pb2.Property(name=k, value=v)
+            for k, v in props.items()
+            if k not in OWN_FIELDS and v != ""
+        ],
+        flag=r.flag,
+        sys_flag=r.sys_flag & CLIENT_SYS_FLAGS & ~0xC,  # no transaction bits on a copy
+        born_timestamp=r.born_timestamp,
+        born_host=str(r.born_host),
+        delay_level=delay_level,
+        reconsume_times=r.reconsume_times + 1,
+        no_wait_store=True,
+    )
+
+
+class SendBack:
+    """``read(offset)`` is the record at a commit-log offset (b"" when there is none);
+    ``topics_changed`` is called after a retry or dead-letter topic was created."""
+
+    def __init__(
+        self,
+        appender: Appender,
+        topics: T.Topics,
+        read: Callable[[int], Awaitable[bytes]],
+        topics_changed: Callable[[], None],
+        watcher: SendBackWatcher | None = None,
+    ) -> None:
+        self.appender = appender
+        self.topics = topics
+        self.read = read
+        self.topics_changed = topics_changed
+        self.watcher = watcher
+
+    async def __call__(self, conn: Connection, req: R.Command) -> R.Command:
+        offset = _int(req, "offset")
+        group = req.field("group")
+        if not group:
+            raise ValueError("the custom field <group> is null")
+        level = _int(req, "delayLevel")
+        limit = max_reconsume_times(req)
+        retry, dead = retries.group_retry_topic(group), retries.dead_letter_topic(group)
+        if retry is None or dead is None:
+            why = f"subscription group not exist, {group}"
+            return R.response_to(req, RC.SUBSCRIPTION_GROUP_NOT_EXIST, remark=why)
+        raw = b""
+        if offset >= 0:
+            try:
+                raw = await self.read(offset)
+            except grpc.aio.AioRpcError as e:
+                if e.code() not in NO_RECORD:
+                    raise
+        if not raw:
+            return R.response_to(
+                req, RC.SYSTEM_ERROR, remark=f"look message by offset failed, {offset}"
+            )
+        try:
+            record = commitlog.decode(raw)
+        except (ValueError, StoreError) as e:
+            return R.response_to(req, RC.SYSTEM_ERROR, remark=f"the record at {offset}: {e}")
+        to_dlq = record.reconsume_times >= limit or level < 0
+        if to_dlq:
+            to_topic, level = dead, 0
+        else:
+            to_topic = retry
+            if level == 0:
+                level = FIRST_AUTO_LEVEL + record.reconsume_times
+            level = min(level, delay.MAX_LEVEL)
+        await self._topic(to_topic)
+        try:
+            await self.appender.put([copy_of(record, to_topic, level)], sender=conn.remote)
+        except AppendError as e:
+            return R.response_to(req, RC.SYSTEM_ERROR, remark=f"send back failed: {e}")
+        if self.watcher is not None:
+            self.watcher.sent_back(group, to_dlq)
+        if to_dlq:
+            log.info("message at %d of %s moved to %s after %d reconsumes",
+                     offset, record.topic, dead, record.reconsume_times)  # fmt: skip
+        return R.response_to(req)
+
+    async def _topic(self, name: str) -> None:
+        if await self.topics.get(name) is None:
+            await self.topics.create(name, COPY_QUEUES, COPY_PERM)
+            self.topics_changed()
