@@ -87,6 +87,7 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
     return [
         *_writer_address(args, ports), "--query", f"{host}:{ports['query']}",
         "--namesrv", f"{host}:{ports['namesrv']}",
+        *(["--proxy", f"{host}:{ports['proxy']}"] if "proxy" in ports else []),
         *(["--commitlog-socket", put_socket] if put_socket else []),
         *(["--broker-ip", args.broker_ip] if args.broker_ip else []),
         "--broker-name", args.broker_name, "--cluster-name", args.cluster_name,
