@@ -22,7 +22,7 @@ from services.remoting.clients import Clients
 from services.remoting.consumer_admin import ConsumerAdmin
 from services.remoting.consumer_groups import ConsumerGroups
 from services.remoting.send import Sender, append_refused
-from services.remoting.send_back import SendBack
+from services.remoting.send_back import RetrySendDiverter, SendBack
 from services.remoting.topics import Topics
 from services.remoting.transactions import Transactions
 
@@ -176,6 +176,9 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     broker.handlers[R.RequestCode.CONSUMER_SEND_MSG_BACK] = SendBack(
         appender, topics, read, topics_changed, group_metrics
     )
+    for code in (R.RequestCode.SEND_MESSAGE, R.RequestCode.SEND_MESSAGE_V2):
+        broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
+                                                  group_metrics)  # fmt: skip
     proxy = tls.aio_client_channel(args.proxy, args) if args.proxy else None
     if proxy is not None:
         admin = ConsumerAdmin(args.broker_name, clients, topics, proxy, query)

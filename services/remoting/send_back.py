@@ -16,6 +16,7 @@ Both topics are created when missing: 1 queue, perm 6 (read and write), then reg
 with the name servers.
 """
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -26,6 +27,7 @@ from rmqstore import delay, retries
 from rmqstore.appender import Appender, AppendError
 from rmqstore.errors import StoreError
 from rmqstore.formats import commitlog
+from rmqstore.formats import properties as P
 from rmqstore.formats import remoting as R
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.remoting_net import Connection
@@ -149,7 +151,7 @@ class SendBack:
             if level == 0:
                 level = FIRST_AUTO_LEVEL + record.reconsume_times
             level = min(level, delay.MAX_LEVEL)
-        await self._topic(to_topic)
+        await _create(self.topics, to_topic, self.topics_changed)
         try:
             await self.appender.put([copy_of(record, to_topic, level)], sender=conn.remote)
         except AppendError as e:
@@ -161,7 +163,60 @@ class SendBack:
                      offset, record.topic, dead, record.reconsume_times)  # fmt: skip
         return R.response_to(req)
 
-    async def _topic(self, name: str) -> None:
-        if await self.topics.get(name) is None:
-            await self.topics.create(name, COPY_QUEUES, COPY_PERM)
-            self.topics_changed()
+
+
+class RetrySendDiverter:
+    """SEND_MESSAGE(_V2) to ``%RETRY%<group>`` as 4.9.8's ``handleRetryAndDLQ``: a message
+    already reconsumed ``maxReconsumeTimes`` times (header ``j`` >= ``l``, 16 without it) —
+    an orderly consumer's copy after its last local retry, or a Java consumer's own copy
+    when CONSUMER_SEND_MSG_BACK failed — goes to ``%DLQ%<group>`` queue 0 without delay.
+    Every other send passes to ``send`` unchanged."""
+
+    def __init__(self, send: Callable[[Connection, R.Command], Awaitable[R.Command]],
+                 topics: T.Topics, topics_changed: Callable[[], None],
+                 watcher: SendBackWatcher | None = None) -> None:  # fmt: skip
+        self.send = send
+        self.topics = topics
+        self.topics_changed = topics_changed
+        self.watcher = watcher
+
+    def __call__(self, conn: Connection, req: R.Command) -> Awaitable[R.Command]:
+        topic = (req.ext or {}).get("topic" if req.code == R.RequestCode.SEND_MESSAGE else "b")
+        if topic is None or not topic.startswith(retries.RETRY_PREFIX):
+            return self.send(conn, req)  # the common case: no extra step
+        return self._retry_send(conn, req)
+
+    async def _retry_send(self, conn: Connection, req: R.Command) -> R.Command:
+        ext = req.ext or {}
+        v1 = req.code == R.RequestCode.SEND_MESSAGE
+        topic_key, times_key, max_key, queue_key, props_key = (
+            ("topic", "reconsumeTimes", "maxReconsumeTimes", "queueId", "properties") if v1
+            else ("b", "j", "l", "e", "i")
+        )  # fmt: skip
+        topic = ext[topic_key]
+        try:
+            times = int(ext.get(times_key) or 0)
+            limit = int(ext.get(max_key) or retries.DEFAULT_MAX_RECONSUME_TIMES)
+        except ValueError:
+            return await self.send(conn, req)  # the send refuses it with its own remark
+        if req.version < VERSION_3_4_9:
+            limit = retries.DEFAULT_MAX_RECONSUME_TIMES
+        group = topic[len(retries.RETRY_PREFIX) :]
+        dead = retries.dead_letter_topic(group)
+        if times < limit or dead is None:
+            return await self.send(conn, req)
+        await _create(self.topics, dead, self.topics_changed)
+        props = P.parse(ext.get(props_key) or "")
+        props.pop(P.DELAY, None)
+        diverted = {**ext, topic_key: dead, queue_key: "0", props_key: P.encode(props)}
+        answer = await self.send(conn, dataclasses.replace(req, ext=diverted))
+        if answer.code == RC.SUCCESS and self.watcher is not None:
+            self.watcher.sent_back(group, True)
+        return answer
+
+
+async def _create(topics: T.Topics, name: str, changed: Callable[[], None]) -> None:
+    """``name`` created unless it exists (1 queue, perm 6); the name servers told."""
+    if await topics.get(name) is None:
+        await topics.create(name, COPY_QUEUES, COPY_PERM)
+        changed()
