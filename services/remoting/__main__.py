@@ -16,6 +16,7 @@ from rmqstore.metrics_remoting import ConsumerGroupMetrics, RemotingMetrics
 from rmqstore.remoting_net import RemotingServer
 from rmqstore.server import announce, configure_logging
 from rmqstore.startup import StartupError, check_port_free, run_main, split_address
+from rmqstore.v1 import groups_pb2_grpc
 from services.remoting import registration
 from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.clients import Clients
@@ -171,15 +172,17 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     info = BrokerInfo(args.cluster_name, args.broker_name, "")
     broker = reads["broker"] = Broker(info, sender, topics, query, writer, clients,
                                       topics_changed)  # fmt: skip
-    groups = ConsumerGroups(clients, topics, topics_changed, watcher=group_metrics)
+    proxy = tls.aio_client_channel(args.proxy, args) if args.proxy else None
+    registry = groups_pb2_grpc.ConsumerGroupsStub(proxy) if proxy is not None else None
+    groups = ConsumerGroups(clients, topics, topics_changed, watcher=group_metrics,
+                            registry=registry)  # fmt: skip
     broker.handlers.update(groups.handlers())
     broker.handlers[R.RequestCode.CONSUMER_SEND_MSG_BACK] = SendBack(
-        appender, topics, read, topics_changed, group_metrics
+        appender, topics, read, topics_changed, group_metrics, groups.retry_max_times
     )
     for code in (R.RequestCode.SEND_MESSAGE, R.RequestCode.SEND_MESSAGE_V2):
         broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
                                                   group_metrics)  # fmt: skip
-    proxy = tls.aio_client_channel(args.proxy, args) if args.proxy else None
     if proxy is not None:
         admin = ConsumerAdmin(args.broker_name, clients, topics, proxy, query)
         broker.handlers.update(admin.handlers())

@@ -20,9 +20,12 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import grpc
+
 from rmqstore import retries
 from rmqstore.formats import remoting as R
 from rmqstore.remoting_net import Answer, Connection
+from rmqstore.v1 import groups_pb2
 from services.remoting import topics as T
 from services.remoting.clients import Clients
 
@@ -32,6 +35,7 @@ RC = R.ResponseCode
 LOCK_EXPIRY_S = 60.0  # RocketMQ's rocketmq.broker.rebalance.lockMaxLiveTime
 RETRY_QUEUES = 1  # an auto-created group's retryQueueNums
 RETRY_PERM = T.PERM_READ | T.PERM_WRITE
+REGISTRY_TIMEOUT_S = 10.0
 
 Handler = Callable[[Connection, R.Command], Answer | Awaitable[Answer]]
 LockKey = tuple[str, str, str, int]  # group, topic, broker name, queue id
@@ -89,6 +93,7 @@ class ConsumerGroups:
         topics_changed: Callable[[], None],
         clock: Callable[[], float] = time.monotonic,
         watcher: GroupWatcher | None = None,
+        registry: Any = None,
     ) -> None:
         self.clients = clients
         self.topics = topics
@@ -97,6 +102,9 @@ class ConsumerGroups:
         self.watcher = watcher
         self.locks: dict[LockKey, Lock] = {}
         self._retry_topics: set[str] = set()  # known to exist
+        # the proxy's ConsumerGroups (a stub), owner of subscriptionGroup.json; None: none
+        self.registry = registry
+        self.configs: dict[str, groups_pb2.GroupConfig] = {}  # groups known to it
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -137,6 +145,7 @@ class ConsumerGroups:
         groups = [str(c.get("groupName", "")) for c in body.get("consumerDataSet") or ()]
         for g in groups:
             await self._retry_topic(g)
+            await self._subscription_group(g)
         self._changing(
             groups, lambda: self.clients.heartbeat(conn, body, req.language, req.version)
         )
@@ -153,6 +162,23 @@ class ConsumerGroups:
             log.info("created %s for consumer group %s", name, group)
             self.topics_changed()
         self._retry_topics.add(name)
+
+    async def _subscription_group(self, group: str) -> None:
+        """The group created in the proxy's ``subscriptionGroup.json`` unless it is there
+        (RocketMQ's autoCreateSubscriptionGroup); a failure is logged, never the client's."""
+        if self.registry is None or group in self.configs:
+            return
+        try:
+            self.configs[group] = await self.registry.CreateGroup(
+                groups_pb2.CreateGroupRequest(group=group), timeout=REGISTRY_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as e:
+            log.warning("subscription group %s not created: %s", group, e.details())
+
+    def retry_max_times(self, group: str) -> int:
+        """The group's retryMaxTimes (16 for a group the proxy has not told us of)."""
+        config = self.configs.get(group)
+        return config.retry_max_times if config is not None else retries.DEFAULT_MAX_RECONSUME_TIMES
 
     def unregister_client(self, conn: Connection, req: R.Command) -> R.Command:
         producer, consumer = req.field("producerGroup"), req.field("consumerGroup")

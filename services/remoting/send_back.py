@@ -62,10 +62,11 @@ def _int(req: R.Command, name: str, default: int | None = None) -> int:
         raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
 
 
-def max_reconsume_times(req: R.Command) -> int:
+def max_reconsume_times(req: R.Command, group_max: int) -> int:
+    """The request's maxReconsumeTimes from client version 3.4.9 on, else the group's."""
     if req.version >= VERSION_3_4_9:
-        return _int(req, "maxReconsumeTimes", retries.DEFAULT_MAX_RECONSUME_TIMES)
-    return retries.DEFAULT_MAX_RECONSUME_TIMES
+        return _int(req, "maxReconsumeTimes", group_max)
+    return group_max
 
 
 def copy_of(r: commitlog.Record, to_topic: str, delay_level: int) -> common_pb2.Message:
@@ -110,7 +111,9 @@ class SendBack:
         read: Callable[[int], Awaitable[bytes]],
         topics_changed: Callable[[], None],
         watcher: SendBackWatcher | None = None,
+        retry_max_times: Callable[[str], int] = lambda g: retries.DEFAULT_MAX_RECONSUME_TIMES,
     ) -> None:
+        self.retry_max_times = retry_max_times
         self.appender = appender
         self.topics = topics
         self.read = read
@@ -123,7 +126,7 @@ class SendBack:
         if not group:
             raise ValueError("the custom field <group> is null")
         level = _int(req, "delayLevel")
-        limit = max_reconsume_times(req)
+        limit = max_reconsume_times(req, self.retry_max_times(group))
         retry, dead = retries.group_retry_topic(group), retries.dead_letter_topic(group)
         if retry is None or dead is None:
             why = f"subscription group not exist, {group}"

@@ -69,10 +69,11 @@ def _run(test: Callable[[], Awaitable[None]]) -> None:
     asyncio.run(asyncio.wait_for(test(), DEADLINE_S))
 
 
-def _send(topic: str, key: str, opaque: int) -> bytes:
+def _send(topic: str, key: str, opaque: int, **more: str) -> bytes:
     ext = {"a": "PG", "b": topic, "c": "TBW102", "d": "4", "e": "0", "f": "0",
            "g": "1795817537947", "h": "0", "i": f"KEYS\x01{key}\x02UNIQ_KEY\x01FD00{key}\x02"
-           "WAIT\x01true\x02TAGS\x01TagA", "j": "0", "k": "false", "m": "false"}  # fmt: skip
+           "WAIT\x01true\x02TAGS\x01TagA", "j": "0", "k": "false", "m": "false",
+           **more}  # fmt: skip
     return json_request(C.SEND_MESSAGE_V2, ext, opaque, key.encode())
 
 
@@ -120,6 +121,11 @@ def test_members_are_listed_and_notified_as_they_come_and_go(served: Served) -> 
 
         queue = R.parse_json_body((await _until(routed)).body)["queueDatas"][0]
         assert (queue["perm"], queue["readQueueNums"], queue["writeQueueNums"]) == (6, 1, 1)
+        # the subscription group is created with the proxy, owner of subscriptionGroup.json
+        async with grpc.aio.insecure_channel(served.serve.address(PROXY_SLOT)) as channel:
+            listed_groups = await groups_pb2_grpc.ConsumerGroupsStub(channel).ListGroups(
+                groups_pb2.ListGroupsRequest())
+        assert [g.retry_max_times for g in listed_groups.groups if g.name == "CG_M"] == [16]
         # the member list and subscriptions, as mqadmin consumerConnection reads them
         conns = await a.call(json_request(C.GET_CONSUMER_CONNECTION_LIST,
                                           {"consumerGroup": "CG_M"}, 7))  # fmt: skip
@@ -209,6 +215,13 @@ def test_send_back_goes_to_the_retry_topic_then_to_dead_letters(served: Served) 
                                                back | {"offset": str(1 << 40)}, 5))
         assert (missing.code, missing.remark) == \
             (RC.SYSTEM_ERROR, f"look message by offset failed, {1 << 40}")
+        # an orderly consumer's own copy after its last local retry: diverted to %DLQ%
+        for key, times in (("sb-keep", "0"), ("sb-dead", "1")):
+            stored = await wire.call(_send("%RETRY%CG_SB", key, 6, j=times, l="1"))
+            assert stored.code == 0, stored.remark
+        assert await _until(lambda: _find(wire, "%RETRY%CG_SB", "sb-keep"))
+        assert await _until(lambda: _find(wire, "%DLQ%CG_SB", "sb-dead"))
+        assert await _find(wire, "%RETRY%CG_SB", "sb-dead") == []
         await wire.close()
 
     _run(test)
