@@ -8,7 +8,7 @@ import logging
 import signal
 import sys
 
-from rmqstore import metrics, tls
+from rmqstore import access_keys, metrics, tls
 from rmqstore.appender import Appender
 from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import parse_host
@@ -20,7 +20,7 @@ from rmqstore.v1 import groups_pb2_grpc
 from services.remoting import registration
 from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.clients import Clients
-from services.remoting.consumer_admin import ConsumerAdmin
+from services.remoting.consumer_admin import ConsumerAdmin, SignedStub
 from services.remoting.consumer_groups import ConsumerGroups
 from services.remoting.send import Sender, append_refused
 from services.remoting.send_back import RetrySendDiverter, SendBack
@@ -121,6 +121,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--log-level", default="INFO")
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them",
+                                 access_env=False)  # fmt: skip
     tls.add_tls_flags(p)
     return p.parse_args(argv)
 
@@ -130,6 +132,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     host, port = split_address(args.listen)
     try:
         namesrvs = registration.parse_namesrv(args.namesrv)
+        proxy_keys = access_keys.client_keys(args, access_env=False)
     except ValueError as e:
         raise StartupError(str(e)) from None
     writer = tls.aio_client_channel(args.commitlog, args)
@@ -173,7 +176,9 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     broker = reads["broker"] = Broker(info, sender, topics, query, writer, clients,
                                       topics_changed)  # fmt: skip
     proxy = tls.aio_client_channel(args.proxy, args) if args.proxy else None
-    registry = groups_pb2_grpc.ConsumerGroupsStub(proxy) if proxy is not None else None
+    registry = None
+    if proxy is not None:
+        registry = SignedStub(groups_pb2_grpc.ConsumerGroupsStub(proxy), *proxy_keys)
     groups = ConsumerGroups(clients, topics, topics_changed, watcher=group_metrics,
                             registry=registry)  # fmt: skip
     broker.handlers.update(groups.handlers())
@@ -184,7 +189,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
         broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
                                                   group_metrics)  # fmt: skip
     if proxy is not None:
-        admin = ConsumerAdmin(args.broker_name, clients, topics, proxy, query)
+        admin = ConsumerAdmin(args.broker_name, clients, topics, registry, query)
         broker.handlers.update(admin.handlers())
     server = RemotingServer(
         broker, observe.observe if observe else None, on_close=groups.connection_closed

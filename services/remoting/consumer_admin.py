@@ -23,9 +23,10 @@ from typing import Any
 
 import grpc
 
+from rmqstore import access_keys
 from rmqstore.formats import remoting as R
 from rmqstore.remoting_net import Answer, Connection, RemotingError
-from rmqstore.v1 import groups_pb2, groups_pb2_grpc, query_pb2, query_pb2_grpc
+from rmqstore.v1 import groups_pb2, query_pb2, query_pb2_grpc
 from services.remoting import topics as T
 from services.remoting.clients import Clients
 
@@ -56,19 +57,36 @@ def _long(req: R.Command, name: str) -> int:
         raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
 
 
+class SignedStub:
+    """A gRPC stub whose every call carries the access-key signature the proxy requires
+    (``rmqstore/access_keys.py``; none without an access key)."""
+
+    def __init__(self, stub: Any, access_key: str = "", secret_key: str = "") -> None:
+        self._stub = stub
+        self._keys = (access_key, secret_key)
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        method = getattr(self._stub, name)
+
+        def call(request: Any, **kwargs: Any) -> Any:
+            return method(request, metadata=access_keys.metadata(*self._keys), **kwargs)
+
+        return call
+
+
 class ConsumerAdmin:
     def __init__(
         self,
         broker_name: str,
         clients: Clients,
         topics: T.Topics,
-        groups: grpc.aio.Channel,
+        groups: Any,
         query: grpc.aio.Channel,
     ) -> None:
         self.broker_name = broker_name
         self.clients = clients
         self.topics = topics
-        self.groups = groups_pb2_grpc.ConsumerGroupsStub(groups)
+        self.groups = groups  # the proxy's ConsumerGroups (a SignedStub)
         self.query = query_pb2_grpc.QueryStub(query)
 
     def handlers(self) -> dict[int, Handler]:
