@@ -14,6 +14,7 @@ a group, and which client holds which queue of an orderly consumer.
   free when unheld, held by the same client id, or not renewed for ``LOCK_EXPIRY_S`` (60 s).
 """
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -105,6 +106,8 @@ class ConsumerGroups:
         # the proxy's ConsumerGroups (a stub), owner of subscriptionGroup.json; None: none
         self.registry = registry
         self.configs: dict[str, groups_pb2.GroupConfig] = {}  # groups known to it
+        self._asking: set[str] = set()  # CreateGroup under way (or refused for good)
+        self._tasks: set[asyncio.Task[None]] = set()
 
     def handlers(self) -> dict[int, Handler]:
         return {
@@ -145,7 +148,7 @@ class ConsumerGroups:
         groups = [str(c.get("groupName", "")) for c in body.get("consumerDataSet") or ()]
         for g in groups:
             await self._retry_topic(g)
-            await self._subscription_group(g)
+            self._subscription_group(g)
         self._changing(
             groups, lambda: self.clients.heartbeat(conn, body, req.language, req.version)
         )
@@ -163,17 +166,29 @@ class ConsumerGroups:
             self.topics_changed()
         self._retry_topics.add(name)
 
-    async def _subscription_group(self, group: str) -> None:
+    def _subscription_group(self, group: str) -> None:
         """The group created in the proxy's ``subscriptionGroup.json`` unless it is there
-        (RocketMQ's autoCreateSubscriptionGroup); a failure is logged, never the client's."""
-        if self.registry is None or group in self.configs:
+        (RocketMQ's autoCreateSubscriptionGroup), in the background: the heartbeat's answer
+        never waits for the proxy. A failure is logged and tried again on a later heartbeat
+        (a name the proxy refuses: never again)."""
+        if self.registry is None or group in self.configs or group in self._asking:
             return
+        self._asking.add(group)
+        task = asyncio.ensure_future(self._create_group(group))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _create_group(self, group: str) -> None:
+        assert self.registry is not None
         try:
             self.configs[group] = await self.registry.CreateGroup(
                 groups_pb2.CreateGroupRequest(group=group), timeout=REGISTRY_TIMEOUT_S
             )
         except grpc.aio.AioRpcError as e:
             log.warning("subscription group %s not created: %s", group, e.details())
+            if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                return  # stays in _asking: not asked again
+        self._asking.discard(group)
 
     def retry_max_times(self, group: str) -> int:
         """The group's retryMaxTimes (16 for a group the proxy has not told us of)."""
