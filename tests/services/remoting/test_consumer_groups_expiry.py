@@ -1,11 +1,15 @@
 """Expiry in ``ConsumerGroups`` with an injected clock: a member 120 s without a heartbeat
-leaves (the rest are notified), a queue lock not renewed for 60 s is free."""
+leaves (the rest are notified), a queue lock not renewed for 60 s is free; the groups'
+metrics."""
 
 import asyncio
 import json
 
+from prometheus_client import CollectorRegistry
+
 from rmqstore.formats import remoting as R
 from rmqstore.formats.topics_json import TopicConfig
+from rmqstore.metrics_remoting import ConsumerGroupMetrics
 from services.remoting.clients import EXPIRY_S, Clients
 from services.remoting.consumer_groups import LOCK_EXPIRY_S, ConsumerGroups
 
@@ -103,3 +107,21 @@ def test_an_unrenewed_lock_is_free_after_60_s() -> None:
     clock.now += LOCK_EXPIRY_S + 1
     groups.expire()
     assert groups.locks == {}
+
+
+def test_group_metrics_follow_members_and_send_backs() -> None:
+    registry = CollectorRegistry()
+    metrics = ConsumerGroupMetrics(registry)
+    clock = Clock()
+    groups = ConsumerGroups(Clients(clock), Topics(), lambda: None, clock,  # type: ignore[arg-type]
+                            metrics)  # fmt: skip
+    asyncio.run(groups.heartbeat(Conn("a"), _heartbeat("ca", "G")))  # type: ignore[arg-type]
+    members = "rmqstore_remoting_consumer_group_members"
+    assert registry.get_sample_value(members, {"group": "G"}) == 1
+    clock.now += EXPIRY_S + 1
+    groups.expire()
+    assert registry.get_sample_value(members, {"group": "G"}) is None  # gone with its members
+    metrics.sent_back("G", dead=False)
+    metrics.sent_back("G", dead=True)
+    assert registry.get_sample_value("rmqstore_remoting_send_backs_total", {"group": "G"}) == 2
+    assert registry.get_sample_value("rmqstore_remoting_dead_letters_total", {"group": "G"}) == 1
