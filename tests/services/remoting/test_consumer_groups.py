@@ -204,6 +204,9 @@ def test_send_back_goes_to_the_retry_topic_then_to_dead_letters(served: Served) 
         assert props["RETRY_TOPIC"] == "SBT"
         assert props["ORIGIN_MESSAGE_ID"] == sent.ext["msgId"]
         assert props["UNIQ_KEY"] == "FD00sb-1" and props["WAIT"] == "false"
+        original = (await _until(lambda: _find(wire, "SBT", "sb-1")))[0]
+        assert (copy.born_host, copy.born_timestamp, copy.tags) == \
+            (original.born_host, original.born_timestamp, "TagA")
         # given back with nothing left of maxReconsumeTimes: a dead letter, no delay
         back |= {"offset": str(copy.physical_offset), "maxReconsumeTimes": "1"}
         answer = await wire.call(json_request(C.CONSUMER_SEND_MSG_BACK, back, 3))
