@@ -4,6 +4,7 @@ orderly consumers' queue locks, messages given back, mqadmin's consumer commands
 
 import asyncio
 import json
+import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ C = R.RequestCode
 RC = R.ResponseCode
 DEADLINE_S = 60.0
 PROXY_SLOT = 4
+METRICS_SLOT = 17  # the remoting broker's metrics port under serve
 BROKER = "rmqstore"  # serve's --broker-name
 
 
@@ -233,6 +235,11 @@ def test_send_back_goes_to_the_retry_topic_then_to_dead_letters(served: Served) 
         await wire.close()
 
     _run(test)
+    url = f"http://127.0.0.1:{served.serve.base + METRICS_SLOT}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        text = r.read().decode()
+    assert 'rmqstore_remoting_send_backs_total{group="CG_SB"} 3.0' in text
+    assert 'rmqstore_remoting_dead_letters_total{group="CG_SB"} 2.0' in text
 
 
 def test_consume_stats_reset_by_time_and_running_info(served: Served) -> None:
