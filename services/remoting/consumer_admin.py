@@ -13,7 +13,8 @@ with ``ResetGroup``; members come from ``consumer_groups.ConsumerGroups``.
 * INVOKE_BROKER_TO_RESET_OFFSET 222 (resetOffsetByTime): the group's offsets in the topic moved
   to the first message stored at or after ``timestamp`` (−1: the end), then
   RESET_CONSUMER_CLIENT_OFFSET 220 (oneway, same body) to every member. ``isForce=false``
-  is applied as forced (mqadmin sends ``true`` unless told otherwise).
+  (mqadmin ``-f false``): as 4.9.8, each queue only moves back, and only the members move
+  it (their next commit); the broker commits nothing.
 """
 
 import asyncio
@@ -182,26 +183,49 @@ class ConsumerAdmin:
             return R.response_to(req, RC.SYSTEM_ERROR, remark=f"invoke consumer failed: {e}")
         return R.response_to(req, got.code, ext=got.ext, body=got.body, remark=got.remark)
 
+    async def _unforced(self, topic: str, timestamp: int,
+                        rows: list[groups_pb2.QueueProgress]) -> dict[int, int]:  # fmt: skip
+        """An unforced reset as 4.9.8: per queue the offset at ``timestamp`` where that is
+        lower than the committed one, else the committed one. Nothing is committed here:
+        the members move and commit (a group with no member online stays)."""
+        offsets = {}
+        for row in rows:
+            if timestamp < 0:
+                at = row.max_offset
+            else:
+                request = query_pb2.OffsetByTimeRequest(topic=topic, queue_id=row.queue_id,
+                                                        timestamp=timestamp)  # fmt: skip
+                try:
+                    at = (await self.query.OffsetByTime(request, timeout=CALL_TIMEOUT_S)).offset
+                except grpc.aio.AioRpcError as e:
+                    if e.code() not in NO_QUEUE:
+                        raise
+                    at = 0
+            offsets[row.queue_id] = min(at, row.committed_offset)
+        return offsets
+
     async def reset_offset(self, conn: Connection, req: R.Command) -> R.Command:
         topic, group = _field(req, "topic"), _field(req, "group")
         timestamp = _long(req, "timestamp")
         if await self.topics.get(topic) is None:
             return R.response_to(req, RC.SYSTEM_ERROR, remark="[reset-offset] reset offset "
                                  f"failed, no topic in this broker. topic={topic}")  # fmt: skip
-        if not any(q.topic == topic for q in await self.committed(group)):
+        rows = [q for q in await self.committed(group) if q.topic == topic]
+        if not rows:
             return R.response_to(
                 req, RC.SYSTEM_ERROR, remark=f"THe consumer group <{group}> not exist"
             )
-        request = groups_pb2.ResetGroupRequest(group=group, topic=topic)
-        if timestamp < 0:
-            request.offset = TO_THE_END
+        if req.field("isForce") == "false":
+            offsets = await self._unforced(topic, timestamp, rows)
         else:
-            request.timestamp_ms = timestamp
-        reply = await self.groups.ResetGroup(request, timeout=CALL_TIMEOUT_S)
-        table = {
-            R.message_queue_key(self.broker_name, q.queue_id, topic): q.committed_offset
-            for q in reply.queues
-        }
+            request = groups_pb2.ResetGroupRequest(group=group, topic=topic)
+            if timestamp < 0:
+                request.offset = TO_THE_END
+            else:
+                request.timestamp_ms = timestamp
+            reply = await self.groups.ResetGroup(request, timeout=CALL_TIMEOUT_S)
+            offsets = {q.queue_id: q.committed_offset for q in reply.queues}
+        table = {R.message_queue_key(self.broker_name, q, topic): o for q, o in offsets.items()}
         body = R.json_body({"offsetTable": table})
         members = list(self.clients.consumers.get(group, {}).values())
         for m in members:

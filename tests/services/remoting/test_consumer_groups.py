@@ -260,6 +260,15 @@ def test_consume_stats_reset_by_time_and_running_info(served: Served) -> None:
         assert "CG_A" in R.parse_json_body(by_who.body)["groupList"]
         await _answer(member, json_request(C.HEART_BEAT, None, 3,
                                            _heartbeat("10.0.0.3@m", "CG_A", "AT")))
+        # unforced (mqadmin -f false), as 4.9.8: the members move back, the broker commits nothing
+        unforced = {"topic": "AT", "group": "CG_A", "timestamp": "0", "isForce": "false"}
+        answer = await admin.call(json_request(C.INVOKE_BROKER_TO_RESET_OFFSET, unforced, 40))
+        assert answer.code == 0, answer.remark
+        q0_key = R.message_queue_key(BROKER, 0, "AT")
+        assert R.parse_json_body(answer.body)["offsetTable"][q0_key] == 0
+        assert (await _request_from_broker(member)).code == C.RESET_CONSUMER_CLIENT_OFFSET
+        stats = await admin.call(json_request(C.GET_CONSUME_STATS, {"consumerGroup": "CG_A"}, 41))
+        assert R.parse_json_body(stats.body)["offsetTable"][q0_key]["consumerOffset"] == 2
         reset = {"topic": "AT", "group": "CG_A", "timestamp": "0", "isForce": "true"}
         answer = await admin.call(json_request(C.INVOKE_BROKER_TO_RESET_OFFSET, reset, 4))
         assert answer.code == 0, answer.remark
