@@ -147,7 +147,10 @@ class ConsumerGroups:
             raise ValueError("the heartbeat body is not an object")
         groups = [str(c.get("groupName", "")) for c in body.get("consumerDataSet") or ()]
         for g in groups:
-            await self._retry_topic(g)
+            try:
+                await self._retry_topic(g)
+            except T.TopicError as e:  # the member is kept all the same; tried again next time
+                log.warning("retry topic of consumer group %s not created: %s", g, e)
             self._subscription_group(g)
         self._changing(
             groups, lambda: self.clients.heartbeat(conn, body, req.language, req.version)
