@@ -3,7 +3,9 @@ requests by command and response code, and their latency by command."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+import contextlib
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from rmqstore.formats import remoting as R
 from rmqstore.metrics import IO_LATENCY_BUCKETS
@@ -39,3 +41,40 @@ class RemotingMetrics:
                 self._children[(command, code)] = children
         children[0].inc()
         children[1].observe(seconds)
+
+
+class ConsumerGroupMetrics:
+    """The remoting broker's RocketMQ 4.x consumer groups: live members per group, messages
+    given back (CONSUMER_SEND_MSG_BACK) and those of them that became dead letters."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.member_count = Gauge(
+            "rmqstore_remoting_consumer_group_members",
+            "Live members (connections heartbeating) of a RocketMQ 4.x consumer group.",
+            ["group"],
+            registry=registry,
+        )
+        self.send_backs = Counter(
+            "rmqstore_remoting_send_backs_total",
+            "Messages a consumer group gave back after failing to consume them.",
+            ["group"],
+            registry=registry,
+        )
+        self.dead_letters = Counter(
+            "rmqstore_remoting_dead_letters_total",
+            "Messages given back that went to %DLQ%<group> (reconsumed too often).",
+            ["group"],
+            registry=registry,
+        )
+
+    def members(self, group: str, count: int) -> None:
+        if count:
+            self.member_count.labels(group).set(count)
+            return
+        with contextlib.suppress(KeyError):  # never had members
+            self.member_count.remove(group)
+
+    def sent_back(self, group: str, dead: bool) -> None:
+        self.send_backs.labels(group).inc()
+        if dead:
+            self.dead_letters.labels(group).inc()

@@ -87,6 +87,10 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
     return [
         *_writer_address(args, ports), "--query", f"{host}:{ports['query']}",
         "--namesrv", f"{host}:{ports['namesrv']}",
+        *(["--proxy", f"{host}:{ports['proxy']}"] if "proxy" in ports else []),
+        *(["--access-key", args.access_key] if args.access_key else []),  # its proxy calls
+        *(["--secret-key-file", args.secret_key_file]
+          if args.access_key and args.secret_key_file else []),
         *(["--commitlog-socket", put_socket] if put_socket else []),
         *(["--broker-ip", args.broker_ip] if args.broker_ip else []),
         "--broker-name", args.broker_name, "--cluster-name", args.cluster_name,

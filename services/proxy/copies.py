@@ -20,14 +20,18 @@ from typing import Any
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
 from rmqstore.layout import validate_topic
+from rmqstore.retries import (  # noqa: F401 (shared with the 4.x broker; named here too)
+    DLQ_PREFIX,
+    ORIGIN_MESSAGE_ID,
+    RECONSUME_TIME,
+    RETRY_PREFIX,
+    RETRY_TOPIC,
+    dead_letter_topic,
+    origin_id,
+)
 from rmqstore.v1 import common_pb2
 from services.proxy import deliver
 
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-RETRY_TOPIC = "RETRY_TOPIC"
-ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-RECONSUME_TIME = "RECONSUME_TIME"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 KEEP = frozenset(("__SHARDINGKEY", "__BORNHOST"))  # RocketMQ's own, yet carried along
@@ -41,19 +45,6 @@ def retry_topic(group: str, topic: str) -> str | None:
         return validate_topic(name)
     except InvalidArgumentError:
         return None
-
-
-def dead_letter_topic(group: str) -> str | None:
-    """``%DLQ%<group>``; None when that name cannot be a topic (a group name RocketMQ
-    refuses, or one too long)."""
-    try:
-        return validate_topic(DLQ_PREFIX + group)
-    except InvalidArgumentError:
-        return None
-
-
-def origin_id(r: commitlog.Record) -> str:
-    return r.property_map.get(ORIGIN_MESSAGE_ID) or r.uniq_key or ""
 
 
 def deliveries(r: commitlog.Record, attempt: int) -> int:

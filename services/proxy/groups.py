@@ -131,3 +131,10 @@ class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
         c.reset(request.group, topic.name, offsets)
         rows = [r for r in describe(c, request.group) if r[0] == topic.name]
         return groups_pb2.ResetGroupResponse(queues=progress(rows))
+
+    async def CreateGroup(self, request, context):  # noqa: N802
+        c = await self._c(context)
+        why = sg.name_error(request.group)
+        if why is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+        return config_of(c.group(request.group))

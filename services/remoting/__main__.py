@@ -8,17 +8,22 @@ import logging
 import signal
 import sys
 
-from rmqstore import metrics, tls
+from rmqstore import access_keys, metrics, tls
 from rmqstore.appender import Appender
+from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import parse_host
-from rmqstore.metrics_remoting import RemotingMetrics
+from rmqstore.metrics_remoting import ConsumerGroupMetrics, RemotingMetrics
 from rmqstore.remoting_net import RemotingServer
 from rmqstore.server import announce, configure_logging
 from rmqstore.startup import StartupError, check_port_free, run_main, split_address
+from rmqstore.v1 import groups_pb2_grpc
 from services.remoting import registration
 from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.clients import Clients
+from services.remoting.consumer_admin import ConsumerAdmin, SignedStub
+from services.remoting.consumer_groups import ConsumerGroups
 from services.remoting.send import Sender, append_refused
+from services.remoting.send_back import RetrySendDiverter, SendBack
 from services.remoting.topics import Topics
 from services.remoting.transactions import Transactions
 
@@ -41,6 +46,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the writer's --put-socket (same machine): puts go there",
     )
     p.add_argument("--query", default="127.0.0.1:8101", help="the query service")
+    p.add_argument("--proxy", default="",
+                   help="the proxy, owner of consumer groups' committed offsets (its "
+                        "ConsumerGroups API; none: no consume stats or offset resets)")  # fmt: skip
     p.add_argument(
         "--namesrv",
         default="",
@@ -113,14 +121,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--log-level", default="INFO")
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them",
+                                 access_env=False)  # fmt: skip
     tls.add_tls_flags(p)
     return p.parse_args(argv)
 
 
-async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> None:
+async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
+                group_metrics: ConsumerGroupMetrics | None = None) -> None:  # fmt: skip
     host, port = split_address(args.listen)
     try:
         namesrvs = registration.parse_namesrv(args.namesrv)
+        proxy_keys = access_keys.client_keys(args, access_env=False)
     except ValueError as e:
         raise StartupError(str(e)) from None
     writer = tls.aio_client_channel(args.commitlog, args)
@@ -163,8 +175,24 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
     info = BrokerInfo(args.cluster_name, args.broker_name, "")
     broker = reads["broker"] = Broker(info, sender, topics, query, writer, clients,
                                       topics_changed)  # fmt: skip
+    proxy = tls.aio_client_channel(args.proxy, args) if args.proxy else None
+    registry = None
+    if proxy is not None:
+        registry = SignedStub(groups_pb2_grpc.ConsumerGroupsStub(proxy), *proxy_keys)
+    groups = ConsumerGroups(clients, topics, topics_changed, watcher=group_metrics,
+                            registry=registry)  # fmt: skip
+    broker.handlers.update(groups.handlers())
+    broker.handlers[R.RequestCode.CONSUMER_SEND_MSG_BACK] = SendBack(
+        appender, topics, read, topics_changed, group_metrics, groups.retry_max_times
+    )
+    for code in (R.RequestCode.SEND_MESSAGE, R.RequestCode.SEND_MESSAGE_V2):
+        broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
+                                                  group_metrics)  # fmt: skip
+    if proxy is not None:
+        admin = ConsumerAdmin(args.broker_name, clients, topics, registry, query)
+        broker.handlers.update(admin.handlers())
     server = RemotingServer(
-        broker, observe.observe if observe else None, on_close=broker.connection_closed
+        broker, observe.observe if observe else None, on_close=groups.connection_closed
     )
     try:
         address = await server.start(host, port)
@@ -201,13 +229,15 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
             await asyncio.wait_for(stop.wait(), CLIENT_SCAN_S)
             break
         except TimeoutError:
-            clients.expire()
+            groups.expire()
     await reg.close()
     await sender.transactions.close()
     await server.close()
     await appender.close()
     await writer.close()
     await query.close()
+    if proxy is not None:
+        await proxy.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,10 +246,11 @@ def main(argv: list[str] | None = None) -> int:
     check_port_free(args.listen, "remoting")
     registry = metrics.new_registry("remoting")
     observe = RemotingMetrics(registry, "remoting") if args.metrics_port else None
+    group_metrics = ConsumerGroupMetrics(registry) if args.metrics_port else None
     host = metrics.metrics_host(args.listen, args.metrics_host)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry, host)
     try:
-        asyncio.run(serve(args, observe))
+        asyncio.run(serve(args, observe, group_metrics))
     finally:
         if metrics_server is not None:
             metrics_server.stop()
