@@ -8,9 +8,10 @@ import logging
 import signal
 import sys
 
-from rmqstore import metrics, tls
+from rmqstore import access_keys, metrics, tls
 from rmqstore.appender import Appender
 from rmqstore.formats.hosts import parse_host
+from rmqstore.formats.remoting import RequestCode
 from rmqstore.metrics_remoting import RemotingMetrics
 from rmqstore.remoting_net import RemotingServer
 from rmqstore.server import announce, configure_logging
@@ -18,11 +19,14 @@ from rmqstore.startup import StartupError, check_port_free, run_main, split_addr
 from services.remoting import registration
 from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.clients import Clients
+from services.remoting.offsets import GroupOffsets, OffsetHandlers
+from services.remoting.pull import Puller
 from services.remoting.send import Sender, append_refused
 from services.remoting.topics import Topics
 from services.remoting.transactions import Transactions
 
 log = logging.getLogger("rmqstore.remoting")
+C = RequestCode
 CLIENT_SCAN_S = 10.0
 
 
@@ -41,6 +45,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the writer's --put-socket (same machine): puts go there",
     )
     p.add_argument("--query", default="127.0.0.1:8101", help="the query service")
+    p.add_argument(
+        "--proxy",
+        default="",
+        help="the proxy, which owns consumer progress: 4.x consumers' offsets are queried "
+        "and committed there (none: offset commands answer SYSTEM_ERROR)",
+    )
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them",
+                                 access_env=False)  # fmt: skip
     p.add_argument(
         "--namesrv",
         default="",
@@ -163,6 +175,25 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
     info = BrokerInfo(args.cluster_name, args.broker_name, "")
     broker = reads["broker"] = Broker(info, sender, topics, query, writer, clients,
                                       topics_changed)  # fmt: skip
+    try:
+        keys = access_keys.client_keys(args, access_env=False)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+    proxy = tls.aio_client_channel(args.proxy, args) if args.proxy else None
+    broker.group_offsets = GroupOffsets(proxy, keys)
+    puller = Puller(topics, query, writer, clients, broker.group_offsets,
+                    observe.pulled if observe else lambda group, code: None)  # fmt: skip
+    offset_handlers = OffsetHandlers(broker.group_offsets, query)
+    broker.handlers.update({  # consuming: pulls and offsets (spec §3.3)
+        C.PULL_MESSAGE: puller.pull,
+        C.QUERY_CONSUMER_OFFSET: offset_handlers.query_offset,
+        C.UPDATE_CONSUMER_OFFSET: offset_handlers.update_offset,
+        C.GET_EARLIEST_MSG_STORETIME: offset_handlers.earliest_store_time,
+    })
+    # group membership answers it when present; else what a rebalance needs, from heartbeats
+    broker.handlers.setdefault(C.GET_CONSUMER_LIST_BY_GROUP, puller.consumer_list)
+    if observe is not None:
+        observe.watch_pulls(puller)
     server = RemotingServer(
         broker, observe.observe if observe else None, on_close=broker.connection_closed
     )
@@ -191,6 +222,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
     holder["r"] = reg
     reg.start()
     sender.transactions.start()
+    puller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -205,9 +237,12 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
     await reg.close()
     await sender.transactions.close()
     await server.close()
+    await puller.close()
     await appender.close()
     await writer.close()
     await query.close()
+    if proxy is not None:
+        await proxy.close()
 
 
 def main(argv: list[str] | None = None) -> int:
