@@ -1,14 +1,14 @@
 'use strict';
 // ali-ons 3.12's push consumer (clustering) of TOPIC in GROUP through the name server NAMESRV,
-// from the first offset when the group has none. One JSON line per event on stdout:
+// from the first offset when the group has none (FROM: LAST, from the last). One JSON line per event on stdout:
 // {event: "ready"}, {event: "queues", queues: [ids]} whenever its share of TOPIC's queues
 // changes, {event: "received", body, msgId, queueId, queueOffset, reconsumeTimes}. It runs
 // until its stdin closes, then closes the consumer (offsets committed) and exits 0.
-// usage: node ali_ons_consumer.js NAMESRV TOPIC GROUP
+// usage: node ali_ons_consumer.js NAMESRV TOPIC GROUP [FROM]
 const httpclient = require('urllib');
 const { Consumer } = require('ali-ons');
 
-const [nameSrv, topic, group] = process.argv.slice(2);
+const [nameSrv, topic, group, from] = process.argv.slice(2);
 const out = obj => process.stdout.write(JSON.stringify(obj) + '\n');
 
 (async () => {
@@ -18,7 +18,7 @@ const out = obj => process.stdout.write(JSON.stringify(obj) + '\n');
     consumerGroup: group,
     accessKeyId: 'unused',
     accessKeySecret: 'unused',
-    consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+    consumeFromWhere: from === 'LAST' ? 'CONSUME_FROM_LAST_OFFSET' : 'CONSUME_FROM_FIRST_OFFSET',
     rebalanceInterval: 2000,
   });
   consumer.subscribe(topic, '*', async msg => {

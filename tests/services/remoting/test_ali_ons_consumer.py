@@ -83,8 +83,10 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(tmp_path)}  # ali-ons writes its logs under $HOME
 
 
-def _consumer(served: Served, topic: str, group: str, tmp_path: Path) -> Proc:
-    c = Proc(["node", str(CONSUMER), served.namesrv, topic, group], _env(tmp_path), CLIENT_DIR)
+def _consumer(served: Served, topic: str, group: str, tmp_path: Path, start: str = "FIRST"
+              ) -> Proc:  # fmt: skip
+    c = Proc(["node", str(CONSUMER), served.namesrv, topic, group, start], _env(tmp_path),
+             CLIENT_DIR)  # fmt: skip
     _until("the consumer is ready", lambda: c.of("ready") or c.proc.poll() is not None)
     assert c.proc.poll() is None, c.explain()
     return c
@@ -96,6 +98,11 @@ def _produce(served: Served, topic: str, count: int, tmp_path: Path) -> list[dic
                          env=_env(tmp_path))  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+def _at(e: dict) -> tuple[int, int]:
+    """(queue id, queue offset) of a send or a receipt (ali-ons gives some as strings)."""
+    return int(e["queueId"]), int(e["queueOffset"])
 
 
 def _topic(served: Served, topic: str) -> None:
@@ -187,3 +194,20 @@ def test_messages_cross_between_the_proxy_and_the_remoting_broker(
     acked = [e for e in events if e["event"] == "acked"]
     assert {e["body"] for e in acked} == {f"ali-ons message {i}" for i in range(5)}
     assert all(e["id"] for e in acked)  # ali-ons sets no UNIQ_KEY: the offset id stands in
+
+
+def test_a_new_group_consuming_from_the_last_offset_skips_the_backlog(
+    served: Served, ali_ons: None, tmp_path: Path
+) -> None:
+    _topic(served, "AliLastT")
+    old = {_at(s) for s in _produce(served, "AliLastT", 4, tmp_path)}
+    c = _consumer(served, "AliLastT", "CG_ALI_LAST", tmp_path, "LAST")
+    try:  # QUERY_NOT_FOUND for the new group: the client starts at GET_MAX_OFFSET
+        _until("the consumer holds the queues", lambda: c.of("queues")
+               and len(c.of("queues")[-1]["queues"]) == 4)  # fmt: skip
+        new = {_at(s) for s in _produce(served, "AliLastT", 4, tmp_path)}
+        _until("the new messages received", lambda: len(c.of("received")) >= 4)
+        got = {_at(e) for e in c.of("received")}
+        assert got == new and not got & old
+    finally:
+        assert c.close() == 0, c.explain()

@@ -5,6 +5,7 @@ commit piggyback and long polling; the offset commands, answered from the proxy'
 import asyncio
 import json
 import struct
+import urllib.request
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -194,3 +195,21 @@ def test_consumer_list_from_heartbeats(served: Served) -> None:
         assert all(r.body.startswith(b"TagA") for r in _records(answer.body))
 
     run(served, test)
+
+
+def test_pull_metrics(served: Served) -> None:
+    async def test(broker: Wire) -> None:
+        await _sent(broker, "MetT", 0, ["a", "b"])
+        await _found(broker, _pull("CG_MET", "MetT", 0, 0))
+        await broker.call(_pull("CG_MET", "MetT", 0, 1))  # one behind the end: lag 1
+
+    run(served, test)
+    with urllib.request.urlopen(f"http://127.0.0.1:{served.serve.base + 17}/metrics",
+                                timeout=30) as r:  # fmt: skip
+        text = r.read().decode()
+    assert 'rmqstore_remoting_pulls_total{code="SUCCESS"}' in text
+    assert "rmqstore_remoting_pulls_suspended 0.0" in text
+    assert 'rmqstore_remoting_consumer_lag_messages{group="CG_MET",topic="MetT"} 1.0' in text
+    pulled = [line for line in text.splitlines()
+              if line.startswith("rmqstore_remoting_pulled_messages_total")]  # fmt: skip
+    assert pulled and float(pulled[0].split()[1]) >= 3
