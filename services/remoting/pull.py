@@ -69,8 +69,9 @@ class Arrivals:
         self.writer = writer
         self._events: dict[tuple[str, int], asyncio.Event] = {}
         self.arrived: dict[tuple[str, int], int] = {}  # queue -> one past the last offset seen
-        self._task: asyncio.Task | None = None
+        self._tasks: list[asyncio.Task] = []
         self.streaming = False
+        self.position = -1  # where the stream is (the next batch's offset)
 
     def event(self, topic: str, queue_id: int) -> asyncio.Event:
         """Set at the queue's next arrival: take it before the pull looks, so that a message
@@ -82,13 +83,31 @@ class Arrivals:
         return ev
 
     def start(self) -> None:
-        self._task = asyncio.ensure_future(self._follow())
+        self._tasks = [asyncio.ensure_future(self._follow()), asyncio.ensure_future(self._ack())]
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task
+
+    async def _ack(self) -> None:
+        """Acknowledge the stream's position every ``ACK_EVERY_S`` when it moved, so the
+        writer's lag for this subscriber stays true (its alerts watch every subscriber)."""
+        acked = -1
+        while True:
+            await asyncio.sleep(ACK_EVERY_S)
+            position = self.position
+            if position < 0 or position == acked:
+                continue
+            try:
+                await self.writer.Ack(
+                    commitlog_pb2.AckRequest(subscriber=SUBSCRIBER, durable_offset=position),
+                    timeout=QUERY_TIMEOUT_S,
+                )
+                acked = position
+            except grpc.aio.AioRpcError as e:
+                log.debug("acknowledging the dispatch stream's position failed: %s", e.details())
 
     async def _follow(self) -> None:
         position = -1
@@ -115,7 +134,7 @@ class Arrivals:
             commitlog_pb2.SubscribeRequest(subscriber=SUBSCRIBER, from_offset=position)
         )
         self.streaming = True
-        acked = time.monotonic()
+        self.position = position
         async for batch in call:
             for topic, q, o in zip(batch.topic, batch.queue_id, batch.queue_offset, strict=False):
                 key = (topic, q)
@@ -124,14 +143,7 @@ class Arrivals:
                 ev = self._events.pop(key, None)
                 if ev is not None:
                     ev.set()
-            position = batch.next_offset
-            if time.monotonic() - acked >= ACK_EVERY_S:
-                acked = time.monotonic()
-                with contextlib.suppress(grpc.aio.AioRpcError):
-                    await self.writer.Ack(
-                        commitlog_pb2.AckRequest(subscriber=SUBSCRIBER, durable_offset=position),
-                        timeout=QUERY_TIMEOUT_S,
-                    )
+            position = self.position = batch.next_offset
         return position
 
     def _wake_all(self) -> None:
