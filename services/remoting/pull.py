@@ -152,6 +152,16 @@ class Arrivals:
         self._events.clear()
 
 
+async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> None:
+    """Until ``a`` or ``b`` is set, or ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
 @dataclass
 class PullHeader:
     group: str
@@ -259,14 +269,14 @@ class Puller:
 
     async def pull(self, conn: Connection, req: R.Command) -> R.Command:
         h = parse_header(req)
-        answer = await self._pull(req, h)
+        answer = await self._pull(req, h, conn.closed)
         self.on_pull(h.group, answer.code)
         end = answer.field("maxOffset")
         if end is not None:
             self.positions[(h.group, h.topic, h.queue_id)] = (h.offset, int(end), time.monotonic())
         return answer
 
-    async def _pull(self, req: R.Command, h: PullHeader) -> R.Command:
+    async def _pull(self, req: R.Command, h: PullHeader, gone: asyncio.Event) -> R.Command:
         config = await self.topics.get(h.topic)
         if config is None:
             return R.response_to(
@@ -312,7 +322,7 @@ class Puller:
                 if answer.code != RC.PULL_NOT_FOUND or not hold:
                     return answer
                 left = deadline - asyncio.get_running_loop().time()
-                if left <= 0:
+                if left <= 0 or gone.is_set():  # over, or no one left to answer
                     return answer
                 if not suspended:
                     suspended = True
@@ -322,8 +332,7 @@ class Puller:
                     caught = arrived  # in the consume queue (the builder is a step behind)
                     await self._catch_up(h, found_end, deadline)
                     continue
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(ev.wait(), left)
+                await _first(ev, gone, left)
         finally:
             if suspended:
                 self.suspended -= 1

@@ -213,3 +213,28 @@ def test_pull_metrics(served: Served) -> None:
     pulled = [line for line in text.splitlines()
               if line.startswith("rmqstore_remoting_pulled_messages_total")]  # fmt: skip
     assert pulled and float(pulled[0].split()[1]) >= 3
+
+
+def test_a_held_pull_ends_with_its_connection(served: Served) -> None:
+    def suspended() -> float:
+        url = f"http://127.0.0.1:{served.serve.base + 17}/metrics"
+        with urllib.request.urlopen(url, timeout=30) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith("rmqstore_remoting_pulls_suspended "):
+                    return float(line.split()[1])
+        return -1.0
+
+    async def until(value: float) -> None:
+        while await asyncio.to_thread(suspended) != value:
+            await asyncio.sleep(0.05)  # polling the gauge, bounded by the test's deadline
+
+    async def test(broker: Wire) -> None:
+        await _sent(broker, "GoneT", 0, ["a"])
+        await _found(broker, _pull("CG_GONE", "GoneT", 0, 0))
+        other = await Wire.open(served.broker)
+        other.writer.write(_pull("CG_GONE", "GoneT", 0, 1, sys_flag=6, suspend_ms=50000))
+        await until(1.0)
+        await other.close()
+        await until(0.0)  # well before its 50 s
+
+    run(served, test)
