@@ -15,6 +15,7 @@ from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
 from tests.remoting_wire import Wire, json_request, read_frame
+from tests.services.proxy.conftest import Serve
 from tests.services.remoting.conftest import Served
 
 pytestmark = pytest.mark.integration
@@ -238,3 +239,28 @@ def test_a_held_pull_ends_with_its_connection(served: Served) -> None:
         await until(0.0)  # well before its 50 s
 
     run(served, test)
+
+
+def test_offsets_reach_a_proxy_that_requires_signatures(tmp_path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("SK\n")
+    serve = Serve(tmp_path / "store", "--access-key", "AK", "--secret-key-file", str(secret))
+    try:
+        async def test(broker: Wire) -> None:
+            ext = {"consumerGroup": "CG_SIGNED", "topic": "SignedT", "queueId": "0",
+                   "commitOffset": "5"}  # fmt: skip
+            committed = await broker.call(json_request(C.UPDATE_CONSUMER_OFFSET, ext))
+            assert committed.code == 0, committed.remark  # signed: the proxy took it
+            del ext["commitOffset"]
+            answer = await broker.call(json_request(C.QUERY_CONSUMER_OFFSET, ext))
+            assert answer.code == 0 and answer.ext == {"offset": "5"}
+            async with grpc.aio.insecure_channel(serve.proxy) as channel:  # unsigned: refused
+                stub = groups_pb2_grpc.ConsumerGroupsStub(channel)
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.QueryOffset(groups_pb2.QueryOffsetRequest(
+                        group="CG_SIGNED", topic="SignedT", queue_id=0))  # fmt: skip
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+        run(Served(serve), test)
+    finally:
+        serve.stop()
