@@ -38,6 +38,7 @@ ACK_EVERY_S = 5.0  # how often the stream's position is acknowledged (the writer
 CATCH_UP_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
 MAX_SUSPEND_S = 60.0
 POSITION_TTL_S = 120.0
+MAX_POSITIONS = 100_000  # queues the lag metric follows at most
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -274,6 +275,10 @@ class Puller:
         end = answer.field("maxOffset")
         if end is not None:
             self.positions[(h.group, h.topic, h.queue_id)] = (h.offset, int(end), time.monotonic())
+            if len(self.positions) > MAX_POSITIONS:
+                self.lag_by_group()  # drops the stale ones
+                while len(self.positions) > MAX_POSITIONS:  # then the first followed
+                    del self.positions[next(iter(self.positions))]
         return answer
 
     async def _pull(self, req: R.Command, h: PullHeader, gone: asyncio.Event) -> R.Command:
