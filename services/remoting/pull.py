@@ -6,8 +6,10 @@ filtered, RocketMQ's batch limits); the body is those records exactly as the com
 them, read through the writer. A pull that finds nothing new (PULL_NOT_FOUND) with long polling
 allowed is held until a message for its queue is stored or ``suspendTimeoutMillis`` passes:
 ``Arrivals`` follows the writer's dispatch stream (one stream for the whole broker, opened at
-the writer's end) and wakes the pulls held on a queue when a record for it is appended. Every
-pull runs as its own task, so held pulls never hold up a connection's other requests.
+the writer's end when a pull is first held and closed ``LINGER_S`` after the last one ended,
+so a broker that only takes sends costs the writer nothing) and wakes the pulls held on a
+queue when a record for it is appended. Every pull runs as its own task, so held pulls never
+hold up a connection's other requests.
 """
 
 import asyncio
@@ -36,7 +38,12 @@ ACK_EVERY_S = 5.0  # how often the stream's position is acknowledged (the writer
 # is a step behind the writer): the pull looks again after these pauses while the queue's end
 # it sees is below what arrived
 CATCH_UP_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+# when the stream was not open yet: what was stored between the pull's look and the stream's
+# start comes only through the consume queue (a builder later than this costs a delay: the
+# pull's timeout, never a loss)
+FRESH_CATCH_UP_S = (*CATCH_UP_S, 0.5, 1.0)
 MAX_SUSPEND_S = 60.0
+LINGER_S = 60.0  # the dispatch stream stays open this long after the last held pull
 POSITION_TTL_S = 120.0
 MAX_POSITIONS = 100_000  # queues the lag metric follows at most
 
@@ -70,9 +77,12 @@ class Arrivals:
         self.writer = writer
         self._events: dict[tuple[str, int], asyncio.Event] = {}
         self.arrived: dict[tuple[str, int], int] = {}  # queue -> one past the last offset seen
-        self._tasks: list[asyncio.Task] = []
+        self._follower: asyncio.Task | None = None
+        self._tender: asyncio.Task | None = None
         self.streaming = False
         self.position = -1  # where the stream is (the next batch's offset)
+        self.waiting = 0  # pulls held now
+        self._idle_since = 0.0  # loop time the last held pull ended
 
     def event(self, topic: str, queue_id: int) -> asyncio.Event:
         """Set at the queue's next arrival: take it before the pull looks, so that a message
@@ -83,23 +93,46 @@ class Arrivals:
             ev = self._events[key] = asyncio.Event()
         return ev
 
+    def hold(self) -> bool:
+        """A pull is held: the stream is opened unless it is open. True when it was not
+        streaming yet: what was stored just before it opened does not come through it, so
+        the pull looks again a few times (``CATCH_UP_S``)."""
+        self.waiting += 1
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.ensure_future(self._follow())
+            return True
+        return not self.streaming
+
+    def release(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self._idle_since = asyncio.get_running_loop().time()
+
     def start(self) -> None:
-        self._tasks = [asyncio.ensure_future(self._follow()), asyncio.ensure_future(self._ack())]
+        self._tender = asyncio.ensure_future(self._tend())
 
     async def close(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        for task in (self._tender, self._follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
 
-    async def _ack(self) -> None:
-        """Acknowledge the stream's position every ``ACK_EVERY_S`` when it moved, so the
-        writer's lag for this subscriber stays true (its alerts watch every subscriber)."""
+    async def _tend(self) -> None:
+        """Every ``ACK_EVERY_S``: acknowledge the stream's position when it moved, so the
+        writer's lag for this subscriber stays true (its alerts watch every subscriber); close
+        the stream ``LINGER_S`` after the last held pull."""
         acked = -1
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(ACK_EVERY_S)
+            follower = self._follower
+            idle = self.waiting == 0 and loop.time() - self._idle_since > LINGER_S
+            if idle and follower is not None and not follower.done():
+                follower.cancel()
+                continue
             position = self.position
-            if position < 0 or position == acked:
+            if not self.streaming or position < 0 or position == acked:
                 continue
             try:
                 await self.writer.Ack(
@@ -111,6 +144,12 @@ class Arrivals:
                 log.debug("acknowledging the dispatch stream's position failed: %s", e.details())
 
     async def _follow(self) -> None:
+        try:
+            await self._follow_from_end()
+        finally:
+            self.streaming = False
+
+    async def _follow_from_end(self) -> None:
         position = -1
         while True:
             try:
@@ -136,15 +175,20 @@ class Arrivals:
         )
         self.streaming = True
         self.position = position
-        async for batch in call:
-            for topic, q, o in zip(batch.topic, batch.queue_id, batch.queue_offset, strict=False):
-                key = (topic, q)
-                if o + 1 > self.arrived.get(key, 0):
-                    self.arrived[key] = o + 1
-                ev = self._events.pop(key, None)
-                if ev is not None:
-                    ev.set()
-            position = self.position = batch.next_offset
+        try:
+            async for batch in call:
+                for topic, q, o in zip(
+                    batch.topic, batch.queue_id, batch.queue_offset, strict=False
+                ):
+                    key = (topic, q)
+                    if o + 1 > self.arrived.get(key, 0):
+                        self.arrived[key] = o + 1
+                    ev = self._events.pop(key, None)
+                    if ev is not None:
+                        ev.set()
+                position = self.position = batch.next_offset
+        finally:
+            call.cancel()
         return position
 
     def _wake_all(self) -> None:
@@ -332,6 +376,9 @@ class Puller:
                 if not suspended:
                     suspended = True
                     self.suspended += 1
+                    if self.arrivals.hold():  # the stream was not open: look again a while
+                        await self._catch_up(h, found_end, deadline, FRESH_CATCH_UP_S)
+                        continue
                 arrived = self.arrivals.arrived.get((h.topic, h.queue_id), 0)
                 if arrived > found_end and arrived != caught:  # stored already, not yet
                     caught = arrived  # in the consume queue (the builder is a step behind)
@@ -341,11 +388,14 @@ class Puller:
         finally:
             if suspended:
                 self.suspended -= 1
+                self.arrivals.release()
 
-    async def _catch_up(self, h: PullHeader, end: int, deadline: float) -> None:
+    async def _catch_up(
+        self, h: PullHeader, end: int, deadline: float, pauses: tuple[float, ...] = CATCH_UP_S
+    ) -> None:
         """Wait until the query service sees the queue past ``end`` (or a while)."""
         loop = asyncio.get_running_loop()
-        for pause in CATCH_UP_S:
+        for pause in pauses:
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
             if loop.time() >= deadline or await self._end(h) > end:
                 return

@@ -241,12 +241,32 @@ def test_a_held_pull_ends_with_its_connection(served: Served) -> None:
     run(served, test)
 
 
+def _pull_streams(serve: Serve) -> float:
+    """The writer's dispatch streams open to the remoting broker's long polling."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{serve.base + 10}/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith('rmqstore_writer_subscribers{builder="remoting-pulls"}'):
+                return float(line.split()[1])
+    return 0.0
+
+
 def test_offsets_reach_a_proxy_that_requires_signatures(tmp_path) -> None:
+    """Also: the broker opens its dispatch stream only once a pull is held."""
     secret = tmp_path / "secret"
     secret.write_text("SK\n")
     serve = Serve(tmp_path / "store", "--access-key", "AK", "--secret-key-file", str(secret))
     try:
         async def test(broker: Wire) -> None:
+            assert await asyncio.to_thread(_pull_streams, serve) == 0  # only sends so far
+            await _sent(broker, "SignedT", 1, ["a"])
+            await _found(broker, _pull("CG_SIGNED", "SignedT", 1, 0))
+            broker.writer.write(_pull("CG_SIGNED", "SignedT", 1, 1, 9, 6, suspend_ms=50000))
+            while await asyncio.to_thread(_pull_streams, serve) != 1:
+                await asyncio.sleep(0.05)  # polling the gauge, bounded by the deadline
+            broker.writer.write(_send("SignedT", 1, "b", 10, b"wakes it"))
+            answers = {c.opaque: c for c in [(await read_frame(broker.reader))[1]
+                                             for _ in range(2)]}  # fmt: skip
+            assert answers[9].code == RC.SUCCESS and answers[10].code == RC.SUCCESS
             ext = {"consumerGroup": "CG_SIGNED", "topic": "SignedT", "queueId": "0",
                    "commitOffset": "5"}  # fmt: skip
             committed = await broker.call(json_request(C.UPDATE_CONSUMER_OFFSET, ext))
