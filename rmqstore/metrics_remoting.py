@@ -1,14 +1,49 @@
 """Prometheus metrics of the RocketMQ 4.x remoting services (name server, broker front end):
-requests by command and response code, and their latency by command."""
+requests by command and response code, and their latency by command; on the broker also
+pulls by response code, pulls held (long polling), messages pulled and each consumer group's
+lag as its pulls show it."""
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from rmqstore.formats import remoting as R
 from rmqstore.metrics import IO_LATENCY_BUCKETS
+
+
+class Pulls(Protocol):
+    suspended: int
+    pulled: int
+
+    def lag_by_group(self) -> dict[tuple[str, str], int]: ...
+
+
+class _PullCollector(Collector):
+    def __init__(self, pulls: Pulls) -> None:
+        self.pulls = pulls
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        yield GaugeMetricFamily("rmqstore_remoting_pulls_suspended",
+                                "PULL_MESSAGE requests held right now (long polling).",
+                                value=self.pulls.suspended)  # fmt: skip
+        yield CounterMetricFamily("rmqstore_remoting_pulled_messages",
+                                  "Messages handed out by PULL_MESSAGE.",
+                                  value=self.pulls.pulled)  # fmt: skip
+        lag = GaugeMetricFamily(
+            "rmqstore_remoting_consumer_lag_messages",
+            "Messages between each 4.x consumer group's pulls and the ends of the queues "
+            "it pulls (queues pulled within the last 2 minutes), by group and topic.",
+            labels=["group", "topic"],
+        )
+        for (group, topic), n in sorted(self.pulls.lag_by_group().items()):
+            lag.add_metric([group, topic], n)
+        yield lag
 
 
 class RemotingMetrics:
@@ -16,6 +51,8 @@ class RemotingMetrics:
     (``ONEWAY`` for requests never answered)."""
 
     def __init__(self, registry: CollectorRegistry, service: str) -> None:
+        self.registry = registry
+        self._pull_codes: Counter | None = None  # the broker's (watch_pulls)
         self.requests = Counter(
             f"rmqstore_{service}_requests_total",
             "Remoting requests answered, by command and response code.",
@@ -41,6 +78,20 @@ class RemotingMetrics:
                 self._children[(command, code)] = children
         children[0].inc()
         children[1].observe(seconds)
+
+    def watch_pulls(self, pulls: Pulls) -> None:
+        """The broker's pulls: a counter by response code, and what ``pulls`` reports."""
+        self._pull_codes = Counter(
+            "rmqstore_remoting_pulls_total",
+            "PULL_MESSAGE requests answered, by response code.",
+            ["code"],
+            registry=self.registry,
+        )
+        self.registry.register(_PullCollector(pulls))
+
+    def pulled(self, group: str, code: int) -> None:
+        if self._pull_codes is not None:
+            self._pull_codes.labels(R.code_name(code, response=True)).inc()
 
 
 class ConsumerGroupMetrics:

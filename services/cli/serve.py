@@ -99,7 +99,21 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
         "--transaction-timeout", str(args.transaction_timeout),
         "--transaction-check-interval", str(args.transaction_check_interval),
         "--transaction-check-max", str(args.transaction_check_max),
+        *_remoting_proxy(args, ports),
     ]
+
+
+def _remoting_proxy(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    """The proxy owns consumer progress: the broker queries and commits 4.x consumers'
+    offsets there, signing its calls as the proxy requires."""
+    if not _exists("services.proxy"):
+        return []
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    flags = ["--proxy", f"{host}:{ports['proxy']}"]
+    if args.access_key:
+        flags += ["--access-key", args.access_key]
+        flags += ["--secret-key-file", args.secret_key_file] if args.secret_key_file else []
+    return flags
 
 
 def _writer_address(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:

@@ -578,6 +578,33 @@ class Consumption(Redelivery):
         self.dirty = True
         self.flush()
 
+    # offsets committed by RocketMQ 4.x consumers (through the remoting broker) -------------
+
+    def committed(self, group: str, topic: str, q: int) -> int | None:
+        """The queue's committed offset, None when the group has none there (nothing is
+        created by asking)."""
+        p = self.state.get((group, topic), {}).get(q)
+        return None if p is None else p.committed
+
+    def commit(self, group: str, topic: str, q: int, offset: int) -> bool:
+        """A 4.x consumer's commit: the queue's committed offset becomes ``offset`` (one
+        table for both protocols, as RocketMQ's), unless the group pops that queue (messages
+        in flight or settled above the committed offset: the acks own it then). Whether it
+        was applied. Written with the next flush, as every change of progress."""
+        p = self.state.get((group, topic), {}).get(q)
+        if p is not None and (p.inflight or p.next > p.committed):
+            return False
+        self.group(group)
+        queues = self.state.setdefault((group, topic), {})
+        if p is None:
+            p = queues[q] = QueueProgress(committed=offset, next=offset)
+        elif p.committed != offset:
+            p.reset(offset)
+        else:
+            return True
+        self.dirty = True
+        return True
+
     # durability ---------------------------------------------------------------------------
 
     def flush(self) -> None:

@@ -138,3 +138,32 @@ class GroupsServicer(groups_pb2_grpc.ConsumerGroupsServicer):
         if why is not None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
         return config_of(c.group(request.group))
+
+    def _offset_args(self, request) -> str | None:
+        """Why a QueryOffset / CommitOffset request is refused (None: it is not)."""
+        if not request.group or not request.topic:
+            return "give a group and a topic"
+        if request.queue_id < 0:
+            return f"queue id {request.queue_id} is negative"
+        return sg.name_error(request.group)
+
+    async def QueryOffset(self, request, context):  # noqa: N802
+        c = await self._c(context)
+        why = self._offset_args(request)
+        if why is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+        offset = c.committed(request.group, request.topic, request.queue_id)
+        if offset is None:
+            return groups_pb2.QueryOffsetResponse(found=False)
+        return groups_pb2.QueryOffsetResponse(found=True, offset=offset)
+
+    async def CommitOffset(self, request, context):  # noqa: N802
+        c = await self._c(context)
+        why = self._offset_args(request)
+        if why is None and request.offset < 0:
+            why = f"offset {request.offset} is negative"
+        if why is not None:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, why)
+        applied = c.commit(request.group, request.topic, request.queue_id, request.offset)
+        committed = c.committed(request.group, request.topic, request.queue_id)
+        return groups_pb2.CommitOffsetResponse(applied=applied, committed=committed or 0)

@@ -10,8 +10,8 @@ import sys
 
 from rmqstore import access_keys, metrics, tls
 from rmqstore.appender import Appender
-from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import parse_host
+from rmqstore.formats.remoting import RequestCode
 from rmqstore.metrics_remoting import ConsumerGroupMetrics, RemotingMetrics
 from rmqstore.remoting_net import RemotingServer
 from rmqstore.server import announce, configure_logging
@@ -22,12 +22,15 @@ from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.clients import Clients
 from services.remoting.consumer_admin import ConsumerAdmin, SignedStub
 from services.remoting.consumer_groups import ConsumerGroups
+from services.remoting.offsets import GroupOffsets, OffsetHandlers
+from services.remoting.pull import Puller
 from services.remoting.send import Sender, append_refused
 from services.remoting.send_back import RetrySendDiverter, SendBack
 from services.remoting.topics import Topics
 from services.remoting.transactions import Transactions
 
 log = logging.getLogger("rmqstore.remoting")
+C = RequestCode
 CLIENT_SCAN_S = 10.0
 
 
@@ -46,9 +49,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the writer's --put-socket (same machine): puts go there",
     )
     p.add_argument("--query", default="127.0.0.1:8101", help="the query service")
-    p.add_argument("--proxy", default="",
-                   help="the proxy, owner of consumer groups' committed offsets (its "
-                        "ConsumerGroups API; none: no consume stats or offset resets)")  # fmt: skip
+    p.add_argument(
+        "--proxy",
+        default="",
+        help="the proxy, which owns consumer progress (its ConsumerGroups API): 4.x "
+        "consumers' offsets are queried and committed there (none: offset commands answer "
+        "SYSTEM_ERROR, no consume stats or offset resets)",
+    )
     p.add_argument(
         "--namesrv",
         default="",
@@ -182,15 +189,27 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     groups = ConsumerGroups(clients, topics, topics_changed, watcher=group_metrics,
                             registry=registry)  # fmt: skip
     broker.handlers.update(groups.handlers())
-    broker.handlers[R.RequestCode.CONSUMER_SEND_MSG_BACK] = SendBack(
+    broker.handlers[C.CONSUMER_SEND_MSG_BACK] = SendBack(
         appender, topics, read, topics_changed, group_metrics, groups.retry_max_times
     )
-    for code in (R.RequestCode.SEND_MESSAGE, R.RequestCode.SEND_MESSAGE_V2):
+    for code in (C.SEND_MESSAGE, C.SEND_MESSAGE_V2):
         broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
                                                   group_metrics)  # fmt: skip
     if proxy is not None:
         admin = ConsumerAdmin(args.broker_name, clients, topics, registry, query)
         broker.handlers.update(admin.handlers())
+    broker.group_offsets = GroupOffsets(proxy, proxy_keys)
+    puller = Puller(topics, query, writer, clients, broker.group_offsets,
+                    observe.pulled if observe else lambda group, code: None)  # fmt: skip
+    offset_handlers = OffsetHandlers(broker.group_offsets, query)
+    broker.handlers.update({  # consuming: pulls and offsets (spec §3.3)
+        C.PULL_MESSAGE: puller.pull,
+        C.QUERY_CONSUMER_OFFSET: offset_handlers.query_offset,
+        C.UPDATE_CONSUMER_OFFSET: offset_handlers.update_offset,
+        C.GET_EARLIEST_MSG_STORETIME: offset_handlers.earliest_store_time,
+    })
+    if observe is not None:
+        observe.watch_pulls(puller)
     server = RemotingServer(
         broker, observe.observe if observe else None, on_close=groups.connection_closed
     )
@@ -219,6 +238,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     holder["r"] = reg
     reg.start()
     sender.transactions.start()
+    puller.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -233,6 +253,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     await reg.close()
     await sender.transactions.close()
     await server.close()
+    await puller.close()
     await appender.close()
     await writer.close()
     await query.close()

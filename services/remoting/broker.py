@@ -20,6 +20,7 @@ from rmqstore.remoting_net import Answer, Connection, not_supported
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
 from services.remoting import topics as T
 from services.remoting.clients import Clients
+from services.remoting.offsets import GroupOffsets
 from services.remoting.send import Sender
 
 log = logging.getLogger("rmqstore.remoting")
@@ -104,6 +105,8 @@ class Broker:
         self.topics_changed = topics_changed
         self.started_ms = int(time.time() * 1000)
         self.tps = TpsWindow(lambda: sender.stored)
+        # consumer groups' offsets: kept by the proxy, asked through this (``offsets.py``)
+        self.group_offsets = GroupOffsets(None)
         self.handlers: dict[int, Handler] = {
             C.SEND_MESSAGE: sender.send,
             C.SEND_MESSAGE_V2: sender.send,

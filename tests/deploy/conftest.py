@@ -33,6 +33,14 @@ def run_promtool(promtool: str, *args: str) -> subprocess.CompletedProcess:
     )
 
 
+class _NoPulls:
+    suspended = 0
+    pulled = 0
+
+    def lag_by_group(self) -> dict[tuple[str, str], int]:
+        return {}
+
+
 def exported_series_names() -> set[str]:
     """Every sample name a fully set-up registry of all services can expose."""
     registry = metrics.new_registry("all")
@@ -44,7 +52,7 @@ def exported_series_names() -> set[str]:
     metrics_proxy.ProxyMetrics(registry)
     metrics_background.BackgroundMetrics(registry)
     metrics_proxy.ConsumerGroupMetrics(registry)
-    metrics_remoting.RemotingMetrics(registry, "remoting")
+    metrics_remoting.RemotingMetrics(registry, "remoting").watch_pulls(_NoPulls())
     metrics_remoting.RemotingMetrics(registry, "namesrv")
     ha_slave.watch(registry, _IdleSlave())  # a writer under --role slave
     return _sample_names(registry)

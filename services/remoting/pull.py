@@ -1,0 +1,438 @@
+"""PULL_MESSAGE (``spec/rocketmq-remoting.md`` §3.3): a 4.x consumer's pull, with the commit
+piggyback (sysFlag 0x1), tag subscriptions and long polling (0x2).
+
+The query service's ``Pull`` decides what a pull finds (RocketMQ's store statuses, tag codes
+filtered, RocketMQ's batch limits); the body is those records exactly as the commit log holds
+them, read through the writer. A pull that finds nothing new (PULL_NOT_FOUND) with long polling
+allowed is held until a message for its queue is stored or ``suspendTimeoutMillis`` passes:
+``Arrivals`` follows the writer's dispatch stream (one stream for the whole broker, opened at
+the writer's end when a pull is first held and closed ``LINGER_S`` after the last one ended,
+so a broker that only takes sends costs the writer nothing) and wakes the pulls held on a
+queue when a record for it is appended. Every pull runs as its own task, so held pulls never
+hold up a connection's other requests.
+"""
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import grpc
+
+from rmqstore.formats import remoting as R
+from rmqstore.remoting_net import Connection
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
+from services.remoting import topics as T
+from services.remoting.clients import Clients
+from services.remoting.offsets import GroupOffsets, OffsetsUnavailable
+
+log = logging.getLogger("rmqstore.remoting")
+RC = R.ResponseCode
+QUERY_TIMEOUT_S = 30.0
+SUBSCRIBER = "remoting-pulls"  # the dispatch stream's subscriber name (no builder: no acks kept)
+RESUBSCRIBE_S = 1.0  # after the dispatch stream failed
+ACK_EVERY_S = 5.0  # how often the stream's position is acknowledged (the writer's lag metric)
+# after a wake-up the query service may not have the new entry yet (the consume-queue builder
+# is a step behind the writer): the pull looks again after these pauses while the queue's end
+# it sees is below what arrived
+CATCH_UP_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+# when the stream was not open yet: what was stored between the pull's look and the stream's
+# start comes only through the consume queue (a builder later than this costs a delay: the
+# pull's timeout, never a loss)
+FRESH_CATCH_UP_S = (*CATCH_UP_S, 0.5, 1.0)
+MAX_SUSPEND_S = 60.0
+LINGER_S = 60.0  # the dispatch stream stays open this long after the last held pull
+POSITION_TTL_S = 120.0
+MAX_POSITIONS = 100_000  # queues the lag metric follows at most
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+MORE_THAN_ONE = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
+NOT_FOUND = ("OFFSET_OVERFLOW_ONE", "OFFSET_FOUND_NULL")
+RETRY_NOW = ("NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING")
+EMPTY = ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE")
+NO_QUEUE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OUT_OF_RANGE)
+
+
+def status_code(status: str, offset: int) -> int:
+    """The query service's pull status -> the answer's code (4.9.8's PullMessageProcessor)."""
+    if status == "FOUND":
+        return RC.SUCCESS
+    if status in NOT_FOUND:
+        return RC.PULL_NOT_FOUND
+    if status in RETRY_NOW:
+        return RC.PULL_RETRY_IMMEDIATELY
+    if status in EMPTY:  # a queue with nothing: moved unless the consumer is at 0 already
+        return RC.PULL_NOT_FOUND if offset == 0 else RC.PULL_OFFSET_MOVED
+    return RC.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
+
+
+class Arrivals:
+    """Wakes pulls held on a (topic, queue) when the writer appends a record for it."""
+
+    def __init__(self, writer: commitlog_pb2_grpc.CommitLogStub) -> None:
+        self.writer = writer
+        self._events: dict[tuple[str, int], asyncio.Event] = {}
+        self.arrived: dict[tuple[str, int], int] = {}  # queue -> one past the last offset seen
+        self._follower: asyncio.Task | None = None
+        self._tender: asyncio.Task | None = None
+        self.streaming = False
+        self.position = -1  # where the stream is (the next batch's offset)
+        self.waiting = 0  # pulls held now
+        self._idle_since = 0.0  # loop time the last held pull ended
+
+    def event(self, topic: str, queue_id: int) -> asyncio.Event:
+        """Set at the queue's next arrival: take it before the pull looks, so that a message
+        stored between the look and the wait still wakes it."""
+        key = (topic, queue_id)
+        ev = self._events.get(key)
+        if ev is None or ev.is_set():
+            ev = self._events[key] = asyncio.Event()
+        return ev
+
+    def hold(self) -> bool:
+        """A pull is held: the stream is opened unless it is open. True when it was not
+        streaming yet: what was stored just before it opened does not come through it, so
+        the pull looks again a few times (``CATCH_UP_S``)."""
+        self.waiting += 1
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.ensure_future(self._follow())
+            return True
+        return not self.streaming
+
+    def release(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self._idle_since = asyncio.get_running_loop().time()
+
+    def start(self) -> None:
+        self._tender = asyncio.ensure_future(self._tend())
+
+    async def close(self) -> None:
+        for task in (self._tender, self._follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _tend(self) -> None:
+        """Every ``ACK_EVERY_S``: acknowledge the stream's position when it moved, so the
+        writer's lag for this subscriber stays true (its alerts watch every subscriber); close
+        the stream ``LINGER_S`` after the last held pull."""
+        acked = -1
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(ACK_EVERY_S)
+            follower = self._follower
+            idle = self.waiting == 0 and loop.time() - self._idle_since > LINGER_S
+            if idle and follower is not None and not follower.done():
+                follower.cancel()
+                continue
+            position = self.position
+            if not self.streaming or position < 0 or position == acked:
+                continue
+            try:
+                await self.writer.Ack(
+                    commitlog_pb2.AckRequest(subscriber=SUBSCRIBER, durable_offset=position),
+                    timeout=QUERY_TIMEOUT_S,
+                )
+                acked = position
+            except grpc.aio.AioRpcError as e:
+                log.debug("acknowledging the dispatch stream's position failed: %s", e.details())
+
+    async def _follow(self) -> None:
+        try:
+            await self._follow_from_end()
+        finally:
+            self.streaming = False
+
+    async def _follow_from_end(self) -> None:
+        position = -1
+        while True:
+            try:
+                if position < 0:
+                    offsets = await self.writer.GetOffsets(
+                        commitlog_pb2.GetOffsetsRequest(), timeout=QUERY_TIMEOUT_S
+                    )
+                    position = offsets.max_offset
+                position = await self._stream(position)
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as e:
+                self.streaming = False
+                if e.code() == grpc.StatusCode.OUT_OF_RANGE:
+                    position = -1  # the commitlog was cut or trimmed: start at its end again
+                log.debug("dispatch stream for long polling ended: %s", e.details())
+                self._wake_all()  # held pulls look again rather than sleep on a dead stream
+                await asyncio.sleep(RESUBSCRIBE_S)
+
+    async def _stream(self, position: int) -> int:
+        call = self.writer.Subscribe(
+            commitlog_pb2.SubscribeRequest(subscriber=SUBSCRIBER, from_offset=position)
+        )
+        self.streaming = True
+        self.position = position
+        try:
+            async for batch in call:
+                for topic, q, o in zip(
+                    batch.topic, batch.queue_id, batch.queue_offset, strict=False
+                ):
+                    key = (topic, q)
+                    if o + 1 > self.arrived.get(key, 0):
+                        self.arrived[key] = o + 1
+                    ev = self._events.pop(key, None)
+                    if ev is not None:
+                        ev.set()
+                position = self.position = batch.next_offset
+        finally:
+            call.cancel()
+        return position
+
+    def _wake_all(self) -> None:
+        for ev in self._events.values():
+            ev.set()
+        self._events.clear()
+
+
+async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> None:
+    """Until ``a`` or ``b`` is set, or ``timeout`` seconds."""
+    waits = [asyncio.ensure_future(a.wait()), asyncio.ensure_future(b.wait())]
+    try:
+        await asyncio.wait(waits, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waits:
+            w.cancel()
+
+
+@dataclass
+class PullHeader:
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+    max_msgs: int
+    sys_flag: int
+    commit_offset: int
+    suspend_s: float
+    subscription: str | None
+    expression_type: str
+
+
+def _int(req: R.Command, name: str, default: int | None = None) -> int:
+    value = req.field(name)
+    if value is None:
+        if default is None:
+            raise ValueError(f"the custom field <{name}> is null")
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
+
+
+def parse_header(req: R.Command) -> PullHeader:
+    group, topic = req.field("consumerGroup"), req.field("topic")
+    if not group or not topic:
+        raise ValueError("the custom field <consumerGroup> or <topic> is null")
+    return PullHeader(
+        group, topic, _int(req, "queueId"), _int(req, "queueOffset"), _int(req, "maxMsgNums", 32),
+        _int(req, "sysFlag", 0), _int(req, "commitOffset", 0),
+        min(max(_int(req, "suspendTimeoutMillis", 0), 0) / 1000, MAX_SUSPEND_S),
+        req.field("subscription"), req.field("expressionType", "TAG") or "TAG",
+    )  # fmt: skip
+
+
+class Puller:
+    """PULL_MESSAGE, and GET_CONSUMER_LIST_BY_GROUP as the rebalance of a pulling consumer
+    needs it (its ids from the heartbeats)."""
+
+    def __init__(
+        self,
+        topics: T.Topics,
+        query: grpc.aio.Channel,
+        writer: grpc.aio.Channel,
+        clients: Clients,
+        offsets: GroupOffsets,
+        on_pull: Callable[[str, int], None] = lambda group, code: None,
+    ) -> None:
+        self.topics = topics
+        self.query = query_pb2_grpc.QueryStub(query)
+        self.writer = commitlog_pb2_grpc.CommitLogStub(writer)
+        self.clients = clients
+        self.offsets = offsets
+        self.arrivals = Arrivals(self.writer)
+        self.on_pull = on_pull
+        self.suspended = 0  # pulls held right now
+        self.pulled = 0  # messages handed out
+        # (group, topic, queue) -> (offset pulled from, queue's end, when): the lag metric
+        self.positions: dict[tuple[str, str, int], tuple[int, int, float]] = {}
+
+    def lag_by_group(self) -> dict[tuple[str, str], int]:
+        """Per (group, topic): the queue ends minus the offsets pulled from, over the queues
+        pulled within ``POSITION_TTL_S``."""
+        limit = time.monotonic() - POSITION_TTL_S
+        out: dict[tuple[str, str], int] = {}
+        for key, (offset, end, when) in list(self.positions.items()):
+            if when < limit:
+                del self.positions[key]
+                continue
+            out[key[:2]] = out.get(key[:2], 0) + max(0, end - offset)
+        return out
+
+    def start(self) -> None:
+        self.arrivals.start()
+
+    async def close(self) -> None:
+        await self.arrivals.close()
+
+    # --- PULL_MESSAGE ----------------------------------------------------------------------
+
+    def subscription(self, h: PullHeader) -> str | None:
+        """The tag expression to filter by: the header's (sysFlag 0x4), else the one the
+        group's heartbeats subscribed to the topic (None: no such subscription)."""
+        if h.sys_flag & FLAG_SUBSCRIPTION and h.subscription is not None:
+            return h.subscription
+        for m in self.clients.consumers.get(h.group, {}).values():
+            sub = m.subscriptions.get(h.topic)
+            if sub is not None:
+                return str(sub.get("subString") or "*")
+        return None
+
+    async def pull(self, conn: Connection, req: R.Command) -> R.Command:
+        h = parse_header(req)
+        answer = await self._pull(req, h, conn.closed)
+        self.on_pull(h.group, answer.code)
+        end = answer.field("maxOffset")
+        if end is not None:
+            self.positions[(h.group, h.topic, h.queue_id)] = (h.offset, int(end), time.monotonic())
+            if len(self.positions) > MAX_POSITIONS:
+                self.lag_by_group()  # drops the stale ones
+                while len(self.positions) > MAX_POSITIONS:  # then the first followed
+                    del self.positions[next(iter(self.positions))]
+        return answer
+
+    async def _pull(self, req: R.Command, h: PullHeader, gone: asyncio.Event) -> R.Command:
+        config = await self.topics.get(h.topic)
+        if config is None:
+            return R.response_to(
+                req, RC.TOPIC_NOT_EXIST,
+                remark=f"topic[{h.topic}] not exist, apply first please!",
+            )  # fmt: skip
+        if not config.perm & 4:
+            return R.response_to(
+                req, RC.NO_PERMISSION, remark=f"the topic[{h.topic}] pulling message is forbidden"
+            )
+        if not 0 <= h.queue_id < config.read_queue_nums:
+            return R.response_to(
+                req, RC.SYSTEM_ERROR,
+                remark=f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
+                f"topicConfig.readQueueNums:[{config.read_queue_nums}] consumer:[{h.group}]",
+            )  # fmt: skip
+        if h.expression_type.upper() != "TAG":
+            return R.response_to(
+                req, RC.SYSTEM_ERROR,
+                remark="The broker does not support consumer to filter message by SQL92",
+            )  # fmt: skip
+        expression = self.subscription(h)
+        if expression is None:
+            return R.response_to(
+                req, RC.SUBSCRIPTION_NOT_EXIST,
+                remark=f"the consumer's subscription not exist, group: {h.group}",
+            )  # fmt: skip
+        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            try:  # once, before the first look (not again when a held pull looks again)
+                await self.offsets.commit(h.group, h.topic, h.queue_id, h.commit_offset)
+            except OffsetsUnavailable as e:
+                log.warning("pull's commit of %s@%s queue %d: %s", h.topic, h.group,
+                            h.queue_id, e)  # fmt: skip
+        expression = "*" if expression.strip() in ("", "*") else expression
+        hold = h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0
+        deadline = asyncio.get_running_loop().time() + h.suspend_s
+        suspended = False
+        caught = 0  # the arrival last waited for by catching up (once each)
+        try:
+            while True:
+                ev = self.arrivals.event(h.topic, h.queue_id)
+                answer, found_end = await self._look(req, h, expression)
+                if answer.code != RC.PULL_NOT_FOUND or not hold:
+                    return answer
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0 or gone.is_set():  # over, or no one left to answer
+                    return answer
+                if not suspended:
+                    suspended = True
+                    self.suspended += 1
+                    if self.arrivals.hold():  # the stream was not open: look again a while
+                        await self._catch_up(h, found_end, deadline, FRESH_CATCH_UP_S)
+                        continue
+                arrived = self.arrivals.arrived.get((h.topic, h.queue_id), 0)
+                if arrived > found_end and arrived != caught:  # stored already, not yet
+                    caught = arrived  # in the consume queue (the builder is a step behind)
+                    await self._catch_up(h, found_end, deadline)
+                    continue
+                await _first(ev, gone, left)
+        finally:
+            if suspended:
+                self.suspended -= 1
+                self.arrivals.release()
+
+    async def _catch_up(
+        self, h: PullHeader, end: int, deadline: float, pauses: tuple[float, ...] = CATCH_UP_S
+    ) -> None:
+        """Wait until the query service sees the queue past ``end`` (or a while)."""
+        loop = asyncio.get_running_loop()
+        for pause in pauses:
+            await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
+            if loop.time() >= deadline or await self._end(h) > end:
+                return
+
+    async def _end(self, h: PullHeader) -> int:
+        try:
+            bounds = await self.query.QueueOffsets(
+                query_pb2.QueueOffsetsRequest(topic=h.topic, queue_id=h.queue_id),
+                timeout=QUERY_TIMEOUT_S,
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() in NO_QUEUE or e.code() == grpc.StatusCode.INVALID_ARGUMENT:
+                return 0
+            raise
+        return bounds.max_offset
+
+    async def _look(self, req: R.Command, h: PullHeader, expression: str
+                    ) -> tuple[R.Command, int]:  # fmt: skip
+        """One pull at the store: the answer and the queue's end it saw."""
+        request = query_pb2.PullRequest(
+            topic=h.topic, queue_id=h.queue_id, offset=max(h.offset, 0),
+            max_messages=max(1, min(h.max_msgs, 1024)), tag_expression=expression,
+        )  # fmt: skip
+        try:
+            res = await self.query.Pull(request, timeout=QUERY_TIMEOUT_S)
+            status, nxt, low, high = (query_pb2.PullStatus.Name(res.status), res.next_offset,
+                                      res.min_offset, res.max_offset)  # fmt: skip
+        except grpc.aio.AioRpcError as e:
+            if e.code() not in NO_QUEUE:
+                raise
+            status, nxt, low, high = "NO_MESSAGE_IN_QUEUE", 0, 0, 0  # never written
+            res = None
+        code = status_code(status, h.offset)
+        body = b""
+        if code == RC.SUCCESS and res is not None:
+            offsets = [m.phy_offset for m in res.messages]
+            reads = commitlog_pb2.ReadRecordsRequest(offsets=offsets)
+            records = (await self.writer.ReadRecords(reads, timeout=QUERY_TIMEOUT_S)).records
+            if len(records) != len(offsets) or not all(records):
+                code, status = RC.PULL_RETRY_IMMEDIATELY, "MESSAGE_WAS_REMOVING"
+                nxt = h.offset
+            else:
+                body = b"".join(records)
+                self.pulled += len(records)
+        ext = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(nxt),
+            "minOffset": str(low),
+            "maxOffset": str(high),
+        }
+        return R.response_to(req, code, ext=ext, body=body, remark=status), high

@@ -1,0 +1,213 @@
+"""ali-ons 3.12's push consumer (RocketMQ 4.x, pure JavaScript, not ours) against ``rmqstore
+serve``: two consumers of a group share the queues and get every message; a restarted group
+resumes from its committed offset; messages cross between the RocketMQ 5 proxy and the 4.x
+broker both ways (official Python client on the proxy's side)."""
+
+import asyncio
+import json
+import os
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import procs
+from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, client_env
+from tests.services.remoting.conftest import Served
+from tests.services.remoting.test_ali_ons import _create_topic
+
+pytestmark = pytest.mark.integration
+CLIENT_DIR = procs.ROOT / "tests" / "clients" / "remoting"
+CONSUMER = CLIENT_DIR / "ali_ons_consumer.js"
+PRODUCER = CLIENT_DIR / "ali_ons_producer.js"
+DEADLINE_S = 120.0
+
+
+@pytest.fixture(scope="module")
+def ali_ons() -> None:
+    if not (CLIENT_DIR / "node_modules" / "ali-ons").exists():
+        pytest.fail(f"ali-ons is not installed in {CLIENT_DIR}: run `make test-deps`")
+
+
+class Proc:
+    """A client process whose JSON lines are collected as they come."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
+        self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        self.events: list[dict] = []
+        self.err: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in list(self.events) if e.get("event") == kind]
+
+    def bodies(self) -> list[str]:
+        return [e["body"] for e in self.of("received")]
+
+    def close(self) -> int:
+        """Close stdin (a consumer then closes cleanly, committing), wait for the end."""
+        if self.proc.poll() is None:
+            try:
+                assert self.proc.stdin is not None
+                self.proc.stdin.close()
+                return self.proc.wait(60)
+            except (subprocess.TimeoutExpired, OSError):
+                self.proc.kill()
+        return self.proc.wait(10)
+
+    def explain(self) -> str:
+        return f"events: {self.events[-10:]}\nstderr: {''.join(self.err)[-3000:]}"
+
+
+def _until(what: str, fn, deadline_s: float = DEADLINE_S):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + deadline_s
+    while True:
+        got = fn()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"not in {deadline_s}s: {what}"
+        time.sleep(0.2)  # polling the condition
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "HOME": str(tmp_path)}  # ali-ons writes its logs under $HOME
+
+
+def _consumer(served: Served, topic: str, group: str, tmp_path: Path, start: str = "FIRST"
+              ) -> Proc:  # fmt: skip
+    c = Proc(["node", str(CONSUMER), served.namesrv, topic, group, start], _env(tmp_path),
+             CLIENT_DIR)  # fmt: skip
+    _until("the consumer is ready", lambda: c.of("ready") or c.proc.poll() is not None)
+    assert c.proc.poll() is None, c.explain()
+    return c
+
+
+def _produce(served: Served, topic: str, count: int, tmp_path: Path) -> list[dict]:
+    run = subprocess.run(["node", str(PRODUCER), served.namesrv, topic, str(count)],
+                         cwd=CLIENT_DIR, capture_output=True, text=True, timeout=120,
+                         env=_env(tmp_path))  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    return [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+
+
+def _at(e: dict) -> tuple[int, int]:
+    """(queue id, queue offset) of a send or a receipt (ali-ons gives some as strings)."""
+    return int(e["queueId"]), int(e["queueOffset"])
+
+
+def _topic(served: Served, topic: str) -> None:
+    asyncio.run(asyncio.wait_for(_create_topic(served, topic), 60))
+
+
+def _shares(a: Proc, b: Proc) -> bool:
+    qa, qb = a.of("queues"), b.of("queues")
+    if not qa or not qb:
+        return False
+    x, y = set(qa[-1]["queues"]), set(qb[-1]["queues"])
+    return bool(x) and bool(y) and not x & y and x | y == {0, 1, 2, 3}
+
+
+def test_two_consumers_share_the_queues_and_get_every_message(
+    served: Served, ali_ons: None, tmp_path: Path
+) -> None:
+    _topic(served, "AliShareT")
+    a = _consumer(served, "AliShareT", "CG_ALI_SHARE", tmp_path)
+    b = _consumer(served, "AliShareT", "CG_ALI_SHARE", tmp_path)
+    try:
+        _until("the group's two members split the 4 queues", lambda: _shares(a, b))
+        sent = _produce(served, "AliShareT", 20, tmp_path)
+        want = {f"ali-ons message {i}" for i in range(20)}
+        assert len(sent) == 20
+        _until("every message received", lambda: want <= set(a.bodies()) | set(b.bodies()))
+        qa, qb = set(a.of("queues")[-1]["queues"]), set(b.of("queues")[-1]["queues"])
+        assert {e["queueId"] for e in a.of("received")} <= qa, a.explain()
+        assert {e["queueId"] for e in b.of("received")} <= qb, b.explain()
+        assert a.bodies() and b.bodies()  # both got a share (queues chosen round-robin)
+    finally:
+        assert a.close() == 0, a.explain()
+        assert b.close() == 0, b.explain()
+
+
+def test_a_restarted_group_resumes_from_its_committed_offset(
+    served: Served, ali_ons: None, tmp_path: Path
+) -> None:
+    _topic(served, "AliResumeT")
+    first = _consumer(served, "AliResumeT", "CG_ALI_RESUME", tmp_path)
+    try:
+        _until("the consumer holds the queues", lambda: first.of("queues")
+               and len(first.of("queues")[-1]["queues"]) == 4)  # fmt: skip
+        _produce(served, "AliResumeT", 6, tmp_path)
+        _until("the first batch received", lambda: len(set(first.bodies())) == 6)
+    finally:
+        assert first.close() == 0, first.explain()  # commits at close
+    assert first.of("closed")
+    _produce(served, "AliResumeT", 4, tmp_path)  # bodies "ali-ons message 0..3" again: tell
+    second = _consumer(served, "AliResumeT", "CG_ALI_RESUME", tmp_path)  # them by offset
+    try:
+        _until("the new messages received", lambda: len(second.of("received")) >= 4)
+        # without the committed offsets it would start at 0: the old offsets would come first
+        got = {(e["queueId"], int(e["queueOffset"])) for e in second.of("received")}
+        old = {(e["queueId"], int(e["queueOffset"])) for e in first.of("received")}
+        assert not got & old, f"redelivered after a clean close: {got & old}"
+        assert len(got) == 4
+    finally:
+        assert second.close() == 0, second.explain()
+
+
+def test_messages_cross_between_the_proxy_and_the_remoting_broker(
+    served: Served, ali_ons: None, tmp_path: Path
+) -> None:
+    if not PYTHON_CLIENT.exists():
+        pytest.fail(f"the official Python client is not installed at {PYTHON_CLIENT}")
+    env = client_env(tmp_path)
+    script = str(CLIENTS / "python_consumer.py")
+    # RocketMQ 5 producer (proxy) -> ali-ons push consumer (remoting broker)
+    _topic(served, "CrossFiveT")
+    c = _consumer(served, "CrossFiveT", "CG_ALI_CROSS", tmp_path)
+    try:
+        sent = subprocess.run([str(PYTHON_CLIENT), script, "send", served.serve.proxy,
+                               "CrossFiveT", "5", "five"], env=env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert sent.returncode == 0, sent.stdout + sent.stderr
+        want = {f"five-{i}" for i in range(5)}
+        _until("the 4.x consumer gets the RocketMQ 5 messages", lambda: want <= set(c.bodies()))
+    finally:
+        assert c.close() == 0, c.explain()
+    # ali-ons producer (remoting broker) -> RocketMQ 5 SimpleConsumer (proxy)
+    _topic(served, "CrossFourT")
+    _produce(served, "CrossFourT", 5, tmp_path)
+    got = subprocess.run([str(PYTHON_CLIENT), script, "simple", served.serve.proxy,
+                          "CG_FIVE_CROSS", "CrossFourT", "5"], env=env, capture_output=True,
+                         text=True, timeout=DEADLINE_S)  # fmt: skip
+    assert got.returncode == 0, got.stdout + got.stderr
+    events = [json.loads(line) for line in got.stdout.splitlines() if line.startswith("{")]
+    acked = [e for e in events if e["event"] == "acked"]
+    assert {e["body"] for e in acked} == {f"ali-ons message {i}" for i in range(5)}
+    assert all(e["id"] for e in acked)  # ali-ons sets no UNIQ_KEY: the offset id stands in
+
+
+def test_a_new_group_consuming_from_the_last_offset_skips_the_backlog(
+    served: Served, ali_ons: None, tmp_path: Path
+) -> None:
+    _topic(served, "AliLastT")
+    old = {_at(s) for s in _produce(served, "AliLastT", 4, tmp_path)}
+    c = _consumer(served, "AliLastT", "CG_ALI_LAST", tmp_path, "LAST")
+    try:  # QUERY_NOT_FOUND for the new group: the client starts at GET_MAX_OFFSET
+        _until("the consumer holds the queues", lambda: c.of("queues")
+               and len(c.of("queues")[-1]["queues"]) == 4)  # fmt: skip
+        new = {_at(s) for s in _produce(served, "AliLastT", 4, tmp_path)}
+        _until("the new messages received", lambda: len(c.of("received")) >= 4)
+        got = {_at(e) for e in c.of("received")}
+        assert got == new and not got & old
+    finally:
+        assert c.close() == 0, c.explain()
