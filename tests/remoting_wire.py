@@ -43,6 +43,15 @@ class Wire:
         self.writer.write(frame)
         return (await read_frame(self.reader))[1]
 
+    async def answer(self, frame: bytes) -> R.Command:
+        """The answer to ``frame``, past what the server asks of the client meanwhile (a
+        heartbeat's NOTIFY_CONSUMER_IDS_CHANGED comes before its answer)."""
+        self.writer.write(frame)
+        while True:
+            command = (await read_frame(self.reader))[1]
+            if command.flag & R.FLAG_RESPONSE:
+                return command
+
     async def call_raw(self, frame: bytes) -> bytes:
         self.writer.write(frame)
         return (await read_frame(self.reader))[0]

@@ -187,7 +187,7 @@ def test_consumer_list_from_heartbeats(served: Served) -> None:
             "groupName": "CG5", "messageModel": "CLUSTERING", "subscriptionDataSet": [
                 {"subString": "TagA", "topic": "PullT", "subVersion": 1, "tagsSet": ["TagA"]}],
         }], "producerDataSet": []}  # fmt: skip
-        answer = await broker.call(json_request(C.HEART_BEAT, body=json.dumps(beat).encode()))
+        answer = await broker.answer(json_request(C.HEART_BEAT, body=json.dumps(beat).encode()))
         assert answer.code == 0
         listed = await broker.call(ask)
         assert json.loads(listed.body) == {"consumerIdList": ["127.0.0.1@c5"]}
