@@ -9,7 +9,7 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from tests.helm.conftest import ALL_ON, NAMESPACE, RELEASE, by_kind, one, render
+from tests.helm.conftest import ALL_ON, NAMESPACE, RELEASE, by_kind, named, one, render
 from tests.helm.test_chart import KUBE_VERSIONS, SERVICE_MODULES, _lint
 
 FULLNAME = f"{RELEASE}-rmqstore"
@@ -95,11 +95,12 @@ def test_pod_0_is_the_master_and_the_others_its_slaves(mode: str, tmp_path: Path
 
 def test_every_pod_runs_the_same_services() -> None:
     """Builders, query and proxy run on slaves as on the master (reads work on a slave; its
-    writer refuses the proxy's sends, naming the master); only the writer's command differs."""
+    writer refuses the proxy's sends, naming the master); only the writer's command differs,
+    and the remoting broker's (only pod 0 registers with the name servers)."""
     plain, replicated = _containers(render({})), _containers(render(_values("sync")))
     assert list(replicated) == list(SERVICE_MODULES)
     for name, c in replicated.items():
-        if name != "commitlog":
+        if name not in ("commitlog", "remoting"):
             assert c == plain[name]
 
 
@@ -108,13 +109,13 @@ def test_clients_reach_the_master_and_slaves_reach_it_on_the_headless_service() 
     services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
     client = services[FULLNAME]["spec"]
     assert client["selector"]["statefulset.kubernetes.io/pod-name"] == f"{FULLNAME}-0"
-    assert {p["name"] for p in client["ports"]} == {"grpc-proxy"}
+    assert {p["name"] for p in client["ports"]} == {"grpc-proxy", "remoting"}
     headless = services[HEADLESS]["spec"]
     assert {"name": "ha", "port": 10912, "protocol": "TCP", "targetPort": "ha"} in \
         headless["ports"]
     assert headless["publishNotReadyAddresses"] is True  # a slave finds a starting master
     assert "statefulset.kubernetes.io/pod-name" not in headless["selector"]
-    policy = one(objects, "NetworkPolicy")["spec"]
+    policy = named(objects, "NetworkPolicy", FULLNAME)["spec"]
     [ha_rule] = [r for r in policy["ingress"] if r["ports"] == [{"port": "ha", "protocol": "TCP"}]]
     assert ha_rule["from"] == [{"podSelector": {"matchLabels": policy["podSelector"]
                                                 ["matchLabels"]}}]
