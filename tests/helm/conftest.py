@@ -90,6 +90,11 @@ def named(objects: list[dict], kind: str, name: str) -> dict:
     return found[0]
 
 
+def broker_sts(objects: list[dict]) -> dict:
+    """The broker's StatefulSet (the name server has one too)."""
+    return named(objects, "StatefulSet", f"{RELEASE}-rmqstore")
+
+
 def one(objects: list[dict], kind: str) -> dict:
     found = by_kind(objects, kind)
     assert len(found) == 1, f"{len(found)} {kind} objects"

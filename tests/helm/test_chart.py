@@ -8,7 +8,17 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.helm.conftest import ALL_ON, CHART, NAMESPACE, RELEASE, by_kind, named, one, render
+from tests.helm.conftest import (
+    ALL_ON,
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    broker_sts,
+    by_kind,
+    named,
+    one,
+    render,
+)  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[2]
 FULLNAME = f"{RELEASE}-rmqstore"
@@ -42,7 +52,7 @@ def _lint(values: dict) -> dict:
 
 
 def _statefulset(objects: list[dict]) -> dict:
-    return one(objects, "StatefulSet")
+    return broker_sts(objects)
 
 
 def _containers(objects: list[dict]) -> dict[str, dict]:
@@ -122,15 +132,17 @@ def test_strict_validation_catches_a_misspelt_field(default_objects: list[dict])
 
 def test_defaults_render_the_expected_objects(default_objects: list[dict]) -> None:
     kinds = sorted(o["kind"] for o in default_objects)
-    assert kinds == ["ConfigMap", "Deployment", "Service", "Service", "Service", "ServiceAccount",
-                     "StatefulSet"]
+    # the broker and the name server are StatefulSets; Services: client, headless, the name
+    # server's client and headless
+    assert kinds == ["ConfigMap", "Service", "Service", "Service", "Service", "ServiceAccount",
+                     "StatefulSet", "StatefulSet"]
     assert all(o["metadata"]["name"].startswith(FULLNAME) for o in default_objects)
 
 
 def test_all_on_renders_every_optional_object(all_on_objects: list[dict]) -> None:
     kinds = {o["kind"] for o in all_on_objects}
     assert kinds == {
-        "ConfigMap", "Deployment", "Job", "NetworkPolicy", "PrometheusRule", "Service",
+        "ConfigMap", "Job", "NetworkPolicy", "PrometheusRule", "Service",
         "ServiceAccount", "ServiceMonitor", "StatefulSet",
     }
 
@@ -295,10 +307,11 @@ def test_services_route_to_container_ports(all_on_objects: list[dict]) -> None:
         "grpc-writer", "grpc-query", "grpc-proxy", "remoting"
     }
     namesrv = services.pop(f"{FULLNAME}-namesrv")
+    services.pop(f"{FULLNAME}-namesrv-headless")
     for svc in services.values():
         assert svc["spec"]["selector"].items() <= pod_labels.items()
     # the name server's pods are its Service's only: no selector of the broker's takes them
-    deployment = one(all_on_objects, "Deployment")["spec"]["template"]
+    deployment = named(all_on_objects, "StatefulSet", f"{FULLNAME}-namesrv")["spec"]["template"]
     assert namesrv["spec"]["selector"].items() <= deployment["metadata"]["labels"].items()
     assert {p["targetPort"] for p in namesrv["spec"]["ports"]} == {
         p["name"] for p in deployment["spec"]["containers"][0]["ports"]}  # fmt: skip
@@ -309,8 +322,7 @@ def test_services_route_to_container_ports(all_on_objects: list[dict]) -> None:
 def test_service_monitor_scrapes_every_metrics_port(all_on_objects: list[dict]) -> None:
     monitor = named(all_on_objects, "ServiceMonitor", FULLNAME)
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    headless = next(s for s in by_kind(all_on_objects, "Service")
-                    if s["spec"].get("clusterIP") == "None")
+    headless = named(all_on_objects, "Service", f"{FULLNAME}-headless")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= (
         headless["metadata"]["labels"].items()
     )
@@ -340,7 +352,7 @@ def test_disabled_services_leave_the_pod() -> None:
     ports = {p["name"] for s in by_kind(objects, "Service") for p in s["spec"]["ports"]}
     assert not {p for p in ports if "query" in p or "index" in p or "proxy" in p
                 or "remoting" in p or "namesrv" in p}  # fmt: skip
-    assert not by_kind(objects, "Deployment")
+    assert [s["metadata"]["name"] for s in by_kind(objects, "StatefulSet")] == [FULLNAME]
 
 
 def test_without_persistence_the_store_is_an_empty_dir() -> None:
@@ -420,7 +432,7 @@ def test_more_than_one_replica_is_refused_with_the_reason() -> None:
     import helm_python as helm
 
     for ok in (0, 1):
-        assert one(render({"replicas": ok}), "StatefulSet")["spec"]["replicas"] == ok
+        assert broker_sts(render({"replicas": ok}))["spec"]["replicas"] == ok
     with pytest.raises(helm.HelmError, match="no multi-broker mode") as caught:
         render({"replicas": 2})
     assert "replicas is 2" in str(caught.value)
@@ -497,8 +509,7 @@ def test_services_expose_no_unauthenticated_port_by_default(default_objects: lis
     # the remoting broker has no ACL either, but it is what 4.x clients need (networkPolicy)
     assert {p["name"] for p in _client_service(default_objects)["spec"]["ports"]} == {
         "grpc-proxy", "remoting"}  # fmt: skip
-    headless = next(s for s in by_kind(default_objects, "Service")
-                    if s["spec"].get("clusterIP") == "None")  # fmt: skip
+    headless = named(default_objects, "Service", f"{FULLNAME}-headless")
     assert not {p["name"] for p in headless["spec"]["ports"]} & INTERNAL
     exposed = render({"service": {"exposeInternal": True}})
     assert {p["name"] for p in _client_service(exposed)["spec"]["ports"]} == {

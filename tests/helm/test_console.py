@@ -4,7 +4,7 @@ Ingress, never without authentication, reading the store read-only."""
 import kubernetes_validate
 import pytest
 
-from tests.helm.conftest import RELEASE, by_kind, named, one, render
+from tests.helm.conftest import RELEASE, broker_sts, by_kind, named, one, render
 from tests.helm.test_chart import KUBE_VERSIONS, _arg, _containers
 
 PROXY = {"console": {"enabled": True, "trustedProxies": ["10.0.0.0/8"],
@@ -67,7 +67,7 @@ def test_basic_auth_mounts_the_users_secret() -> None:
     tls = {"console": {**BASIC["console"], "ingress": {"enabled": True, "tls": [
         {"hosts": ["c.example"], "secretName": "c-tls"}]}}}
     assert "--secure-cookie" in _containers(render(tls))["console"]["args"]
-    volumes = one(objects, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    volumes = broker_sts(objects)["spec"]["template"]["spec"]["volumes"]
     assert {"name": "console-users", "secret": {"secretName": "console-users",
                                                 "defaultMode": 0o440}} in volumes
 

@@ -1,17 +1,18 @@
-"""The RocketMQ 4.x side of the chart: the name server's Deployment and Service on 9876, the
+"""The RocketMQ 4.x side of the chart: the name server's StatefulSet and Service on 9876, the
 remoting broker in the broker's pod on 10911 registering with it at the pod's IP (the writer's
 store host then), only pod 0 registering under replication, and who may reach both ports."""
 
 import kubernetes_validate
 import pytest
 
-from tests.helm.conftest import ALL_ON, NAMESPACE, RELEASE, by_kind, named, one, render
+from tests.helm.conftest import ALL_ON, NAMESPACE, RELEASE, broker_sts, by_kind, named, render
 from tests.helm.test_chart import KUBE_VERSIONS, _arg, _containers, _lint
 from tests.helm.test_replication import _exec_line, _fake_python
 
 FULLNAME = f"{RELEASE}-rmqstore"
 NAMESRV = f"{FULLNAME}-namesrv"
-NAMESRV_ADDRESS = f"{NAMESRV}.{NAMESPACE}.svc:9876"
+NAMESRV_ADDRESS = ";".join(f"{NAMESRV}-{i}.{NAMESRV}-headless.{NAMESPACE}.svc:9876"
+                           for i in range(2))
 REPLICATED = {"replication": {"slaves": 2}}
 POLICY = {"networkPolicy": {"enabled": True, "grpcFrom": ALL_ON["networkPolicy"]["grpcFrom"],
                             "metricsFrom": ALL_ON["networkPolicy"]["metricsFrom"]}}
@@ -22,7 +23,7 @@ POLICY = {"networkPolicy": {"enabled": True, "grpcFrom": ALL_ON["networkPolicy"]
                          ids=["defaults", "replicated", "replicated-policy"])
 def test_objects_are_valid_kubernetes(values: dict, kube: str) -> None:
     objects = render(values)
-    assert one(objects, "Deployment")["metadata"]["name"] == NAMESRV
+    assert named(objects, "StatefulSet", NAMESRV)["metadata"]["name"] == NAMESRV
     for obj in objects:
         kubernetes_validate.validate(obj, kube, strict=True)
 
@@ -37,17 +38,18 @@ def test_lint_is_clean_with_slaves_and_policy() -> None:
     {"namesrv": {"replicas": -1}}, {"namesrv": {"port": 0}}, {"namesrv": {"replica": 2}},
     {"remoting": {"port": 70000}}, {"remoting": {"brokerIP": "1.2.3.4"}},
     {"remoting": {"maxPendingSends": 0}}, {"cluster": {"name": ""}},
+    {"remoting": {"brokerIp": "broker.example"}},
 ], ids=["negative-replicas", "port-zero", "misspelt-namesrv", "port-high", "misspelt-remoting",
-        "no-pending", "empty-cluster"])
+        "no-pending", "empty-cluster", "broker-ip-a-name"])
 def test_lint_refuses_bad_values(values: dict) -> None:
     report = _lint(values)
     assert f"/{next(iter(values))}" in "".join(report["errors"])
 
 
-def test_name_server_is_a_deployment_of_two_behind_9876(default_objects: list[dict]) -> None:
-    deployment = one(default_objects, "Deployment")
-    assert deployment["spec"]["replicas"] == 2
-    pod = deployment["spec"]["template"]["spec"]
+def test_name_server_is_two_stateless_pods_behind_9876(default_objects: list[dict]) -> None:
+    namesrv = named(default_objects, "StatefulSet", NAMESRV)
+    assert namesrv["spec"]["replicas"] == 2
+    pod = namesrv["spec"]["template"]["spec"]
     (c,) = pod["containers"]
     assert c["args"][:2] == ["-m", "services.namesrv"]
     assert _arg(c, "--listen") == "0.0.0.0:9876" and _arg(c, "--broker-expiry") == "120"
@@ -67,19 +69,28 @@ def test_name_server_is_a_deployment_of_two_behind_9876(default_objects: list[di
     service = named(default_objects, "Service", NAMESRV)
     assert {p["name"]: p["port"] for p in service["spec"]["ports"]} == {
         "namesrv": 9876, "metrics-namesrv": 8118}  # fmt: skip
-    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"][
+    assert service["spec"]["selector"].items() <= namesrv["spec"]["template"]["metadata"][
         "labels"].items()  # fmt: skip
     # its pods carry no label set any selector of the broker matches
-    broker = one(default_objects, "StatefulSet")["spec"]["selector"]["matchLabels"]
-    assert not broker.items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    broker = broker_sts(default_objects)["spec"]["selector"]["matchLabels"]
+    assert not broker.items() <= namesrv["spec"]["template"]["metadata"]["labels"].items()
+    # stable DNS names for its pods: the broker registers with each
+    assert namesrv["spec"]["serviceName"] == f"{NAMESRV}-headless"
+    assert namesrv["spec"]["podManagementPolicy"] == "Parallel"
+    assert "volumeClaimTemplates" not in namesrv["spec"]
+    headless = named(default_objects, "Service", f"{NAMESRV}-headless")["spec"]
+    assert headless["clusterIP"] == "None" and headless["selector"] == service["spec"]["selector"]
     scaled = render({"namesrv": {"replicas": 3}, "tls": {"enabled": True, "secretName": "t"}})
-    assert one(scaled, "Deployment")["spec"]["replicas"] == 3
+    assert named(scaled, "StatefulSet", NAMESRV)["spec"]["replicas"] == 3
+    assert _arg(_containers(scaled)["remoting"], "--namesrv").split(";") == [
+        f"{NAMESRV}-{i}.{NAMESRV}-headless.{NAMESPACE}.svc:9876" for i in range(3)]
     # it serves no TLS and needs no Secret volume
-    (c,) = one(scaled, "Deployment")["spec"]["template"]["spec"]["containers"]
+    (c,) = named(scaled, "StatefulSet", NAMESRV)["spec"]["template"]["spec"]["containers"]
     assert not any(e["name"].startswith("RMQSTORE_TLS") for e in c["env"])
     off = render({"namesrv": {"enabled": False}})
-    assert not by_kind(off, "Deployment")
+    assert [s["metadata"]["name"] for s in by_kind(off, "StatefulSet")] == [FULLNAME]
     assert NAMESRV not in {s["metadata"]["name"] for s in by_kind(off, "Service")}
+    assert "--namesrv" not in _containers(off)["remoting"]["args"]  # registers nowhere
 
 
 def test_remoting_broker_registers_at_the_pod_ip(default_objects: list[dict]) -> None:
@@ -87,6 +98,7 @@ def test_remoting_broker_registers_at_the_pod_ip(default_objects: list[dict]) ->
     c = containers["remoting"]
     assert c["command"] == ["python"] and c["args"][:2] == ["-m", "services.remoting"]
     assert _arg(c, "--listen") == "0.0.0.0:10911"
+    # each name server pod by its DNS name: one connection to the Service would reach one
     assert _arg(c, "--namesrv") == NAMESRV_ADDRESS
     assert _arg(c, "--broker-ip") == "$(POD_IP)"
     assert _arg(c, "--broker-name") == FULLNAME
@@ -110,10 +122,10 @@ def test_broker_ip_name_and_cluster_values_reach_both(all_on_objects: list[dict]
     assert _arg(c, "--broker-ip") == "10.0.0.5" and _arg(c, "--broker-name") == "broker-a"
     assert _arg(c, "--cluster-name") == "OrdersCluster"
     assert "--no-auto-create-topics" in c["args"] and c["args"][-2:] == ["--log-level", "DEBUG"]
-    values = {"remoting": {"brokerIp": "broker.example", "port": 20911,
+    values = {"remoting": {"brokerIp": "203.0.113.7", "port": 20911,
                            "namesrv": "ns1:9876;ns2:9876"}}  # fmt: skip
     mine = _containers(render(values))
-    assert _arg(mine["commitlog"], "--store-host") == "broker.example:20911"
+    assert _arg(mine["commitlog"], "--store-host") == "203.0.113.7:20911"
     assert _arg(mine["remoting"], "--listen") == "0.0.0.0:20911"
     assert _arg(mine["remoting"], "--namesrv") == "ns1:9876;ns2:9876"
     # commitlog.storeHost still wins over both
@@ -166,12 +178,12 @@ def test_network_policies_open_remoting_and_the_name_server_to_grpc_from() -> No
     assert {p["port"] for p in clients["ports"]} == {"grpc-proxy", "remoting"}
     assert clients["from"] == grpc_from
     policy = named(objects, "NetworkPolicy", NAMESRV)["spec"]
-    deployment = one(objects, "Deployment")["spec"]["template"]["metadata"]["labels"]
+    deployment = named(objects, "StatefulSet", NAMESRV)["spec"]["template"]["metadata"]["labels"]
     assert policy["podSelector"]["matchLabels"].items() <= deployment.items()
     [names, metrics] = policy["ingress"]
     assert names["ports"] == [{"port": "namesrv", "protocol": "TCP"}]
     # the broker's pods register; clients and mqadmin from grpcFrom
-    sts_labels = one(objects, "StatefulSet")["spec"]["selector"]["matchLabels"]
+    sts_labels = broker_sts(objects)["spec"]["selector"]["matchLabels"]
     assert names["from"] == [{"podSelector": {"matchLabels": sts_labels}}, *grpc_from]
     assert metrics["ports"] == [{"port": "metrics-namesrv", "protocol": "TCP"}]
     assert metrics["from"] == POLICY["networkPolicy"]["metricsFrom"]

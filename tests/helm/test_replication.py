@@ -9,7 +9,16 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from tests.helm.conftest import ALL_ON, NAMESPACE, RELEASE, by_kind, named, one, render
+from tests.helm.conftest import (
+    ALL_ON,
+    NAMESPACE,
+    RELEASE,
+    broker_sts,
+    by_kind,
+    named,
+    one,
+    render,
+)  # fmt: skip
 from tests.helm.test_chart import KUBE_VERSIONS, SERVICE_MODULES, _lint
 
 FULLNAME = f"{RELEASE}-rmqstore"
@@ -23,7 +32,7 @@ def _values(mode: str, **more: object) -> dict:
 
 
 def _pod(objects: list[dict]) -> dict:
-    return one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    return broker_sts(objects)["spec"]["template"]["spec"]
 
 
 def _containers(objects: list[dict]) -> dict[str, dict]:
@@ -77,7 +86,7 @@ def _exec_line(writer: dict, pod: str, bin_dir: Path) -> list[str]:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_pod_0_is_the_master_and_the_others_its_slaves(mode: str, tmp_path: Path) -> None:
     objects = render(_values(mode))
-    assert one(objects, "StatefulSet")["spec"]["replicas"] == 3
+    assert broker_sts(objects)["spec"]["replicas"] == 3
     writer = _containers(objects)["commitlog"]
     assert writer["command"][:2] == ["sh", "-c"]
     assert {"name": "ha", "containerPort": 10912, "protocol": "TCP"} in writer["ports"]
@@ -124,7 +133,7 @@ def test_clients_reach_the_master_and_slaves_reach_it_on_the_headless_service() 
 def test_disruption_budget_and_anti_affinity_spread_the_broker() -> None:
     objects = render(_values("async"))
     pdb = one(objects, "PodDisruptionBudget")["spec"]
-    pod_labels = one(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    pod_labels = broker_sts(objects)["spec"]["template"]["metadata"]["labels"]
     assert pdb["maxUnavailable"] == 1
     assert pdb["selector"]["matchLabels"].items() <= pod_labels.items()
     [term] = _pod(objects)["affinity"]["podAntiAffinity"][
@@ -163,8 +172,8 @@ def test_more_brokers_and_read_only_slaves_are_still_refused() -> None:
 def test_one_slave_more_or_less_restarts_no_running_pod() -> None:
     """The pod template is the same for 1 or 2 slaves: scaling starts or stops pods only."""
     def template(slaves: int, mode: str = "sync") -> dict:
-        return one(render({"replication": {"slaves": slaves, "mode": mode}}),
-                   "StatefulSet")["spec"]["template"]
+        values = {"replication": {"slaves": slaves, "mode": mode}}
+        return broker_sts(render(values))["spec"]["template"]
 
     assert template(1) == template(2) == template(5)
     assert template(0) != template(1)  # the writer's command and the HA port

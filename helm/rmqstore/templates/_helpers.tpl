@@ -102,10 +102,17 @@ read-only store: the query service reads the shape from its index files). */}}
 {{- if and .Values.remoting.enabled (not .Values.readOnly) }}true{{ end -}}
 {{- end }}
 
-{{/* The name servers the remoting broker registers with: remoting.namesrv, else the chart's. */}}
+{{/* The name servers the remoting broker registers with: remoting.namesrv, else each pod of
+the chart's by its DNS name (a broker registers with every name server); none without either. */}}
 {{- define "rmqstore.namesrvAddress" -}}
 {{- if .Values.remoting.namesrv }}{{ .Values.remoting.namesrv }}
-{{- else }}{{ printf "%s-namesrv.%s.svc:%d" (include "rmqstore.fullname" .) .Release.Namespace (int .Values.namesrv.port) }}{{ end -}}
+{{- else if .Values.namesrv.enabled }}
+{{- $pods := list }}
+{{- range $i := until (int .Values.namesrv.replicas) }}
+{{- $pods = append $pods (printf "%s-%d.%s.%s.svc:%d" (include "rmqstore.namesrvName" $) $i (include "rmqstore.namesrvHeadlessName" $) $.Release.Namespace (int $.Values.namesrv.port)) }}
+{{- end }}
+{{- join ";" $pods }}
+{{- end }}
 {{- end }}
 
 {{/* The address 4.x clients reach the broker at: remoting.brokerIp, else the pod's IP. */}}
@@ -115,6 +122,10 @@ read-only store: the query service reads the shape from its index files). */}}
 
 {{- define "rmqstore.namesrvName" -}}
 {{- printf "%s-namesrv" (include "rmqstore.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rmqstore.namesrvHeadlessName" -}}
+{{- printf "%s-namesrv-headless" (include "rmqstore.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/* The name server's pods: a name of their own, so no selector of the broker's matches them. */}}
