@@ -201,3 +201,18 @@ def test_service_monitor_scrapes_the_name_server_and_remoting(all_on_objects: li
     assert "metrics-remote" in {e["port"] for e in broker["endpoints"]}
     headless = named(all_on_objects, "Service", f"{FULLNAME}-headless")
     assert {"remoting", "metrics-remote"} <= {p["name"] for p in headless["spec"]["ports"]}
+
+
+def test_notes_give_4x_clients_the_name_server_and_warn_of_pod_ips() -> None:
+    import helm_python as helm
+
+    from tests.helm.conftest import CHART
+
+    helm.disable_logging()
+    chart = helm.Chart.load(CHART)
+    for values, broker in (({}, f"pod {FULLNAME}-0's IP:10911"),
+                           ({"remoting": {"brokerIp": "203.0.113.7"}}, "203.0.113.7:10911")):
+        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        notes = next(t for k, t in manifests.items() if k.endswith("NOTES.txt"))
+        assert f"namesrvAddr {NAMESRV}.{NAMESPACE}.svc:9876" in notes
+        assert f"to the broker at {broker}" in notes and "no ACL" in notes
