@@ -216,3 +216,13 @@ def test_notes_give_4x_clients_the_name_server_and_warn_of_pod_ips() -> None:
         notes = next(t for k, t in manifests.items() if k.endswith("NOTES.txt"))
         assert f"namesrvAddr {NAMESRV}.{NAMESPACE}.svc:9876" in notes
         assert f"to the broker at {broker}" in notes and "no ACL" in notes
+
+
+def test_name_server_settings_restart_the_broker_only_when_its_addresses_change() -> None:
+    def template(namesrv: dict) -> dict:
+        return broker_sts(render({"namesrv": namesrv}))["spec"]["template"]
+
+    plain = template({})
+    assert template({"resources": {"limits": {"memory": "2Gi"}}, "brokerExpirySeconds": 60}) == (
+        plain)  # fmt: skip
+    assert template({"replicas": 3}) != plain  # one name server more to register with
