@@ -133,16 +133,16 @@ def test_strict_validation_catches_a_misspelt_field(default_objects: list[dict])
 def test_defaults_render_the_expected_objects(default_objects: list[dict]) -> None:
     kinds = sorted(o["kind"] for o in default_objects)
     # the broker and the name server are StatefulSets; Services: client, headless, the name
-    # server's client and headless
-    assert kinds == ["ConfigMap", "Service", "Service", "Service", "Service", "ServiceAccount",
-                     "StatefulSet", "StatefulSet"]
+    # server's client and headless; the name servers' PodDisruptionBudget
+    assert kinds == ["ConfigMap", "PodDisruptionBudget", "Service", "Service", "Service",
+                     "Service", "ServiceAccount", "StatefulSet", "StatefulSet"]
     assert all(o["metadata"]["name"].startswith(FULLNAME) for o in default_objects)
 
 
 def test_all_on_renders_every_optional_object(all_on_objects: list[dict]) -> None:
     kinds = {o["kind"] for o in all_on_objects}
     assert kinds == {
-        "ConfigMap", "Job", "NetworkPolicy", "PrometheusRule", "Service",
+        "ConfigMap", "Job", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Service",
         "ServiceAccount", "ServiceMonitor", "StatefulSet",
     }
 

@@ -74,6 +74,11 @@ def test_name_server_is_two_stateless_pods_behind_9876(default_objects: list[dic
     # its pods carry no label set any selector of the broker matches
     broker = broker_sts(default_objects)["spec"]["selector"]["matchLabels"]
     assert not broker.items() <= namesrv["spec"]["template"]["metadata"]["labels"].items()
+    pdb = named(default_objects, "PodDisruptionBudget", NAMESRV)["spec"]
+    assert pdb["maxUnavailable"] == 1  # a drain takes one name server at a time
+    assert pdb["selector"]["matchLabels"].items() <= namesrv["spec"]["template"]["metadata"][
+        "labels"].items()  # fmt: skip
+    assert not by_kind(render({"namesrv": {"replicas": 1}}), "PodDisruptionBudget")
     # stable DNS names for its pods: the broker registers with each
     assert namesrv["spec"]["serviceName"] == f"{NAMESRV}-headless"
     assert namesrv["spec"]["podManagementPolicy"] == "Parallel"
