@@ -39,6 +39,11 @@ ALL_ON: dict[str, Any] = {
     "consumeQueue": {"extraArgs": ["--log-level", "DEBUG"]},
     "index": {"extraArgs": ["--log-level", "DEBUG"]},
     "query": {"extraArgs": ["--log-level", "DEBUG"]},
+    "cluster": {"name": "OrdersCluster"},
+    "namesrv": {"replicas": 3, "brokerExpirySeconds": 90, "extraArgs": ["--log-level", "DEBUG"]},
+    # the proxy takes access keys; the remoting broker has no ACL, so it must be let in
+    "remoting": {"allowUnauthenticated": True, "brokerIp": "10.0.0.5", "brokerName": "broker-a",
+                 "autoCreateTopics": False, "extraArgs": ["--log-level", "DEBUG"]},
     "extraEnv": [{"name": "TZ", "value": "UTC"}],
     "service": {"type": "LoadBalancer", "annotations": {"lb.example/internal": "true"},
                 "exposeInternal": True},
@@ -77,6 +82,17 @@ def render(values: dict[str, Any] | None = None) -> list[dict]:
 
 def by_kind(objects: list[dict], kind: str) -> list[dict]:
     return [o for o in objects if o["kind"] == kind]
+
+
+def named(objects: list[dict], kind: str, name: str) -> dict:
+    found = [o for o in by_kind(objects, kind) if o["metadata"]["name"] == name]
+    assert len(found) == 1, f"{len(found)} {kind} objects named {name}"
+    return found[0]
+
+
+def broker_sts(objects: list[dict]) -> dict:
+    """The broker's StatefulSet (the name server has one too)."""
+    return named(objects, "StatefulSet", f"{RELEASE}-rmqstore")
 
 
 def one(objects: list[dict], kind: str) -> dict:

@@ -8,7 +8,17 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from tests.helm.conftest import ALL_ON, CHART, NAMESPACE, RELEASE, by_kind, one, render
+from tests.helm.conftest import (
+    ALL_ON,
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    broker_sts,
+    by_kind,
+    named,
+    one,
+    render,
+)  # fmt: skip
 
 ROOT = Path(__file__).resolve().parents[2]
 FULLNAME = f"{RELEASE}-rmqstore"
@@ -21,7 +31,10 @@ SERVICE_MODULES = {
     "index": ["-m", "services.indexer", "index"],
     "query": ["-m", "services.query"],
     "proxy": ["-m", "services.proxy"],
+    "remoting": ["-m", "services.remoting"],
 }
+# the services that speak RocketMQ's remoting protocol: no gRPC port, no store (TCP probes)
+REMOTING = {"remoting"}
 MINIMAL = {
     "persistence": {"enabled": False},
     "metrics": {"enabled": False},
@@ -39,7 +52,7 @@ def _lint(values: dict) -> dict:
 
 
 def _statefulset(objects: list[dict]) -> dict:
-    return one(objects, "StatefulSet")
+    return broker_sts(objects)
 
 
 def _containers(objects: list[dict]) -> dict[str, dict]:
@@ -119,20 +132,23 @@ def test_strict_validation_catches_a_misspelt_field(default_objects: list[dict])
 
 def test_defaults_render_the_expected_objects(default_objects: list[dict]) -> None:
     kinds = sorted(o["kind"] for o in default_objects)
-    assert kinds == ["ConfigMap", "Service", "Service", "ServiceAccount", "StatefulSet"]
+    # the broker and the name server are StatefulSets; Services: client, headless, the name
+    # server's client and headless; the name servers' PodDisruptionBudget
+    assert kinds == ["ConfigMap", "PodDisruptionBudget", "Service", "Service", "Service",
+                     "Service", "ServiceAccount", "StatefulSet", "StatefulSet"]
     assert all(o["metadata"]["name"].startswith(FULLNAME) for o in default_objects)
 
 
 def test_all_on_renders_every_optional_object(all_on_objects: list[dict]) -> None:
     kinds = {o["kind"] for o in all_on_objects}
     assert kinds == {
-        "ConfigMap", "Job", "NetworkPolicy", "PrometheusRule", "Service", "ServiceAccount",
-        "ServiceMonitor", "StatefulSet",
+        "ConfigMap", "Job", "NetworkPolicy", "PodDisruptionBudget", "PrometheusRule", "Service",
+        "ServiceAccount", "ServiceMonitor", "StatefulSet",
     }
 
 
 @pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
-def test_one_pod_runs_the_five_services_on_one_volume(values: dict) -> None:
+def test_one_pod_runs_the_six_services_on_one_volume(values: dict) -> None:
     objects = render(values)
     containers = _containers(objects)
     assert list(containers) == list(SERVICE_MODULES)
@@ -141,9 +157,10 @@ def test_one_pod_runs_the_five_services_on_one_volume(values: dict) -> None:
     for name, c in containers.items():
         assert c["command"] == ["python"]
         assert c["args"][: len(SERVICE_MODULES[name])] == SERVICE_MODULES[name]
-        assert _arg(c, "--store") == store
-        grpc_port = next(p for p in c["ports"] if p["name"].startswith("grpc-"))
-        assert _arg(c, "--listen") == f"0.0.0.0:{grpc_port['containerPort']}"
+        if name not in REMOTING:  # all its reads and writes go through the writer and query
+            assert _arg(c, "--store") == store
+        port = next(p for p in c["ports"] if p["name"].startswith("grpc-") or p["name"] in REMOTING)
+        assert _arg(c, "--listen") == f"0.0.0.0:{port['containerPort']}"
         metrics = next(p for p in c["ports"] if p["name"].startswith("metrics-"))
         assert _arg(c, "--metrics-port") == str(metrics["containerPort"])
         if name != "commitlog":
@@ -151,7 +168,7 @@ def test_one_pod_runs_the_five_services_on_one_volume(values: dict) -> None:
         mounts = {m["name"]: m for m in c["volumeMounts"]}
         assert mounts["data"]["mountPath"] == "/data"
         # the proxy writes its consumer groups' files under config/
-        assert mounts["data"].get("readOnly", False) is (name == "query")
+        assert mounts["data"].get("readOnly", False) is (name in ("query", "remoting"))
     sts = _statefulset(objects)
     (init,) = sts["spec"]["template"]["spec"]["initContainers"]
     assert init["command"][-1] == store and init["image"] == containers["query"]["image"]
@@ -173,7 +190,12 @@ def test_writer_options_reach_its_command_line(all_on_objects: list[dict]) -> No
     assert _arg(writer, "--store-host") == "10.0.0.5:10911"
     assert writer["args"][-1] == "--warmup"
     default_writer = _containers(render())["commitlog"]
-    assert _arg(default_writer, "--store-host") == "$(POD_IP):8100"
+    # records and offset message ids carry the remoting broker's address (as `rmqstore serve`)
+    assert _arg(default_writer, "--store-host") == "$(POD_IP):10911"
+    assert _arg(default_writer, "--cluster-name") == "DefaultCluster"
+    assert _arg(writer, "--cluster-name") == "OrdersCluster"
+    no_remoting = _containers(render({"remoting": {"enabled": False}}))["commitlog"]
+    assert _arg(no_remoting, "--store-host") == "$(POD_IP):8100"
     assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in (
         default_writer["env"]
     )
@@ -214,11 +236,14 @@ def test_delivery_and_retention_values_reach_the_writer() -> None:
 @pytest.mark.parametrize("values", [{}, ALL_ON], ids=["defaults", "all-on"])
 def test_probes_are_native_grpc_on_each_container_port(values: dict) -> None:
     # Kubernetes' gRPC probes speak plaintext only: with TLS on they check the TCP port
-    check = "tcpSocket" if values.get("tls", {}).get("enabled") else "grpc"
+    tls = values.get("tls", {}).get("enabled")
     for name, c in _containers(render(values)).items():
-        grpc_port = next(p["containerPort"] for p in c["ports"] if p["name"].startswith("grpc-"))
+        # the remoting protocol's services serve no gRPC health: a TCP check
+        check = "tcpSocket" if tls or name in REMOTING else "grpc"
+        port = next(p["containerPort"] for p in c["ports"]
+                    if p["name"].startswith("grpc-") or p["name"] in REMOTING)  # fmt: skip
         for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
-            assert c[probe][check] == {"port": grpc_port}, (name, probe)
+            assert c[probe][check] == {"port": port}, (name, probe)
             assert {"grpc", "tcpSocket", "httpGet"} & set(c[probe]) == {check}
         startup = c["startupProbe"]
         # recovery of a large commitlog may take long: at least 30 minutes before liveness
@@ -279,17 +304,25 @@ def test_services_route_to_container_ports(all_on_objects: list[dict]) -> None:
     assert {p["targetPort"] for p in headless["spec"]["ports"]} == port_names
     client = services[FULLNAME]
     assert {p["targetPort"] for p in client["spec"]["ports"]} == {
-        "grpc-writer", "grpc-query", "grpc-proxy"
+        "grpc-writer", "grpc-query", "grpc-proxy", "remoting"
     }
+    namesrv = services.pop(f"{FULLNAME}-namesrv")
+    services.pop(f"{FULLNAME}-namesrv-headless")
     for svc in services.values():
         assert svc["spec"]["selector"].items() <= pod_labels.items()
+    # the name server's pods are its Service's only: no selector of the broker's takes them
+    deployment = named(all_on_objects, "StatefulSet", f"{FULLNAME}-namesrv")["spec"]["template"]
+    assert namesrv["spec"]["selector"].items() <= deployment["metadata"]["labels"].items()
+    assert {p["targetPort"] for p in namesrv["spec"]["ports"]} == {
+        p["name"] for p in deployment["spec"]["containers"][0]["ports"]}  # fmt: skip
+    for svc in services.values():
+        assert not svc["spec"]["selector"].items() <= deployment["metadata"]["labels"].items()
 
 
 def test_service_monitor_scrapes_every_metrics_port(all_on_objects: list[dict]) -> None:
-    monitor = one(all_on_objects, "ServiceMonitor")
+    monitor = named(all_on_objects, "ServiceMonitor", FULLNAME)
     assert monitor["metadata"]["labels"]["release"] == "prom"
-    headless = next(s for s in by_kind(all_on_objects, "Service")
-                    if s["spec"].get("clusterIP") == "None")
+    headless = named(all_on_objects, "Service", f"{FULLNAME}-headless")
     assert monitor["spec"]["selector"]["matchLabels"].items() <= (
         headless["metadata"]["labels"].items()
     )
@@ -298,7 +331,7 @@ def test_service_monitor_scrapes_every_metrics_port(all_on_objects: list[dict]) 
         p["name"] for p in headless["spec"]["ports"] if p["name"].startswith("metrics")
     }
     assert {e["port"] for e in monitor["spec"]["endpoints"]} == metrics_ports
-    assert len(metrics_ports) == 5
+    assert len(metrics_ports) == 6
     assert all(e["interval"] == "15s" and e["path"] == "/metrics"
                for e in monitor["spec"]["endpoints"])
 
@@ -308,15 +341,18 @@ def test_metrics_off_removes_ports_and_monitor() -> None:
     assert not by_kind(objects, "ServiceMonitor")
     for c in _containers(objects).values():
         assert _arg(c, "--metrics-port") == "0"
-        assert all(p["name"].startswith("grpc-") for p in c["ports"])
+        assert all(p["name"].startswith("grpc-") or p["name"] in REMOTING for p in c["ports"])
 
 
 def test_disabled_services_leave_the_pod() -> None:
     objects = render({"query": {"enabled": False}, "index": {"enabled": False},
-                      "proxy": {"enabled": False}})  # fmt: skip
+                      "proxy": {"enabled": False}, "remoting": {"enabled": False},
+                      "namesrv": {"enabled": False}})  # fmt: skip
     assert list(_containers(objects)) == ["commitlog", "consume-queue"]
     ports = {p["name"] for s in by_kind(objects, "Service") for p in s["spec"]["ports"]}
-    assert not {p for p in ports if "query" in p or "index" in p or "proxy" in p}
+    assert not {p for p in ports if "query" in p or "index" in p or "proxy" in p
+                or "remoting" in p or "namesrv" in p}  # fmt: skip
+    assert [s["metadata"]["name"] for s in by_kind(objects, "StatefulSet")] == [FULLNAME]
 
 
 def test_without_persistence_the_store_is_an_empty_dir() -> None:
@@ -377,15 +413,14 @@ def test_rebuild_job_runs_the_spark_rebuild_next_to_the_store(all_on_objects: li
 
 
 def test_network_policy_opens_only_service_ports(all_on_objects: list[dict]) -> None:
-    policy = one(all_on_objects, "NetworkPolicy")
+    policy = named(all_on_objects, "NetworkPolicy", FULLNAME)
     port_names = {p["name"] for c in _containers(all_on_objects).values() for p in c["ports"]}
     opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert opened == port_names
 
 
 def test_service_exposes_the_rocketmq_protocol_on_8081(default_objects: list[dict]) -> None:
-    [client] = [o for o in default_objects
-                if o["kind"] == "Service" and o["spec"].get("clusterIP") != "None"]  # fmt: skip
+    client = named(default_objects, "Service", FULLNAME)
     ports = {p["name"]: p for p in client["spec"]["ports"]}
     assert ports["grpc-proxy"]["port"] == 8081 and ports["grpc-proxy"]["targetPort"] == "grpc-proxy"
     proxy = _containers(default_objects)["proxy"]
@@ -397,7 +432,7 @@ def test_more_than_one_replica_is_refused_with_the_reason() -> None:
     import helm_python as helm
 
     for ok in (0, 1):
-        assert one(render({"replicas": ok}), "StatefulSet")["spec"]["replicas"] == ok
+        assert broker_sts(render({"replicas": ok}))["spec"]["replicas"] == ok
     with pytest.raises(helm.HelmError, match="no multi-broker mode") as caught:
         render({"replicas": 2})
     assert "replicas is 2" in str(caught.value)
@@ -441,11 +476,15 @@ def test_the_proxy_puts_over_the_writers_socket_in_the_shared_tmp() -> None:
     assert sock.startswith("/tmp/") and _arg(containers["proxy"], "--commitlog-socket") == sock
     for name in ("commitlog", "proxy"):  # one emptyDir, mounted by both
         assert {"name": "tmp", "mountPath": "/tmp"} in containers[name]["volumeMounts"]
-    off = _containers(render({"proxy": {"putSocket": False}}))
+    off = _containers(render({"proxy": {"putSocket": False}, "remoting": {"putSocket": False}}))
     assert "--put-socket" not in off["commitlog"]["args"]
     assert "--commitlog-socket" not in off["proxy"]["args"]
-    assert "--put-socket" not in _containers(render({"proxy": {"enabled": False}}))[
-        "commitlog"]["args"]  # fmt: skip
+    # the remoting broker puts over the same socket
+    assert _arg(containers["remoting"], "--commitlog-socket") == sock
+    assert _arg(_containers(render({"proxy": {"enabled": False}}))["commitlog"],
+                "--put-socket") == sock  # fmt: skip
+    assert "--put-socket" not in _containers(render({
+        "proxy": {"enabled": False}, "remoting": {"enabled": False}}))["commitlog"]["args"]
 
 
 def test_consumer_group_settings_reach_the_proxy() -> None:
@@ -467,26 +506,26 @@ INTERNAL = {"grpc-writer", "grpc-query", "grpc-cq", "grpc-index"}  # no credenti
 
 
 def test_services_expose_no_unauthenticated_port_by_default(default_objects: list[dict]) -> None:
+    # the remoting broker has no ACL either, but it is what 4.x clients need (networkPolicy)
     assert {p["name"] for p in _client_service(default_objects)["spec"]["ports"]} == {
-        "grpc-proxy"}  # fmt: skip
-    headless = next(s for s in by_kind(default_objects, "Service")
-                    if s["spec"].get("clusterIP") == "None")  # fmt: skip
+        "grpc-proxy", "remoting"}  # fmt: skip
+    headless = named(default_objects, "Service", f"{FULLNAME}-headless")
     assert not {p["name"] for p in headless["spec"]["ports"]} & INTERNAL
     exposed = render({"service": {"exposeInternal": True}})
     assert {p["name"] for p in _client_service(exposed)["spec"]["ports"]} == {
-        "grpc-proxy", "grpc-writer", "grpc-query"}  # fmt: skip
+        "grpc-proxy", "remoting", "grpc-writer", "grpc-query"}  # fmt: skip
 
 
 def test_network_policy_keeps_the_unauthenticated_ports_closed() -> None:
     objects = render({"networkPolicy": {"enabled": True}, "console": {
         "enabled": True, "trustedProxies": ["10.0.0.0/8"]}})  # fmt: skip
-    policy = one(objects, "NetworkPolicy")
+    policy = named(objects, "NetworkPolicy", FULLNAME)
     opened = {p["port"] for rule in policy["spec"]["ingress"] for p in rule["ports"]}
     assert "grpc-proxy" in opened and "http-console" in opened and "metrics-writer" in opened
     assert not opened & INTERNAL
     tools = [{"podSelector": {"matchLabels": {"role": "tools"}}}]
-    policy = one(render({"networkPolicy": {"enabled": True, "internalFrom": tools}}),
-                 "NetworkPolicy")  # fmt: skip
+    policy = named(render({"networkPolicy": {"enabled": True, "internalFrom": tools}}),
+                   "NetworkPolicy", FULLNAME)  # fmt: skip
     [internal] = [r for r in policy["spec"]["ingress"]
                   if {p["port"] for p in r["ports"]} & INTERNAL]  # fmt: skip
     assert {p["port"] for p in internal["ports"]} == INTERNAL and internal["from"] == tools

@@ -13,7 +13,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from rmqstore.server import channel
 from tests import procs
-from tests.helm.conftest import one, render
+from tests.helm.conftest import broker_sts, render
 
 pytestmark = pytest.mark.integration
 
@@ -80,7 +80,7 @@ def _metrics_text(port: int) -> str:
 
 
 def test_chart_command_lines_start_healthy_services(tmp_path: Path) -> None:
-    sts = one(render(SMALL), "StatefulSet")
+    sts = broker_sts(render(SMALL))
     containers = sts["spec"]["template"]["spec"]["containers"]
     store = tmp_path / "store"
     (init,) = sts["spec"]["template"]["spec"]["initContainers"]
@@ -92,6 +92,8 @@ def test_chart_command_lines_start_healthy_services(tmp_path: Path) -> None:
     writer: str | None = None
     try:
         for c in containers:
+            if c["name"] == "remoting":  # no gRPC health: tests/helm/test_remoting_commands.py
+                continue
             assert c["command"] == ["python"] and c["args"][0] == "-m"
             port = procs.free_port()
             args = _local(c["args"], store, writer, port)
@@ -103,7 +105,7 @@ def test_chart_command_lines_start_healthy_services(tmp_path: Path) -> None:
             if c["name"] in METRICS_SERVED:
                 assert "rmqstore_" in _metrics_text(port), c["name"]
         names = [c["name"] for c in containers]
-        assert names == ["commitlog", "consume-queue", "index", "query", "proxy"]
+        assert names == ["commitlog", "consume-queue", "index", "query", "proxy", "remoting"]
     finally:
         for p in reversed(started):
             p.stop()

@@ -4,7 +4,7 @@ Ingress, never without authentication, reading the store read-only."""
 import kubernetes_validate
 import pytest
 
-from tests.helm.conftest import by_kind, one, render
+from tests.helm.conftest import RELEASE, broker_sts, by_kind, named, one, render
 from tests.helm.test_chart import KUBE_VERSIONS, _arg, _containers
 
 PROXY = {"console": {"enabled": True, "trustedProxies": ["10.0.0.0/8"],
@@ -46,7 +46,7 @@ def test_proxy_header_console_behind_service_and_ingress() -> None:
     rule = ingress["spec"]["rules"][0]
     assert rule["host"] == "console.example"
     assert rule["http"]["paths"][0]["backend"]["service"]["name"] == svc["metadata"]["name"]
-    policy = one(objects, "NetworkPolicy")
+    policy = named(objects, "NetworkPolicy", f"{RELEASE}-rmqstore")
     assert any(p["port"] == "http-console" for r in policy["spec"]["ingress"]
                for p in r["ports"])
 
@@ -67,7 +67,7 @@ def test_basic_auth_mounts_the_users_secret() -> None:
     tls = {"console": {**BASIC["console"], "ingress": {"enabled": True, "tls": [
         {"hosts": ["c.example"], "secretName": "c-tls"}]}}}
     assert "--secure-cookie" in _containers(render(tls))["console"]["args"]
-    volumes = one(objects, "StatefulSet")["spec"]["template"]["spec"]["volumes"]
+    volumes = broker_sts(objects)["spec"]["template"]["spec"]["volumes"]
     assert {"name": "console-users", "secret": {"secretName": "console-users",
                                                 "defaultMode": 0o440}} in volumes
 

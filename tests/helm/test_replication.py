@@ -9,7 +9,15 @@ from pathlib import Path
 import kubernetes_validate
 import pytest
 
-from tests.helm.conftest import ALL_ON, NAMESPACE, RELEASE, by_kind, one, render
+from tests.helm.conftest import (
+    ALL_ON,
+    NAMESPACE,
+    RELEASE,
+    broker_sts,
+    by_kind,
+    named,
+    render,
+)  # fmt: skip
 from tests.helm.test_chart import KUBE_VERSIONS, SERVICE_MODULES, _lint
 
 FULLNAME = f"{RELEASE}-rmqstore"
@@ -23,7 +31,7 @@ def _values(mode: str, **more: object) -> dict:
 
 
 def _pod(objects: list[dict]) -> dict:
-    return one(objects, "StatefulSet")["spec"]["template"]["spec"]
+    return broker_sts(objects)["spec"]["template"]["spec"]
 
 
 def _containers(objects: list[dict]) -> dict[str, dict]:
@@ -77,7 +85,7 @@ def _exec_line(writer: dict, pod: str, bin_dir: Path) -> list[str]:
 @pytest.mark.parametrize("mode", list(MODES))
 def test_pod_0_is_the_master_and_the_others_its_slaves(mode: str, tmp_path: Path) -> None:
     objects = render(_values(mode))
-    assert one(objects, "StatefulSet")["spec"]["replicas"] == 3
+    assert broker_sts(objects)["spec"]["replicas"] == 3
     writer = _containers(objects)["commitlog"]
     assert writer["command"][:2] == ["sh", "-c"]
     assert {"name": "ha", "containerPort": 10912, "protocol": "TCP"} in writer["ports"]
@@ -95,11 +103,12 @@ def test_pod_0_is_the_master_and_the_others_its_slaves(mode: str, tmp_path: Path
 
 def test_every_pod_runs_the_same_services() -> None:
     """Builders, query and proxy run on slaves as on the master (reads work on a slave; its
-    writer refuses the proxy's sends, naming the master); only the writer's command differs."""
+    writer refuses the proxy's sends, naming the master); only the writer's command differs,
+    and the remoting broker's (only pod 0 registers with the name servers)."""
     plain, replicated = _containers(render({})), _containers(render(_values("sync")))
     assert list(replicated) == list(SERVICE_MODULES)
     for name, c in replicated.items():
-        if name != "commitlog":
+        if name not in ("commitlog", "remoting"):
             assert c == plain[name]
 
 
@@ -108,13 +117,13 @@ def test_clients_reach_the_master_and_slaves_reach_it_on_the_headless_service() 
     services = {s["metadata"]["name"]: s for s in by_kind(objects, "Service")}
     client = services[FULLNAME]["spec"]
     assert client["selector"]["statefulset.kubernetes.io/pod-name"] == f"{FULLNAME}-0"
-    assert {p["name"] for p in client["ports"]} == {"grpc-proxy"}
+    assert {p["name"] for p in client["ports"]} == {"grpc-proxy", "remoting"}
     headless = services[HEADLESS]["spec"]
     assert {"name": "ha", "port": 10912, "protocol": "TCP", "targetPort": "ha"} in \
         headless["ports"]
     assert headless["publishNotReadyAddresses"] is True  # a slave finds a starting master
     assert "statefulset.kubernetes.io/pod-name" not in headless["selector"]
-    policy = one(objects, "NetworkPolicy")["spec"]
+    policy = named(objects, "NetworkPolicy", FULLNAME)["spec"]
     [ha_rule] = [r for r in policy["ingress"] if r["ports"] == [{"port": "ha", "protocol": "TCP"}]]
     assert ha_rule["from"] == [{"podSelector": {"matchLabels": policy["podSelector"]
                                                 ["matchLabels"]}}]
@@ -122,8 +131,8 @@ def test_clients_reach_the_master_and_slaves_reach_it_on_the_headless_service() 
 
 def test_disruption_budget_and_anti_affinity_spread_the_broker() -> None:
     objects = render(_values("async"))
-    pdb = one(objects, "PodDisruptionBudget")["spec"]
-    pod_labels = one(objects, "StatefulSet")["spec"]["template"]["metadata"]["labels"]
+    pdb = named(objects, "PodDisruptionBudget", FULLNAME)["spec"]
+    pod_labels = broker_sts(objects)["spec"]["template"]["metadata"]["labels"]
     assert pdb["maxUnavailable"] == 1
     assert pdb["selector"]["matchLabels"].items() <= pod_labels.items()
     [term] = _pod(objects)["affinity"]["podAntiAffinity"][
@@ -136,15 +145,20 @@ def test_disruption_budget_and_anti_affinity_spread_the_broker() -> None:
     assert _pod(mine)["affinity"] == ALL_ON["affinity"]
     off = render({"replication": {"slaves": 1, "podAntiAffinity": False,
                                   "podDisruptionBudget": False}})
-    assert "affinity" not in _pod(off) and not by_kind(off, "PodDisruptionBudget")
-    assert not by_kind(render({**_values("async"), "replicas": 0}), "PodDisruptionBudget")
+    assert "affinity" not in _pod(off) and not _broker_pdb(off)
+    assert not _broker_pdb(render({**_values("async"), "replicas": 0}))
+
+
+def _broker_pdb(objects: list[dict]) -> list[dict]:
+    """The broker's PodDisruptionBudget, if any (the name servers have their own)."""
+    return [p for p in by_kind(objects, "PodDisruptionBudget") if p["metadata"]["name"] == FULLNAME]
 
 
 def test_without_slaves_the_pod_is_as_before(default_objects: list[dict]) -> None:
     writer = _containers(default_objects)["commitlog"]
     assert writer["command"] == ["python"] and "--role" not in writer["args"]
     assert "ha" not in {p["name"] for p in writer["ports"]}
-    assert not by_kind(default_objects, "PodDisruptionBudget")
+    assert not _broker_pdb(default_objects)
     client = next(s for s in by_kind(default_objects, "Service")
                   if s["metadata"]["name"] == FULLNAME)
     assert "statefulset.kubernetes.io/pod-name" not in client["spec"]["selector"]
@@ -162,8 +176,8 @@ def test_more_brokers_and_read_only_slaves_are_still_refused() -> None:
 def test_one_slave_more_or_less_restarts_no_running_pod() -> None:
     """The pod template is the same for 1 or 2 slaves: scaling starts or stops pods only."""
     def template(slaves: int, mode: str = "sync") -> dict:
-        return one(render({"replication": {"slaves": slaves, "mode": mode}}),
-                   "StatefulSet")["spec"]["template"]
+        values = {"replication": {"slaves": slaves, "mode": mode}}
+        return broker_sts(render(values))["spec"]["template"]
 
     assert template(1) == template(2) == template(5)
     assert template(0) != template(1)  # the writer's command and the HA port

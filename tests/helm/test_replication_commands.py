@@ -11,7 +11,7 @@ import pytest
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
 from tests import procs
-from tests.helm.conftest import NAMESPACE, RELEASE, one, render
+from tests.helm.conftest import NAMESPACE, RELEASE, broker_sts, render
 from tests.helm.test_chart_commands import SMALL, _local
 from tests.helm.test_replication import _exec_line, _fake_python
 
@@ -44,7 +44,7 @@ def _until(what: str, check) -> None:
 
 def test_pod_1_follows_pod_0_as_the_chart_starts_them(tmp_path: Path) -> None:
     values = {**SMALL, "replication": {"slaves": 1, "mode": "sync"}}
-    (writer,) = [c for c in one(render(values), "StatefulSet")["spec"]["template"]["spec"]
+    (writer,) = [c for c in broker_sts(render(values))["spec"]["template"]["spec"]
                  ["containers"] if c["name"] == "commitlog"]  # fmt: skip
     bin_dir = _fake_python(tmp_path)
     ha_port = procs.free_port()

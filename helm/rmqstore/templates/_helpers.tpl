@@ -90,8 +90,73 @@ read-only store: the query service reads the shape from its index files). */}}
 - {name: query, key: query, short: query}
 {{- end }}
 {{- if and .Values.proxy.enabled (not .Values.readOnly) }}
-- {name: proxy, key: proxy, short: proxy}
+- {name: proxy, key: proxy, short: proxy, public: true}
 {{- end }}
+{{- if include "rmqstore.remotingRuns" . }}
+- {name: remoting, key: remoting, short: remote, public: true, remoting: true}
+{{- end }}
+{{- end }}
+
+{{/* Whether the pod runs the RocketMQ 4.x remoting broker (none for a read-only store). */}}
+{{- define "rmqstore.remotingRuns" -}}
+{{- if and .Values.remoting.enabled (not .Values.readOnly) }}true{{ end -}}
+{{- end }}
+
+{{/* The name servers the remoting broker registers with: remoting.namesrv, else each pod of
+the chart's by its DNS name (a broker registers with every name server); none without either. */}}
+{{- define "rmqstore.namesrvAddress" -}}
+{{- if .Values.remoting.namesrv }}{{ .Values.remoting.namesrv }}
+{{- else if .Values.namesrv.enabled }}
+{{- $pods := list }}
+{{- range $i := until (int .Values.namesrv.replicas) }}
+{{- $pods = append $pods (printf "%s-%d.%s.%s.svc:%d" (include "rmqstore.namesrvName" $) $i (include "rmqstore.namesrvHeadlessName" $) $.Release.Namespace (int $.Values.namesrv.port)) }}
+{{- end }}
+{{- join ";" $pods }}
+{{- end }}
+{{- end }}
+
+{{/* The address 4.x clients reach the broker at: remoting.brokerIp, else the pod's IP. */}}
+{{- define "rmqstore.brokerIp" -}}
+{{- default "$(POD_IP)" .Values.remoting.brokerIp -}}
+{{- end }}
+
+{{- define "rmqstore.namesrvName" -}}
+{{- printf "%s-namesrv" (include "rmqstore.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rmqstore.namesrvHeadlessName" -}}
+{{- printf "%s-namesrv-headless" (include "rmqstore.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The name server's pods: a name of their own, so no selector of the broker's matches them. */}}
+{{- define "rmqstore.namesrvSelectorLabels" -}}
+app.kubernetes.io/name: {{ printf "%s-namesrv" (include "rmqstore.name" .) | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: namesrv
+{{- end }}
+
+{{- define "rmqstore.namesrvLabels" -}}
+helm.sh/chart: {{ include "rmqstore.chart" . }}
+{{ include "rmqstore.namesrvSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: rmqstore
+{{- end }}
+
+{{/*
+The remoting broker's command when the broker has slaves: only pod 0 registers with the name
+servers (the remoting broker registers as brokerId 0, the master; a slave registering too
+would replace the master's address in the routes). On a slave it listens unregistered and
+its writer refuses sends, naming the master.
+*/}}
+{{- define "rmqstore.remotingRoleCommand" -}}
+- sh
+- -c
+- >-
+  if [ "${POD_NAME##*-}" = 0 ];
+  then exec python "$@" --namesrv {{ include "rmqstore.namesrvAddress" . | quote }};
+  else exec python "$@"; fi
+- remoting
 {{- end }}
 
 {{/* securityContext of every container (hardened; see values.securityContext). */}}
@@ -99,25 +164,27 @@ read-only store: the query service reads the shape from its index files). */}}
 {{- toYaml .Values.securityContext }}
 {{- end }}
 
-{{/* Native gRPC probes against the container's health service. */}}
+{{/* Native gRPC probes against the container's health service (tcpProbe: a TCP check, for
+the remoting protocol's services, which serve no gRPC health service). */}}
 {{- define "rmqstore.probes" -}}
 {{- $p := .root.Values.probes -}}
-{{- $check := ternary "tcpSocket" "grpc" .root.Values.tls.enabled -}}
+{{- $check := ternary "tcpSocket" "grpc" (or .root.Values.tls.enabled (not (not .tcpProbe))) -}}
+{{- $port := .port | default .svc.grpcPort -}}
 startupProbe:
   {{ $check }}:
-    port: {{ .svc.grpcPort }}
+    port: {{ $port }}
   periodSeconds: {{ $p.startup.periodSeconds }}
   failureThreshold: {{ $p.startup.failureThreshold }}
   timeoutSeconds: {{ $p.startup.timeoutSeconds }}
 livenessProbe:
   {{ $check }}:
-    port: {{ .svc.grpcPort }}
+    port: {{ $port }}
   periodSeconds: {{ $p.liveness.periodSeconds }}
   failureThreshold: {{ $p.liveness.failureThreshold }}
   timeoutSeconds: {{ $p.liveness.timeoutSeconds }}
 readinessProbe:
   {{ $check }}:
-    port: {{ .svc.grpcPort }}
+    port: {{ $port }}
   periodSeconds: {{ $p.readiness.periodSeconds }}
   failureThreshold: {{ $p.readiness.failureThreshold }}
   timeoutSeconds: {{ $p.readiness.timeoutSeconds }}
@@ -127,7 +194,9 @@ readinessProbe:
 One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "svc" VALUES
 "args" LIST "readOnly" BOOL "accessKey" BOOL "command" LIST "extraPorts" LIST);
 accessKey: mount the proxy's secret key; command: instead of [python] (then POD_NAME is set);
-extraPorts: more container ports.
+extraPorts: more container ports; port, portName: the service port instead of svc.grpcPort
+and grpc-SHORT; tcpProbe: probe it over TCP; stateless: no store volume and no TLS (the name
+server).
 */}}
 {{- define "rmqstore.container" -}}
 {{- $root := .root -}}
@@ -141,8 +210,8 @@ extraPorts: more container ports.
     {{- toYaml . | nindent 4 }}
     {{- end }}
   ports:
-    - name: grpc-{{ .short }}
-      containerPort: {{ .svc.grpcPort }}
+    - name: {{ .portName | default (printf "grpc-%s" .short) }}
+      containerPort: {{ .port | default .svc.grpcPort }}
       protocol: TCP
     {{- if $root.Values.metrics.enabled }}
     - name: metrics-{{ .short }}
@@ -167,7 +236,7 @@ extraPorts: more container ports.
       value: "1"
     - name: PYTHONDONTWRITEBYTECODE
       value: "1"
-    {{- if $root.Values.tls.enabled }}
+    {{- if and $root.Values.tls.enabled (not .stateless) }}
     - name: RMQSTORE_TLS_CERT
       value: /etc/rmqstore/tls/tls.crt
     - name: RMQSTORE_TLS_KEY
@@ -188,14 +257,16 @@ extraPorts: more container ports.
   securityContext:
     {{- include "rmqstore.securityContext" $root | nindent 4 }}
   volumeMounts:
+    {{- if not .stateless }}
     - name: data
       mountPath: {{ $root.Values.storeMountPath }}
       {{- if .readOnly }}
       readOnly: true
       {{- end }}
+    {{- end }}
     - name: tmp
       mountPath: /tmp
-    {{- if $root.Values.tls.enabled }}
+    {{- if and $root.Values.tls.enabled (not .stateless) }}
     - name: tls
       mountPath: /etc/rmqstore/tls
       readOnly: true
