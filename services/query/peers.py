@@ -1,0 +1,119 @@
+"""Who the other brokers of the cluster are: each query service writes its own entry into the
+name servers' KV configuration and reads everyone's from there.
+
+Namespace ``rmqstore.query.<cluster>``, key the broker name, value JSON
+``{"query": "HOST:PORT", "storeHost": "IP:PORT"}`` (its query service, and the store host its
+records and offset message ids carry). Written at start and every ``INTERVAL_S`` (a name
+server keeps it in memory, so one restarted learns it again within that time). An entry is
+never removed when its broker stops: a broker that is down stays a member and is reported
+``unreachable`` — the answer says it is partial instead of leaving a silent gap. A broker
+taken out of the cluster for good is removed with ``mqadmin deleteKvConfig -s
+rmqstore.query.<cluster> -k <broker name>``.
+"""
+
+import asyncio
+import contextlib
+import json
+import logging
+from dataclasses import dataclass
+
+from rmqstore.formats import remoting as R
+from rmqstore.remoting_net import RemotingClient, RemotingError
+
+log = logging.getLogger("services.query")
+NAMESPACE = "rmqstore.query."  # + cluster name
+INTERVAL_S = 30.0
+TIMEOUT_S = 3.0
+
+
+@dataclass(frozen=True, order=True)
+class Peer:
+    name: str  # broker name
+    query: str  # its query service, HOST:PORT
+    store_host: str = ""  # the store host of its records, IP:PORT
+
+
+def parse_peer(name: str, value: str) -> Peer | None:
+    try:
+        doc = json.loads(value)
+        return Peer(name, str(doc["query"]), str(doc.get("storeHost", "")))
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class PeerBook:
+    """This broker's entry kept in the name servers, and the cluster's members read back."""
+
+    def __init__(self, namesrvs: list[str], cluster: str, me: Peer,
+                 interval_s: float = INTERVAL_S) -> None:  # fmt: skip
+        self.clients = [RemotingClient(a) for a in namesrvs]
+        self.namespace = NAMESPACE + cluster
+        self.me = me
+        self.interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+
+    async def announce(self) -> None:
+        value = json.dumps({"query": self.me.query, "storeHost": self.me.store_host},
+                           sort_keys=True, separators=(",", ":"))  # fmt: skip
+        ext = {"namespace": self.namespace, "key": self.me.name, "value": value}
+        await asyncio.gather(*(self._put(c, ext) for c in self.clients))
+
+    async def _put(self, client: RemotingClient, ext: dict[str, str]) -> None:
+        cmd = R.Command(code=R.RequestCode.PUT_KV_CONFIG, ext=dict(ext))
+        try:
+            answer = await client.invoke(cmd, TIMEOUT_S)
+        except RemotingError as e:
+            log.warning("cannot announce this query service to %s: %s", client.address, e)
+            return
+        if answer.code != R.ResponseCode.SUCCESS:
+            log.warning("the name server %s refused this query service's entry: %s",
+                        client.address, answer.remark)  # fmt: skip
+
+    async def peers(self) -> tuple[list[Peer], list[str]]:
+        """Every member (this broker included), by name; and the name servers that could not
+        be asked. Entries of all name servers are merged (one that restarted may lack some)."""
+        found = await asyncio.gather(*(self._list(c) for c in self.clients))
+        members: dict[str, Peer] = {self.me.name: self.me}
+        failed = []
+        for client, table in zip(self.clients, found, strict=True):
+            if table is None:
+                failed.append(client.address)
+                continue
+            for name, value in table.items():
+                peer = parse_peer(name, value)
+                if peer is not None and name != self.me.name:
+                    members.setdefault(name, peer)
+        return sorted(members.values()), failed
+
+    async def _list(self, client: RemotingClient) -> dict[str, str] | None:
+        cmd = R.Command(code=R.RequestCode.GET_KVLIST_BY_NAMESPACE,
+                        ext={"namespace": self.namespace})  # fmt: skip
+        try:
+            answer = await client.invoke(cmd, TIMEOUT_S)
+        except RemotingError:
+            return None
+        if answer.code == R.ResponseCode.QUERY_NOT_FOUND:
+            return {}
+        if answer.code != R.ResponseCode.SUCCESS:
+            return None
+        try:
+            table = R.parse_json_body(answer.body).get("table", {})
+        except (R.FrameError, AttributeError):
+            return None
+        return {str(k): str(v) for k, v in table.items()} if isinstance(table, dict) else None
+
+    def start(self) -> None:
+        self._task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        while True:
+            await self.announce()
+            await asyncio.sleep(self.interval_s)
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for client in self.clients:
+            await client.close()
