@@ -24,6 +24,7 @@ log = logging.getLogger("services.query")
 NAMESPACE = "rmqstore.query."  # + cluster name
 INTERVAL_S = 30.0
 TIMEOUT_S = 3.0
+RETRY_FIRST_S = 0.5
 
 
 @dataclass(frozen=True, order=True)
@@ -52,22 +53,26 @@ class PeerBook:
         self.interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
 
-    async def announce(self) -> None:
+    async def announce(self) -> bool:
         value = json.dumps({"query": self.me.query, "storeHost": self.me.store_host},
                            sort_keys=True, separators=(",", ":"))  # fmt: skip
         ext = {"namespace": self.namespace, "key": self.me.name, "value": value}
-        await asyncio.gather(*(self._put(c, ext) for c in self.clients))
+        done = await asyncio.gather(*(self._put(c, ext) for c in self.clients))
+        return all(done)
 
-    async def _put(self, client: RemotingClient, ext: dict[str, str]) -> None:
+    async def _put(self, client: RemotingClient, ext: dict[str, str]) -> bool:
         cmd = R.Command(code=R.RequestCode.PUT_KV_CONFIG, ext=dict(ext))
         try:
             answer = await client.invoke(cmd, TIMEOUT_S)
-        except RemotingError as e:
-            log.warning("cannot announce this query service to %s: %s", client.address, e)
-            return
+        except RemotingError as e:  # serve starts its name server after the query service
+            log.info("cannot announce this query service to %s (tried again): %s",
+                     client.address, e)  # fmt: skip
+            return False
         if answer.code != R.ResponseCode.SUCCESS:
             log.warning("the name server %s refused this query service's entry: %s",
                         client.address, answer.remark)  # fmt: skip
+            return False
+        return True
 
     async def peers(self) -> tuple[list[Peer], list[str]]:
         """Every member (this broker included), by name; and the name servers that could not
@@ -106,9 +111,14 @@ class PeerBook:
         self._task = asyncio.ensure_future(self._run())
 
     async def _run(self) -> None:
+        retry = RETRY_FIRST_S
         while True:
-            await self.announce()
-            await asyncio.sleep(self.interval_s)
+            if await self.announce():
+                retry = RETRY_FIRST_S
+                await asyncio.sleep(self.interval_s)
+            else:  # soon again, then less often
+                await asyncio.sleep(retry)
+                retry = min(retry * 2, self.interval_s)
 
     async def close(self) -> None:
         if self._task is not None:
