@@ -56,8 +56,9 @@ def _emit(args: argparse.Namespace, doc: dict[str, Any], messages: list,
         doc = {**doc, **cluster_fields(cluster)}
     if args.json:
         out = with_messages(doc, messages)
-        for m, broker in zip(out["messages"], brokers, strict=True):
-            m["broker"] = broker
+        if cluster is not None:
+            for m, broker in zip(out["messages"], brokers, strict=True):
+                m["broker"] = broker
         print(json.dumps(out, ensure_ascii=False))
     else:
         for k, v in doc.items():

@@ -8,6 +8,7 @@ from typing import Any
 import grpc
 
 from rmqstore import metrics, store_shape, tls
+from rmqstore.cluster_members import Peer, PeerBook
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
 from rmqstore.layout import StoreLayout
@@ -20,7 +21,6 @@ from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
 from services.query.cluster_lookup import ClusterLookup
 from services.query.metrics import QueryObserver
-from services.query.peers import Peer, PeerBook
 from services.query.record_source import GrpcRecordSource
 from services.query.servicer import QueryServicer
 from services.query.writer_watch import WriterWatch
@@ -86,7 +86,7 @@ async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer) -> Pe
     except ValueError as e:
         raise StartupError(str(e)) from None
     me = Peer(args.broker_name, args.advertise or args.listen, args.store_host)
-    book = PeerBook(namesrvs, args.cluster_name, me)
+    book = PeerBook(namesrvs, "query", args.cluster_name, me)
     stubs: dict[str, query_pb2_grpc.QueryStub] = {}
 
     async def ask(peer: Peer, request: Any, timeout: float) -> Any:
@@ -94,10 +94,10 @@ async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer) -> Pe
         if peer.name == me.name:
             return await (servicer.local_by_key(request) if local
                           else servicer.local_by_id(request))  # fmt: skip
-        stub = stubs.get(peer.query)
+        stub = stubs.get(peer.address)
         if stub is None:
-            stub = stubs[peer.query] = query_pb2_grpc.QueryStub(
-                tls.aio_client_channel(peer.query, args))
+            stub = stubs[peer.address] = query_pb2_grpc.QueryStub(
+                tls.aio_client_channel(peer.address, args))
         call = stub.QueryByKey if local else stub.QueryById
         return await call(request, timeout=timeout)
 

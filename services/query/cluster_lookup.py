@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 
+from rmqstore.cluster_members import Peer
 from rmqstore.errors import InvalidArgumentError, StoreError
 from rmqstore.formats.hosts import Host, parse_host
 from rmqstore.formats.msgid import OFFSET_ID_LENGTHS, decode_offset_msg_id, is_v5_id
@@ -36,7 +37,6 @@ from rmqstore.v1 import common_pb2, query_pb2
 from services.query import cursor as cursor_fmt
 from services.query.index_reader import POS_INF
 from services.query.lookup import DEFAULT_LIMIT, MAX_PORT
-from services.query.peers import Peer
 
 DEFAULT_DEADLINE_S = 10.0  # when the caller set none
 DEADLINE_MARGIN_S = 0.2  # kept to merge and answer before the caller's deadline
@@ -58,7 +58,7 @@ class Answer:
     taken: int = 0
 
     def proto(self) -> query_pb2.BrokerStatus:
-        return query_pb2.BrokerStatus(broker_name=self.peer.name, address=self.peer.query,
+        return query_pb2.BrokerStatus(broker_name=self.peer.name, address=self.peer.address,
                                       answer=self.status, detail=self.detail,
                                       messages=self.taken)  # fmt: skip
 

@@ -8,12 +8,12 @@ import random
 import grpc
 import pytest
 
+from rmqstore.cluster_members import Peer
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.v1 import common_pb2, query_pb2
 from services.query.cluster_lookup import ClusterLookup, decode_cursor
-from services.query.peers import Peer
 from tests.aio import run
 
 

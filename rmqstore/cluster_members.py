@@ -1,14 +1,16 @@
-"""Who the other brokers of the cluster are: each query service writes its own entry into the
-name servers' KV configuration and reads everyone's from there.
+"""Who the other brokers of the cluster are: a service of each broker (its query service, its
+RocketMQ 5 proxy) writes its own entry into the name servers' KV configuration and reads
+everyone's from there.
 
-Namespace ``rmqstore.query.<cluster>``, key the broker name, value JSON
-``{"query": "HOST:PORT", "storeHost": "IP:PORT"}`` (its query service, and the store host its
-records and offset message ids carry). Written at start and every ``INTERVAL_S`` (a name
+Namespace ``rmqstore.<service>.<cluster>`` (``rmqstore.query.C``, ``rmqstore.proxy.C``), key
+the broker name, value JSON ``{"address": "HOST:PORT", "storeHost": "IP:PORT"}`` (where that
+service of the broker is reached, and the store host its records and offset message ids
+carry). Written at start and every ``INTERVAL_S`` (a name
 server keeps it in memory, so one restarted learns it again within that time). An entry is
 never removed when its broker stops: a broker that is down stays a member and is reported
 ``unreachable`` — the answer says it is partial instead of leaving a silent gap. A broker
 taken out of the cluster for good is removed with ``mqadmin deleteKvConfig -s
-rmqstore.query.<cluster> -k <broker name>``.
+rmqstore.<service>.<cluster> -k <broker name>``.
 """
 
 import asyncio
@@ -20,8 +22,8 @@ from dataclasses import dataclass
 from rmqstore.formats import remoting as R
 from rmqstore.remoting_net import RemotingClient, RemotingError
 
-log = logging.getLogger("services.query")
-NAMESPACE = "rmqstore.query."  # + cluster name
+log = logging.getLogger("rmqstore.cluster")
+NAMESPACE = "rmqstore.{service}.{cluster}"
 INTERVAL_S = 30.0
 TIMEOUT_S = 3.0
 RETRY_FIRST_S = 0.5
@@ -30,14 +32,14 @@ RETRY_FIRST_S = 0.5
 @dataclass(frozen=True, order=True)
 class Peer:
     name: str  # broker name
-    query: str  # its query service, HOST:PORT
+    address: str  # where the service is reached, HOST:PORT
     store_host: str = ""  # the store host of its records, IP:PORT
 
 
 def parse_peer(name: str, value: str) -> Peer | None:
     try:
         doc = json.loads(value)
-        return Peer(name, str(doc["query"]), str(doc.get("storeHost", "")))
+        return Peer(name, str(doc["address"]), str(doc.get("storeHost", "")))
     except (ValueError, KeyError, TypeError):
         return None
 
@@ -45,16 +47,16 @@ def parse_peer(name: str, value: str) -> Peer | None:
 class PeerBook:
     """This broker's entry kept in the name servers, and the cluster's members read back."""
 
-    def __init__(self, namesrvs: list[str], cluster: str, me: Peer,
+    def __init__(self, namesrvs: list[str], service: str, cluster: str, me: Peer,
                  interval_s: float = INTERVAL_S) -> None:  # fmt: skip
         self.clients = [RemotingClient(a) for a in namesrvs]
-        self.namespace = NAMESPACE + cluster
+        self.namespace = NAMESPACE.format(service=service, cluster=cluster)
         self.me = me
         self.interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
 
     async def announce(self) -> bool:
-        value = json.dumps({"query": self.me.query, "storeHost": self.me.store_host},
+        value = json.dumps({"address": self.me.address, "storeHost": self.me.store_host},
                            sort_keys=True, separators=(",", ":"))  # fmt: skip
         ext = {"namespace": self.namespace, "key": self.me.name, "value": value}
         done = await asyncio.gather(*(self._put(c, ext) for c in self.clients))
@@ -65,11 +67,11 @@ class PeerBook:
         try:
             answer = await client.invoke(cmd, TIMEOUT_S)
         except RemotingError as e:  # serve starts its name server after the query service
-            log.info("cannot announce this query service to %s (tried again): %s",
+            log.info("cannot announce this broker to %s (tried again): %s",
                      client.address, e)  # fmt: skip
             return False
         if answer.code != R.ResponseCode.SUCCESS:
-            log.warning("the name server %s refused this query service's entry: %s",
+            log.warning("the name server %s refused this broker's entry: %s",
                         client.address, answer.remark)  # fmt: skip
             return False
         return True
