@@ -146,7 +146,9 @@ def _query_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
 def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     put_socket = getattr(args, "put_socket", "")
     socket = ["--commitlog-socket", put_socket] if put_socket else []
-    return [*_writer_address(args, ports), *socket, *proxy_config.forward(args)]
+    namesrvs = _namesrvs(args, ports)
+    cluster = ["--namesrv", namesrvs, "--cluster-name", args.cluster_name] if namesrvs else []
+    return [*_writer_address(args, ports), *socket, *proxy_config.forward(args), *cluster]
 
 
 def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:

@@ -19,6 +19,9 @@ import pytest
 
 from rmqstore.formats import remoting as R
 from rmqstore.formats.msgid import decode_offset_msg_id
+from rmqstore.rocketmq import definition_pb2 as pb
+from rmqstore.rocketmq import service_pb2 as spb
+from rmqstore.rocketmq import service_pb2_grpc
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from tests import procs
 from tests.remoting_wire import Wire, json_request
@@ -45,6 +48,25 @@ class Cluster:
 
     def remoting(self, name: str) -> str:
         return self.brokers[name].address(7)
+
+    def proxy(self, name: str) -> str:
+        return self.brokers[name].address(4)
+
+
+MD = (("x-mq-client-id", "cluster@1@0@x"), ("x-mq-language", "PYTHON"))
+
+
+def _route(cluster: Cluster, via: str) -> dict[str, set[str]]:
+    """QueryRoute through one broker's proxy: each broker's endpoint -> its queue ids."""
+    with grpc.insecure_channel(cluster.proxy(via)) as channel:
+        resp = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC)), metadata=MD, timeout=30)
+    assert resp.status.code == pb.OK, resp.status.message
+    out: dict[str, set[str]] = {}
+    for q in resp.message_queues:
+        a = q.broker.endpoints.addresses[0]
+        out.setdefault(q.broker.name, set()).add(f"{a.host}:{a.port}/{q.id}")
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -151,6 +173,14 @@ def test_a_cluster_key_query_through_any_broker_pages_every_match_once(
         assert len(p.message_brokers) == len(p.messages)
 
 
+def test_query_route_through_any_proxy_lists_every_broker_at_its_own_proxy(
+    cluster: Cluster, sent: list[dict]
+) -> None:
+    expected = {n: {f"{cluster.proxy(n)}/{i}" for i in range(2)} for n in NAMES}
+    for via in NAMES:
+        assert _route(cluster, via) == expected
+
+
 def test_an_offset_id_goes_to_its_broker(cluster: Cluster, sent: list[dict]) -> None:
     ports = {int(cluster.remoting(n).rpartition(":")[2]): n for n in NAMES}
     last = sent[-1]
@@ -199,3 +229,6 @@ def test_with_a_broker_killed_the_answer_is_partial_and_names_it(
     ports = {int(cluster.remoting(n).rpartition(":")[2]): n for n in NAMES}
     alive = [s["msgId"] for s in sent if ports[decode_offset_msg_id(s["msgId"])[1]] != NAMES[2]]
     assert sorted(ids) == sorted(alive)
+    # its remoting broker closed its connection to the name server: out of the routes
+    while set(_route(cluster, NAMES[0])) != set(NAMES[:2]):
+        assert time.monotonic() < deadline, "the killed broker is still in the routes"
