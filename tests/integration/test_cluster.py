@@ -25,7 +25,7 @@ from rmqstore.rocketmq import service_pb2_grpc
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from tests import procs
 from tests.remoting_wire import Wire, json_request
-from tests.services.proxy.conftest import Serve
+from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, Serve, client_env
 
 pytestmark = pytest.mark.integration
 CLIENT_DIR = procs.ROOT / "tests" / "clients" / "remoting"
@@ -113,10 +113,11 @@ async def _create_topic(cluster: Cluster) -> None:
         await namesrv.close()
 
 
-def _key_query(address: str, limit: int, cursor: str = "") -> query_pb2.QueryByKeyResponse:
+def _key_query(address: str, limit: int, cursor: str = "", key: str = SHARED
+               ) -> query_pb2.QueryByKeyResponse:  # fmt: skip
     with grpc.insecure_channel(address) as channel:
         return query_pb2_grpc.QueryStub(channel).QueryByKey(query_pb2.QueryByKeyRequest(
-            topic=TOPIC, key=SHARED, max_results=limit, cursor=cursor,
+            topic=TOPIC, key=key, max_results=limit, cursor=cursor,
             scope=query_pb2.SCOPE_CLUSTER), timeout=30)  # fmt: skip
 
 
@@ -132,18 +133,23 @@ def _statuses(resp) -> dict[str, str]:
     return {b.broker_name: query_pb2.BrokerAnswer.Name(b.answer) for b in resp.brokers}
 
 
-@pytest.fixture(scope="module")
-def sent(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
-    asyncio.run(asyncio.wait_for(_create_topic(cluster), DEADLINE_S))
-    home = tmp_path_factory.mktemp("ali-ons-home")  # ali-ons writes its logs under $HOME
+def _ali_ons(cluster: Cluster, home: Path, count: int, key: str) -> list[dict]:
+    """ali-ons sends through the name server; what it saw acknowledged."""
     run = subprocess.run(
-        ["node", str(PRODUCER), cluster.namesrv.address, TOPIC, str(COUNT), "PG_CLUSTER",
-         SHARED], cwd=CLIENT_DIR, capture_output=True, text=True, timeout=180,
-        env={**os.environ, "HOME": str(home)},
+        ["node", str(PRODUCER), cluster.namesrv.address, TOPIC, str(count), "PG_CLUSTER",
+         key], cwd=CLIENT_DIR, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "HOME": str(home)},  # ali-ons writes its logs under $HOME
     )  # fmt: skip
     assert run.returncode == 0, run.stdout + run.stderr
     out = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
-    assert len(out) == COUNT and {s["status"] for s in out} == {"SEND_OK"}
+    assert len(out) == count and {s["status"] for s in out} == {"SEND_OK"}
+    return out
+
+
+@pytest.fixture(scope="module")
+def sent(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    asyncio.run(asyncio.wait_for(_create_topic(cluster), DEADLINE_S))
+    out = _ali_ons(cluster, tmp_path_factory.mktemp("ali-ons-home"), COUNT, SHARED)
     deadline = time.monotonic() + DEADLINE_S  # the index builders catch up
     while len(_key_query(cluster.query(NAMES[0]), 1000).messages) < COUNT:
         assert time.monotonic() < deadline, "not every message was indexed in time"
@@ -179,6 +185,26 @@ def test_query_route_through_any_proxy_lists_every_broker_at_its_own_proxy(
     expected = {n: {f"{cluster.proxy(n)}/{i}" for i in range(2)} for n in NAMES}
     for via in NAMES:
         assert _route(cluster, via) == expected
+
+
+def test_the_official_python_producer_spreads_over_every_broker(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    count, key = 12, "python-key"
+    run = subprocess.run(
+        [str(PYTHON_CLIENT), str(CLIENTS / "python_cluster_producer.py"),
+         cluster.proxy(NAMES[0]), TOPIC, str(count), key],
+        capture_output=True, text=True, timeout=180, env=client_env(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    ids = [json.loads(line)["message_id"] for line in run.stdout.splitlines()
+           if line.startswith("{")]  # fmt: skip
+    assert len(ids) == count
+    deadline = time.monotonic() + DEADLINE_S
+    while len((found := _key_query(cluster.query(NAMES[1]), 100, key=key)).messages) < count:
+        assert time.monotonic() < deadline, "not every message was indexed in time"
+    assert sorted(m.unique_key for m in found.messages) == sorted(ids)
+    assert set(found.message_brokers) == set(NAMES)
 
 
 def test_an_offset_id_goes_to_its_broker(cluster: Cluster, sent: list[dict]) -> None:
@@ -232,3 +258,22 @@ def test_with_a_broker_killed_the_answer_is_partial_and_names_it(
     # its remoting broker closed its connection to the name server: out of the routes
     while set(_route(cluster, NAMES[0])) != set(NAMES[:2]):
         assert time.monotonic() < deadline, "the killed broker is still in the routes"
+
+
+def test_with_a_broker_killed_sends_go_on_and_it_rejoins_when_restarted(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    victim = cluster.brokers[NAMES[2]]
+    assert victim.proc.poll() is not None  # killed by the test before
+    after = _ali_ons(cluster, tmp_path / "home", 6, "after-kill")
+    ports = {int(cluster.remoting(n).rpartition(":")[2]): n for n in NAMES}
+    assert {ports[decode_offset_msg_id(s["msgId"])[1]] for s in after} == set(NAMES[:2])
+    cluster.brokers[NAMES[2]] = Serve(victim.store, "--namesrv", cluster.namesrv.address,
+                                      "--broker-name", NAMES[2], "--cluster-name", CLUSTER,
+                                      "--no-metrics", "--cq-entries-per-file", "1000")
+    deadline = time.monotonic() + DEADLINE_S
+    while set(_route(cluster, NAMES[0])) != set(NAMES):
+        assert time.monotonic() < deadline, "the restarted broker is not in the routes"
+    answer = _key_query(cluster.query(NAMES[0]), 1000)
+    assert not answer.partial
+    assert len(answer.messages) == COUNT  # its messages are found again
