@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -232,6 +233,29 @@ def test_the_cli_prints_each_broker(cluster: Cluster, sent: list[dict]) -> None:
     assert doc["count"] == 3 and doc["truncated"] and doc["partial"] is False
     assert {b["broker"]: b["answer"] for b in doc["brokers"]} == dict.fromkeys(NAMES, "ok")
     assert all(m["broker"] in NAMES for m in doc["messages"])
+
+
+def test_the_console_searches_the_cluster(cluster: Cluster, sent: list[dict]) -> None:
+    console = cluster.brokers[NAMES[1]].address(5)
+    url = (f"http://{console}/api/v1/messages?topic={TOPIC}&key={SHARED}&max=5"
+           "&scope=cluster")  # fmt: skip
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        doc = json.load(answer)
+    assert doc["count"] == 5 and doc["truncated"] and doc["partial"] is False
+    assert {b["broker"]: b["answer"] for b in doc["brokers"]} == dict.fromkeys(NAMES, "ok")
+    with urllib.request.urlopen(url.replace("&scope=cluster", ""), timeout=30) as answer:
+        mine = json.load(answer)  # this broker's own: no brokers, no partial
+    assert "brokers" not in mine and mine["count"] <= 5
+    page_url = url.replace("/api/v1", "")
+    with urllib.request.urlopen(page_url, timeout=30) as answer:
+        page = answer.read().decode()
+    assert all(f"{n} ok" in page for n in NAMES)  # the page names every broker's part
+    msg_id = doc["messages"][0]["msgId"]
+    with urllib.request.urlopen(f"http://{console}/api/v1/messages/{msg_id}?scope=cluster",
+                                timeout=30) as answer:  # fmt: skip
+        one = json.load(answer)
+    assert [m["msgId"] for m in one["messages"]] == [msg_id]
+    assert one["messages"][0]["broker"] == doc["messages"][0]["broker"]
 
 
 def test_with_a_broker_killed_the_answer_is_partial_and_names_it(
