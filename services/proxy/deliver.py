@@ -2,7 +2,7 @@
 
 | field                        | from                                                  |
 |------------------------------|-------------------------------------------------------|
-| message_id                   | UNIQ_KEY                                              |
+| message_id                   | UNIQ_KEY, else the offset message id (as RocketMQ's)  |
 | tag / keys / message_group   | TAGS / KEYS split on spaces / __SHARDINGKEY           |
 | message_type                 | __SHARDINGKEY: FIFO, TIMER_DELIVER_MS/DELAY: DELAY…   |
 | body_encoding / body_digest  | IDENTITY (4.9-compressed bodies inflated) / MD5 upper |
@@ -20,6 +20,7 @@ from rmqstore.delay import TIMER_DELIVER_MS
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
 from rmqstore.formats.javahash import java_hash
+from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.rocketmq import definition_pb2 as pb
 from services.proxy.produce import BORN_HOST, RESERVED, SHARDING_KEY
 
@@ -55,7 +56,10 @@ def message(
         body = zlib.decompress(body)
     born, stored = r.born_timestamp, r.store_timestamp
     sp: dict[str, Any] = {
-        "message_id": props.get(P.UNIQ_KEY, ""),
+        # a 4.x client may send no UNIQ_KEY (ali-ons): RocketMQ's proxy then gives the
+        # offset message id, so every message a consumer gets has an id of its own
+        "message_id": props.get(P.UNIQ_KEY)
+        or offset_msg_id(r.store_host.ip, r.store_host.port, r.physical_offset),
         "body_digest": {"type": pb.MD5, "checksum": hashlib.md5(body).hexdigest().upper()},
         "body_encoding": pb.IDENTITY,
         "born_host": props.get(BORN_HOST) or str(r.born_host),

@@ -36,6 +36,7 @@ NAMES = ("broker-a", "broker-b", "broker-c")
 TOPIC = "ClusterT"
 SHARED = "cluster-key"
 COUNT = 24
+PYTHON_COUNT = 12
 DEADLINE_S = 120.0
 
 
@@ -191,7 +192,7 @@ def test_query_route_through_any_proxy_lists_every_broker_at_its_own_proxy(
 def test_the_official_python_producer_spreads_over_every_broker(
     cluster: Cluster, sent: list[dict], tmp_path: Path
 ) -> None:
-    count, key = 12, "python-key"
+    count, key = PYTHON_COUNT, "python-key"
     run = subprocess.run(
         [str(PYTHON_CLIENT), str(CLIENTS / "python_cluster_producer.py"),
          cluster.proxy(NAMES[0]), TOPIC, str(count), key],
@@ -206,6 +207,25 @@ def test_the_official_python_producer_spreads_over_every_broker(
         assert time.monotonic() < deadline, "not every message was indexed in time"
     assert sorted(m.unique_key for m in found.messages) == sorted(ids)
     assert set(found.message_brokers) == set(NAMES)
+
+
+def test_one_consumer_group_receives_every_message_of_every_broker_once(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    """A SimpleConsumer of the official Python client, given one proxy, receives from every
+    broker's queues at that broker's own proxy (the route's endpoints) and acks there."""
+    bodies = {f"ali-ons message {i}" for i in range(COUNT)} | {
+        f"python message {i}" for i in range(PYTHON_COUNT)}  # fmt: skip
+    run = subprocess.run(
+        [str(PYTHON_CLIENT), str(CLIENTS / "python_consumer.py"), "simple",
+         cluster.proxy(NAMES[2]), "GID_CLUSTER", TOPIC, str(len(bodies))],
+        capture_output=True, text=True, timeout=300, env=client_env(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    acked = [e for e in events if e["event"] == "acked"]
+    assert len({e["id"] for e in acked}) == len(acked) == len(bodies)  # each once
+    assert {e["body"] for e in acked} == bodies
 
 
 def test_an_offset_id_goes_to_its_broker(cluster: Cluster, sent: list[dict]) -> None:
