@@ -27,6 +27,7 @@ from rmqstore.v1 import query_pb2, query_pb2_grpc
 from tests import procs
 from tests.remoting_wire import Wire, json_request
 from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, Serve, client_env
+from tests.services.proxy.test_consumers import Run
 
 pytestmark = pytest.mark.integration
 CLIENT_DIR = procs.ROOT / "tests" / "clients" / "remoting"
@@ -226,6 +227,34 @@ def test_one_consumer_group_receives_every_message_of_every_broker_once(
     acked = [e for e in events if e["event"] == "acked"]
     assert len({e["id"] for e in acked}) == len(acked) == len(bodies)  # each once
     assert {e["body"] for e in acked} == bodies
+
+
+def test_a_push_consumer_gets_one_assignment_per_broker_and_every_message(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    """PushConsumer: QueryAssignment through one proxy answers every broker (each at its own
+    proxy), and the consumer receives from all of them."""
+    bodies = {f"ali-ons message {i}" for i in range(COUNT)} | {
+        f"python message {i}" for i in range(PYTHON_COUNT)}  # fmt: skip
+    with grpc.insecure_channel(cluster.proxy(NAMES[0])) as channel:
+        resp = service_pb2_grpc.MessagingServiceStub(channel).QueryAssignment(
+            spb.QueryAssignmentRequest(topic=pb.Resource(name=TOPIC),
+                                       group=pb.Resource(name="GID_PUSH")),
+            metadata=MD, timeout=30)  # fmt: skip
+    assert resp.status.code == pb.OK, resp.status.message
+    got = {a.message_queue.broker.name: (a.message_queue.id,
+           f"{a.message_queue.broker.endpoints.addresses[0].host}:"
+           f"{a.message_queue.broker.endpoints.addresses[0].port}") for a in resp.assignments}
+    assert got == {n: (-1, cluster.proxy(n)) for n in NAMES}
+    assert len(resp.assignments) == len(NAMES)
+    run = Run(client_env(tmp_path), "push", cluster.proxy(NAMES[0]), "GID_PUSH", TOPIC)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while {e["body"] for e in run.of("received")} != bodies:
+            assert time.monotonic() < deadline, run.explain()
+            time.sleep(0.2)  # polling the consumer's output, not waiting for it
+    finally:
+        run.close()
 
 
 def test_an_offset_id_goes_to_its_broker(cluster: Cluster, sent: list[dict]) -> None:
