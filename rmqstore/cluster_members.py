@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from dataclasses import dataclass
 
 from rmqstore.formats import remoting as R
@@ -27,6 +28,7 @@ NAMESPACE = "rmqstore.{service}.{cluster}"
 INTERVAL_S = 30.0
 TIMEOUT_S = 3.0
 RETRY_FIRST_S = 0.5
+FRESH_S = 5.0  # members read from the name servers are used this long
 
 
 @dataclass(frozen=True, order=True)
@@ -48,12 +50,16 @@ class PeerBook:
     """This broker's entry kept in the name servers, and the cluster's members read back."""
 
     def __init__(self, namesrvs: list[str], service: str, cluster: str, me: Peer,
-                 interval_s: float = INTERVAL_S) -> None:  # fmt: skip
+                 interval_s: float = INTERVAL_S, fresh_s: float = FRESH_S) -> None:  # fmt: skip
         self.clients = [RemotingClient(a) for a in namesrvs]
         self.namespace = NAMESPACE.format(service=service, cluster=cluster)
         self.me = me
         self.interval_s = interval_s
+        self.fresh_s = fresh_s
         self._task: asyncio.Task[None] | None = None
+        self._refreshing = asyncio.Lock()
+        self._view: tuple[list[Peer], list[str]] | None = None
+        self._read_at = 0.0
 
     async def announce(self) -> bool:
         value = json.dumps({"address": self.me.address, "storeHost": self.me.store_host},
@@ -78,19 +84,29 @@ class PeerBook:
 
     async def peers(self) -> tuple[list[Peer], list[str]]:
         """Every member (this broker included), by name; and the name servers that could not
-        be asked. Entries of all name servers are merged (one that restarted may lack some)."""
-        found = await asyncio.gather(*(self._list(c) for c in self.clients))
-        members: dict[str, Peer] = {self.me.name: self.me}
-        failed = []
-        for client, table in zip(self.clients, found, strict=True):
-            if table is None:
-                failed.append(client.address)
-                continue
-            for name, value in table.items():
-                peer = parse_peer(name, value)
-                if peer is not None and name != self.me.name:
-                    members.setdefault(name, peer)
-        return sorted(members.values()), failed
+        be asked. Entries of all name servers are merged (one that restarted may lack some).
+        Read again at most every ``fresh_s`` (a name server that does not answer costs its
+        timeout once per refresh, not once per lookup); when none answers, the last members
+        read are kept."""
+        async with self._refreshing:
+            if self._view is not None and time.monotonic() - self._read_at < self.fresh_s:
+                return self._view
+            found = await asyncio.gather(*(self._list(c) for c in self.clients))
+            members: dict[str, Peer] = {self.me.name: self.me}
+            failed = []
+            for client, table in zip(self.clients, found, strict=True):
+                if table is None:
+                    failed.append(client.address)
+                    continue
+                for name, value in table.items():
+                    peer = parse_peer(name, value)
+                    if peer is not None and name != self.me.name:
+                        members.setdefault(name, peer)
+            if len(failed) == len(self.clients) and self._view is not None:
+                members = {p.name: p for p in self._view[0]}  # none answered: as last read
+            self._view = (sorted(members.values()), failed)
+            self._read_at = time.monotonic()
+            return self._view
 
     async def _list(self, client: RemotingClient) -> dict[str, str] | None:
         cmd = R.Command(code=R.RequestCode.GET_KVLIST_BY_NAMESPACE,
