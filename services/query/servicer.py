@@ -78,6 +78,9 @@ def _observed(kind: str) -> Callable[[Callable], Callable]:
 def _outcome(response: Any) -> str:
     if isinstance(response, query_pb2.PullResponse):
         return query_pb2.PullStatus.Name(response.status).lower()
+    if isinstance(response, (query_pb2.QueryByKeyResponse, query_pb2.QueryByIdResponse)) \
+            and response.partial:
+        return "partial"  # a cluster-wide answer some broker is missing from
     if isinstance(response, query_pb2.QueryByKeyResponse):
         if response.truncated:
             return "truncated"

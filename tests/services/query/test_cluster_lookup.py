@@ -8,12 +8,15 @@ import random
 import grpc
 import pytest
 
+from rmqstore import metrics
 from rmqstore.cluster_members import Peer
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.v1 import common_pb2, query_pb2
 from services.query.cluster_lookup import ClusterLookup, decode_cursor
+from services.query.metrics import QueryObserver
+from services.query.servicer import QueryServicer
 from tests.aio import run
 
 
@@ -172,3 +175,15 @@ def test_a_unique_key_on_several_brokers_is_found_on_all():
         query_pb2.QueryByIdRequest(id="AC11000100002A9F0000000000000001"), 5.0))
     assert sorted(answer.brokers) == ["a", "bb"]
     assert not answer.partial
+
+
+def test_a_partial_answer_is_counted_as_partial():
+    brokers = [FakeBroker(n, list(range(3))) for n in ("a", "bb")]
+    brokers[1].down = True
+    registry = metrics.new_registry("query")
+    servicer = QueryServicer(None, None, None, QueryObserver(registry), _cluster(brokers))
+    req = query_pb2.QueryByKeyRequest(topic="T", key="k", scope=query_pb2.SCOPE_CLUSTER)
+    resp = run(servicer.QueryByKey(req, None))
+    assert resp.partial and len(resp.messages) == 3
+    assert registry.get_sample_value(
+        "rmqstore_query_requests_total", {"kind": "key", "outcome": "partial"}) == 1
