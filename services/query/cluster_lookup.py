@@ -155,6 +155,8 @@ class ClusterLookup:
     # -- by key --------------------------------------------------------------------------------
     async def by_key(self, request: query_pb2.QueryByKeyRequest, timeout: float
                      ) -> ClusterAnswer:  # fmt: skip
+        if request.begin_timestamp < 0:
+            raise InvalidArgumentError(f"begin timestamp {request.begin_timestamp} is negative")
         if request.max_results < 0:
             raise InvalidArgumentError(f"max results {request.max_results} is negative")
         if request.end_timestamp and request.end_timestamp < request.begin_timestamp:
@@ -202,6 +204,12 @@ class ClusterLookup:
 
     # -- by id ---------------------------------------------------------------------------------
     async def by_id(self, request: query_pb2.QueryByIdRequest, timeout: float) -> ClusterAnswer:
+        msg_id = request.id
+        if not is_v5_id(msg_id) and (len(msg_id) not in OFFSET_ID_LENGTHS
+                                     or not set(msg_id) <= _HEX):  # fmt: skip
+            raise InvalidArgumentError(  # refused here, not once per broker
+                f"message id {msg_id[:80]!r} is not 32, 34 (RocketMQ 5) or 56 hexadecimal "
+                "characters")
         peers = await self._members()
         target = _owner(request.id, peers)
         sub = query_pb2.QueryByIdRequest(id=request.id, topic=request.topic)

@@ -187,3 +187,9 @@ def test_a_partial_answer_is_counted_as_partial():
     assert resp.partial and len(resp.messages) == 3
     assert registry.get_sample_value(
         "rmqstore_query_requests_total", {"kind": "key", "outcome": "partial"}) == 1
+
+
+def test_a_malformed_id_is_refused_once_not_per_broker():
+    brokers = [FakeBroker(n, [1]) for n in ("a", "bb")]
+    with pytest.raises(InvalidArgumentError):
+        run(_cluster(brokers).by_id(query_pb2.QueryByIdRequest(id="not-an-id"), 5.0))
