@@ -86,3 +86,9 @@ class NotMasterError(StoreError):
     """A put sent to a slave: only its master takes puts."""
 
     grpc_status = "FAILED_PRECONDITION"
+
+
+class NoClusterError(StoreError):
+    """A cluster-wide lookup asked of a query service that knows no name server."""
+
+    grpc_status = "FAILED_PRECONDITION"

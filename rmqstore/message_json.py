@@ -56,6 +56,15 @@ def id_fields(resp: query_pb2.QueryByIdResponse) -> dict[str, Any]:
     return {"count": len(resp.messages)}
 
 
+def cluster_fields(resp: Any) -> dict[str, Any]:
+    """A cluster-wide answer's ``partial`` and its brokers' part, each ``ok``,
+    ``unreachable``, ``timeout``, ``failed`` or ``not_asked``."""
+    return {"partial": resp.partial, "brokers": [
+        {"broker": b.broker_name, "address": b.address,
+         "answer": query_pb2.BrokerAnswer.Name(b.answer).removeprefix("ANSWER_").lower(),
+         "detail": b.detail, "messages": b.messages} for b in resp.brokers]}  # fmt: skip
+
+
 def pull_fields(resp: query_pb2.PullResponse) -> dict[str, Any]:
     """``pull``: RocketMQ's pull status and the queue's offsets."""
     return {"status": query_pb2.PullStatus.Name(resp.status), "nextOffset": resp.next_offset,

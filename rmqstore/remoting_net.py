@@ -28,6 +28,20 @@ READ_CHUNK = 256 * 1024
 _opaques = itertools.count(1)  # our own requests' opaques, process-wide (as Java's counter)
 
 
+def parse_namesrv(text: str) -> list[str]:
+    """``HOST:PORT;HOST:PORT`` (RocketMQ's namesrvAddr) as a list; ValueError if malformed."""
+    out = []
+    for part in text.replace(",", ";").split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        host, sep, port = part.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ValueError(f"--namesrv {text!r}: {part!r} is not HOST:PORT")
+        out.append(part)
+    return out
+
+
 class RemotingError(Exception):
     """A request of ours that got no answer (timeout, connection lost) or could not be sent."""
 

@@ -18,6 +18,7 @@ import grpc
 
 from rmqstore import tls
 from rmqstore.message_json import (
+    cluster_fields,
     id_fields,
     key_fields,
     message_json,
@@ -47,14 +48,28 @@ def _stub(args: argparse.Namespace) -> query_pb2_grpc.QueryStub:
     return query_pb2_grpc.QueryStub(client.channel(args.query, args))
 
 
-def _emit(args: argparse.Namespace, doc: dict[str, Any], messages: list) -> int:
+def _emit(args: argparse.Namespace, doc: dict[str, Any], messages: list,
+          cluster: Any = None) -> int:  # fmt: skip
+    """``cluster``: a cluster-wide answer (its brokers, and the broker of each message)."""
+    brokers = list(cluster.message_brokers) if cluster is not None else []
+    if cluster is not None:
+        doc = {**doc, **cluster_fields(cluster)}
     if args.json:
-        print(json.dumps(with_messages(doc, messages), ensure_ascii=False))
+        out = with_messages(doc, messages)
+        if cluster is not None:
+            for m, broker in zip(out["messages"], brokers, strict=True):
+                m["broker"] = broker
+        print(json.dumps(out, ensure_ascii=False))
     else:
         for k, v in doc.items():
-            print(f"{k}: {v}")
-        for m in messages:
-            print(_line(m))
+            if k != "brokers":
+                print(f"{k}: {v}")
+        for b in doc.get("brokers", []):
+            why = f" ({b['detail']})" if b["detail"] and b["answer"] != "ok" else ""
+            print(f"broker {b['broker']} {b['address']}: {b['answer']}{why}, "
+                  f"{b['messages']} messages")  # fmt: skip
+        for i, m in enumerate(messages):
+            print((f"[{brokers[i]}] " if brokers else "") + _line(m))
     return OK if messages else NOT_FOUND
 
 
@@ -70,14 +85,25 @@ def run_query_key(args: argparse.Namespace) -> int:
         raise client.CliError(f"--end {args.end} is before --begin {args.begin}")
     resp = _call(args, _stub(args).QueryByKey, query_pb2.QueryByKeyRequest(
         topic=args.topic, key=args.key, begin_timestamp=args.begin, end_timestamp=args.end,
-        max_results=args.max, cursor=args.cursor or ""))  # fmt: skip
-    return _emit(args, key_fields(resp), list(resp.messages))
+        max_results=args.max, cursor=args.cursor or "", scope=_scope(args)))  # fmt: skip
+    return _emit(args, key_fields(resp), list(resp.messages), resp if args.cluster else None)
 
 
 def run_query_id(args: argparse.Namespace) -> int:
-    resp = _call(args, _stub(args).QueryById,
-                 query_pb2.QueryByIdRequest(id=args.id, topic=args.topic or ""))  # fmt: skip
-    return _emit(args, id_fields(resp), list(resp.messages))
+    resp = _call(args, _stub(args).QueryById, query_pb2.QueryByIdRequest(
+        id=args.id, topic=args.topic or "", scope=_scope(args)))  # fmt: skip
+    return _emit(args, id_fields(resp), list(resp.messages), resp if args.cluster else None)
+
+
+def _scope(args: argparse.Namespace) -> query_pb2.Scope:
+    return query_pb2.SCOPE_CLUSTER if args.cluster else query_pb2.SCOPE_BROKER
+
+
+def _cluster_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", action="store_true",
+                   help="every broker of the cluster (the query service asks its peers): "
+                        "says per broker ok, unreachable or timeout, and whether the answer "
+                        "is partial")  # fmt: skip
 
 
 def run_pull(args: argparse.Namespace) -> int:
@@ -124,12 +150,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="store time, inclusive (0 = no bound)")
     p.add_argument("--max", type=int_in(0, INT32_MAX), default=0, help="results per page (0 = 64)")
     p.add_argument("--cursor", help="continue a truncated answer")
+    _cluster_flag(p)
     p.set_defaults(run=run_query_key)
 
     p = sub.add_parser("query-id", help="a message by offset message id or UNIQ_KEY")
     _common(p)
     p.add_argument("id")
     p.add_argument("--topic", help="narrow a UNIQ_KEY lookup to one topic")
+    _cluster_flag(p)
     p.set_defaults(run=run_query_id)
 
     p = sub.add_parser("pull", help="messages of a queue from an offset")

@@ -5,6 +5,10 @@ N+2, index builder N+3, proxy N+4, console (HTTP, loopback only) N+5, RocketMQ 4
 server N+8, RocketMQ 4.x remoting broker N+7 (registered with that name server; its address
 is the writer's store host, so offset message ids reach it); metrics N + 10 + slot.
 
+With ``--namesrv HOST:PORT;...`` serve starts no name server: the remoting broker registers
+with those, under ``--broker-name`` (default: the host name) and ``--cluster-name``, and the
+query service announces itself there for cluster-wide lookups (see ``docs/cluster.md``).
+
 ``serve`` is a supervisor: when a service fails to start or dies, it says which and why in
 one line, stops the others (services first, the writer last) and exits ``UNAVAILABLE`` (3).
 Its services die with it, even under ``kill -9`` of serve: each runs through
@@ -28,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from rmqstore import access_keys, tls
+from rmqstore.remoting_net import parse_namesrv
 from rmqstore.startup import PARENT_PID_ENV, StopSignal
 from services.cli.errors import UNAVAILABLE, USAGE, CliError
 from services.commitlog.config import (
@@ -81,12 +86,26 @@ def _broker_address(args: argparse.Namespace, ports: dict[str, int]) -> str:
     return f"[{ip}]:{ports['remoting']}" if ":" in ip else f"{ip}:{ports['remoting']}"
 
 
+def _namesrvs(args: argparse.Namespace, ports: dict[str, int]) -> str:
+    """The name servers the broker registers with: ``--namesrv``, else serve's own."""
+    if args.namesrv:
+        return str(args.namesrv)
+    if args.read_only or not _exists("services.namesrv"):
+        return ""
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    return f"{host}:{ports['namesrv']}"
+
+
+def _namesrv_skip(args: argparse.Namespace) -> str:
+    return "--namesrv given: the broker registers there" if args.namesrv else ""
+
+
 def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     put_socket = getattr(args, "put_socket", "")
     host = f"[{args.host}]" if ":" in args.host else args.host
     return [
         *_writer_address(args, ports), "--query", f"{host}:{ports['query']}",
-        "--namesrv", f"{host}:{ports['namesrv']}",
+        "--namesrv", _namesrvs(args, ports),
         *(["--proxy", f"{host}:{ports['proxy']}"] if "proxy" in ports else []),
         *(["--access-key", args.access_key] if args.access_key else []),  # its proxy calls
         *(["--secret-key-file", args.secret_key_file]
@@ -128,10 +147,26 @@ def _index_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     return [*_writer_address(args, ports), *_given(args, "index-slots", "index-entries")]
 
 
+def _query_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
+    """The index's shape, and the cluster it answers cluster-wide lookups in: announced in
+    the name servers' KV configuration with its address and the broker's store host."""
+    namesrvs = _namesrvs(args, ports)
+    if not namesrvs:
+        return _index_flags(args, ports)
+    ip = args.broker_ip or args.host
+    ip = f"[{ip}]" if ":" in ip else ip
+    return [*_index_flags(args, ports), "--namesrv", namesrvs,
+            "--broker-name", args.broker_name, "--cluster-name", args.cluster_name,
+            "--advertise", f"{ip}:{ports['query']}",
+            "--store-host", _broker_address(args, ports)]  # fmt: skip
+
+
 def _proxy_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     put_socket = getattr(args, "put_socket", "")
     socket = ["--commitlog-socket", put_socket] if put_socket else []
-    return [*_writer_address(args, ports), *socket, *proxy_config.forward(args)]
+    namesrvs = _namesrvs(args, ports)
+    cluster = ["--namesrv", namesrvs, "--cluster-name", args.cluster_name] if namesrvs else []
+    return [*_writer_address(args, ports), *socket, *proxy_config.forward(args), *cluster]
 
 
 def _console_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
@@ -184,13 +219,13 @@ SERVICES: list[ServiceSpec] = [
                 _cq_flags, read_only=False),
     ServiceSpec("index", "services.indexer", 3, "index-port", ("index",), _index_flags,
                 read_only=False),
-    ServiceSpec("query", "services.query", 1, "query-port", flags=_index_flags),
+    ServiceSpec("query", "services.query", 1, "query-port", flags=_query_flags),
     ServiceSpec("proxy", "services.proxy", 4, "proxy-port", flags=_proxy_flags,
                 read_only=False),
     ServiceSpec("console", "services.console", 5, "console-port", flags=_console_flags,
                 takes_read_only=False, metrics=False, scheme="http", skip=_console_skip),
     ServiceSpec("namesrv", "services.namesrv", 8, "namesrv-port", read_only=False,
-                takes_read_only=False, scheme="remoting"),
+                takes_read_only=False, scheme="remoting", skip=_namesrv_skip),
     ServiceSpec("remoting", "services.remoting", 7, "remoting-port", flags=_remoting_flags,
                 read_only=False, takes_read_only=False, scheme="remoting"),
 ]
@@ -362,8 +397,17 @@ def _check_keys(args: argparse.Namespace) -> None:
         raise CliError(str(e), USAGE) from None
 
 
+def _check_namesrv(args: argparse.Namespace) -> None:
+    try:
+        if args.namesrv:
+            parse_namesrv(args.namesrv)
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
+
+
 def run(args: argparse.Namespace) -> int:
     ports = _ports(args)
+    _check_namesrv(args)
     _check_tls()
     _check_keys(args)
     stopping = StopSignal()
@@ -466,4 +510,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "brokerIP1; default: --host): registered with the name server, carried "
                         "by offset message ids")
     g.add_argument("--cluster-name", default="DefaultCluster")
-    p.set_defaults(run=run)
+    g.add_argument("--namesrv", default="",
+                   help="name servers HOST:PORT;HOST:PORT (RocketMQ's namesrvAddr) the broker "
+                        "registers with, instead of a name server of serve's own (which is "
+                        "then not started): how several brokers form one cluster")
+    p.set_defaults(run=run, broker_name=socket.gethostname())

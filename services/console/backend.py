@@ -72,14 +72,15 @@ class Backend:
                                code.name) from None
 
     async def by_key(self, topic: str, key: str, begin: int, end: int, max_results: int,
-                     cursor: str) -> query_pb2.QueryByKeyResponse:
+                     cursor: str, cluster: bool = False) -> query_pb2.QueryByKeyResponse:
         return await self._call(self.query.QueryByKey, query_pb2.QueryByKeyRequest(
             topic=topic, key=key, begin_timestamp=begin, end_timestamp=end,
-            max_results=max_results, cursor=cursor))
+            max_results=max_results, cursor=cursor, scope=_scope(cluster)))
 
-    async def by_id(self, msg_id: str, topic: str) -> query_pb2.QueryByIdResponse:
-        return await self._call(self.query.QueryById,
-                                query_pb2.QueryByIdRequest(id=msg_id, topic=topic))
+    async def by_id(self, msg_id: str, topic: str, cluster: bool = False
+                    ) -> query_pb2.QueryByIdResponse:
+        return await self._call(self.query.QueryById, query_pb2.QueryByIdRequest(
+            id=msg_id, topic=topic, scope=_scope(cluster)))
 
     async def pull(self, topic: str, queue: int, offset: int, max_messages: int
                    ) -> query_pb2.PullResponse:
@@ -124,3 +125,7 @@ class Backend:
         return await self._call(self._groups().DescribeGroup,
                                 groups_pb2.DescribeGroupRequest(group=group),
                                 access_keys.metadata(*self.proxy_keys))
+
+
+def _scope(cluster: bool) -> query_pb2.Scope:
+    return query_pb2.SCOPE_CLUSTER if cluster else query_pb2.SCOPE_BROKER

@@ -36,6 +36,14 @@ def raw(q: Mapping[str, str], name: str) -> str:
     return value
 
 
+def cluster_scope(q: Mapping[str, str]) -> bool:
+    """``scope=cluster``: every broker of the cluster; ``broker`` (the default): this one."""
+    value = q.get("scope", "broker") or "broker"
+    if value not in ("broker", "cluster"):
+        raise ParamError(f"scope {value[:40]!r} is neither broker nor cluster")
+    return value == "cluster"
+
+
 def topic(q: Mapping[str, str], required: bool = True) -> str:
     value = text(q, "topic", required)
     return checked_topic(value) if value else value

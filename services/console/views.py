@@ -14,7 +14,7 @@ from aiohttp import web
 from rmqstore.errors import StoreError
 from rmqstore.formats.msgid import decode_offset_msg_id, uniq_key_parts, uniq_key_time
 from rmqstore.layout import StoreLayout
-from rmqstore.message_json import id_fields, key_fields, with_messages
+from rmqstore.message_json import cluster_fields, id_fields, key_fields, with_messages
 from services.console import body, browse, params, store_info
 from services.console.backend import Backend, BackendError
 
@@ -50,7 +50,8 @@ def _link(path: str, **query: Any) -> str:
 # -- /messages ---------------------------------------------------------------------------
 async def messages(request: web.Request) -> Answer:
     q = request.query
-    form = {k: q.get(k, "") for k in ("topic", "key", "begin", "end", "max", "cursor")}
+    form = {k: q.get(k, "") for k in ("topic", "key", "begin", "end", "max", "cursor",
+                                      "scope")}  # fmt: skip
     if not q.get("topic") and not q.get("key") and not request.path.startswith("/api/"):
         return Answer({}, "messages.html", {"form": form, "searched": False})
     topic = params.text(q, "topic", required=True)  # the query service checks both
@@ -60,10 +61,11 @@ async def messages(request: web.Request) -> Answer:
     size = params.page_size(q)
     cursor = params.text(q, "cursor")
     trail = params.trail(q)
-    resp = await request.app[BACKEND].by_key(topic, key, begin, end, size, cursor)
-    doc = with_messages(key_fields(resp), resp.messages)
+    cluster = params.cluster_scope(q)
+    resp = await request.app[BACKEND].by_key(topic, key, begin, end, size, cursor, cluster)
+    doc = _cluster_doc(with_messages(key_fields(resp), resp.messages), resp, cluster)
     same = {"topic": topic, "key": key, "begin": q.get("begin", ""), "end": q.get("end", ""),
-            "max": q.get("max", "")}
+            "max": q.get("max", ""), "scope": "cluster" if cluster else ""}
     nav = {}
     if resp.cursor:
         nav["next"] = _link("/messages", **same, cursor=resp.cursor,
@@ -74,6 +76,16 @@ async def messages(request: web.Request) -> Answer:
                             trail=".".join(trail[:-1]))
     return Answer(doc, "messages.html", {"form": form, "searched": True, "nav": nav,
                                          "page": len(trail) + (1 if cursor else 0) + 1})
+
+
+def _cluster_doc(doc: Doc, resp: Any, cluster: bool) -> Doc:
+    """A cluster-wide answer's ``partial`` and ``brokers``, and each message's ``broker``
+    (as ``query-key --cluster --json``)."""
+    if not cluster:
+        return doc
+    for m, broker in zip(doc["messages"], resp.message_brokers, strict=True):
+        m["broker"] = broker
+    return {**doc, **cluster_fields(resp)}
 
 
 # -- /messages/<id> ----------------------------------------------------------------------
@@ -109,8 +121,9 @@ async def message(request: web.Request) -> Answer:
     if not msg_id or len(msg_id) > params.MAX_TEXT:
         raise params.ParamError("a message id is required")
     topic = params.topic(request.query, required=False)
-    resp = await request.app[BACKEND].by_id(msg_id, topic)
-    doc = with_messages(id_fields(resp), resp.messages)
+    cluster = params.cluster_scope(request.query)
+    resp = await request.app[BACKEND].by_id(msg_id, topic, cluster)
+    doc = _cluster_doc(with_messages(id_fields(resp), resp.messages), resp, cluster)
     if not resp.messages:
         raise BackendError(f"no message has the id {msg_id!r}", 404, "NOT_FOUND")
     from rmqstore.times import now_ms
@@ -118,7 +131,8 @@ async def message(request: web.Request) -> Answer:
     shown = [{"m": m, "doc": d, "body": body.view(m.body),
               "msgIdDecoded": decoded_id(m.msg_id, now_ms()),
               "uniqDecoded": decoded_id(m.unique_key, now_ms()) if m.unique_key else {},
-              "raw": _link(f"/messages/{msg_id}/raw", topic=topic, index=i)}
+              "raw": _link(f"/messages/{msg_id}/raw", topic=topic, index=i,
+                           scope="cluster" if cluster else "")}
              for i, (m, d) in enumerate(zip(resp.messages, doc["messages"], strict=True))]
     return Answer(doc, "message.html", {"id": msg_id, "shown": shown,
                                         "limit": body.SHOW_LIMIT})
@@ -128,7 +142,7 @@ async def raw_body(request: web.Request) -> web.StreamResponse:
     msg_id = request.match_info["id"].strip()
     topic = params.topic(request.query, required=False)
     index = params.integer(request.query, "index", 0, 0, 1_000_000)
-    resp = await request.app[BACKEND].by_id(msg_id, topic)
+    resp = await request.app[BACKEND].by_id(msg_id, topic, params.cluster_scope(request.query))
     if index >= len(resp.messages):
         raise BackendError(f"no message has the id {msg_id!r}", 404, "NOT_FOUND")
     m = resp.messages[index]

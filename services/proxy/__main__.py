@@ -7,12 +7,15 @@ import sys
 from pathlib import Path
 
 from rmqstore import metrics, metrics_proxy, tls
+from rmqstore.cluster_members import Peer, PeerBook
 from rmqstore.errors import StoreLockedError
+from rmqstore.remoting_net import parse_namesrv
 from rmqstore.rocketmq import service_pb2
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.v1 import groups_pb2
 from services.proxy import groups, recovery
 from services.proxy.appender import Appender
+from services.proxy.cluster_routes import ClusterRoutes
 from services.proxy.config import ProxyConfig, add_flags, secret_key
 from services.proxy.consume import ConsumeConfig, Consumption
 from services.proxy.progress import ProgressLock
@@ -53,11 +56,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batches-in-flight", type=int, default=ProxyConfig.batches_in_flight,
                    help="writer batches put at once (default: %(default)s)")
     p.add_argument("--log-level", default="INFO")
+    g = p.add_argument_group("cluster (routes across brokers; see docs/cluster.md)")
+    g.add_argument("--namesrv", default="",
+                   help="name servers HOST:PORT;HOST:PORT: QueryRoute and QueryAssignment "
+                        "answer every live broker's queues, and this proxy announces its "
+                        "--advertise address there (none: this broker's queues only)")
+    g.add_argument("--cluster-name", default="DefaultCluster")
     add_flags(p)
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
     configure_logging(args.log_level)
     try:
+        namesrvs = parse_namesrv(args.namesrv)
         credentials = tls.server_credentials(args)
         service = AsyncService(args.listen, credentials=credentials)
         config = ProxyConfig(
@@ -94,7 +104,16 @@ def main(argv: list[str] | None = None) -> int:
     group_metrics = metrics_proxy.ConsumerGroupMetrics(registry)
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry)
 
+    book: PeerBook | None = None
+    others: ClusterRoutes | None = None
+
     async def build() -> MessagingServicer:
+        nonlocal book, others
+        if namesrvs:
+            book = PeerBook(namesrvs, "proxy", args.cluster_name,
+                            Peer(config.broker_name, config.advertise))  # fmt: skip
+            others = ClusterRoutes(namesrvs, book)
+            book.start()
         channel = tls.aio_client_channel(config.writer, args)
         appender = Appender(
             channel, config.batch_max, config.batches_in_flight, config.batch_spacing_s,
@@ -102,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         servicer = MessagingServicer(
             config, TopicBook(channel, config.auto_create_topics), appender,
-            Router(config.broker_name, config.advertise), proxy_metrics,
+            Router(config.broker_name, config.advertise, others), proxy_metrics,
         )  # fmt: skip
         if args.store:
             consume = ConsumeConfig(
@@ -135,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         await servicer.transactions.close()
         await servicer.appender.close()
         await servicer.channel.close()  # type: ignore[attr-defined]
+        if book is not None and others is not None:
+            await book.close()
+            await others.close()
         if progress_lock is not None:
             progress_lock.release()
 

@@ -65,22 +65,25 @@ class ConsumerRpcs:
         return resource.name
 
     async def QueryAssignment(self, request, context):  # noqa: N802
-        """Non-FIFO group: one assignment of the whole broker (queue id -1, RocketMQ's way);
-        FIFO: one per readable queue."""
+        """Non-FIFO group: one assignment of each whole broker (queue id -1, RocketMQ's way);
+        FIFO: one per readable queue. In a cluster, every live broker's, each at its own
+        proxy."""
         try:
             self._caller(context, "QueryAssignment")
             group = self._group(request.group)
             topic = await self._readable(request.topic.name)
-            queues = [
-                q for q in self.router.queues(topic) if q.permission in (pb.READ, pb.READ_WRITE)
-            ]
+            queues = [q for q in await self.router.cluster_queues(topic)
+                      if q.permission in (pb.READ, pb.READ_WRITE)]  # fmt: skip
             if not queues:
                 raise BusinessError(pb.FORBIDDEN, f"topic {topic.name} has no readable queue")
             if not self._consumption().group(group).orderly:
-                q = pb.MessageQueue()
-                q.CopyFrom(queues[0])
-                q.id = -1
-                queues = [q]
+                first: dict[str, pb.MessageQueue] = {}
+                for queue in queues:
+                    if queue.broker.name not in first:
+                        q = first[queue.broker.name] = pb.MessageQueue()
+                        q.CopyFrom(queue)
+                        q.id = -1
+                queues = list(first.values())
         except BusinessError as e:
             return spb.QueryAssignmentResponse(status=self._refused("QueryAssignment", e))
         return spb.QueryAssignmentResponse(

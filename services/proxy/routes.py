@@ -1,7 +1,9 @@
-"""QueryRoute's answer: one MessageQueue per queue of the topic, all on this one broker
-(id 0 — the clients drop other ids), at the address clients must dial."""
+"""QueryRoute's answer: one MessageQueue per queue of the topic on this broker (id 0 — the
+clients drop other ids), at the address clients must dial; in a cluster, also those of the
+other live brokers, each at its own proxy's address."""
 
 import ipaddress
+from typing import Protocol
 
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
@@ -25,27 +27,52 @@ def accepted_types(topic: TopicConfig) -> list:
     return list(ALL_TYPES) if kind == "MIXED" else [pb.MessageType.Value(kind)]
 
 
+def broker_queues(topic: str, broker: pb.Broker, read_nums: int, write_nums: int,
+                  readable: bool, writable: bool, types: list) -> list[pb.MessageQueue]:
+    """One MessageQueue per queue of ``topic`` on ``broker``."""
+    out = []
+    for i in range(max(read_nums, write_nums)):
+        read = readable and i < read_nums
+        write = writable and i < write_nums
+        perm = {
+            (True, True): pb.READ_WRITE, (True, False): pb.READ,
+            (False, True): pb.WRITE, (False, False): pb.NONE,
+        }[(read, write)]  # fmt: skip
+        out.append(
+            pb.MessageQueue(
+                topic=pb.Resource(name=topic),
+                id=i,
+                permission=perm,
+                broker=broker,
+                accept_message_types=types,
+            )  # fmt: skip
+        )
+    return out
+
+
+class OtherBrokers(Protocol):
+    """The queues of a topic on the cluster's other live brokers (``cluster_routes``)."""
+
+    async def queues(self, topic: str, types: list) -> list[pb.MessageQueue]: ...
+
+
 class Router:
-    def __init__(self, broker_name: str, advertise: str) -> None:
+    def __init__(self, broker_name: str, advertise: str,
+                 others: OtherBrokers | None = None) -> None:  # fmt: skip
         self.broker = pb.Broker(name=broker_name, id=0, endpoints=endpoints(advertise))
+        self.others = others
 
     def queues(self, topic: TopicConfig) -> list[pb.MessageQueue]:
-        types = accepted_types(topic)
-        out = []
-        for i in range(max(topic.read_queue_nums, topic.write_queue_nums)):
-            read = topic.readable and i < topic.read_queue_nums
-            write = topic.writable and i < topic.write_queue_nums
-            perm = {
-                (True, True): pb.READ_WRITE, (True, False): pb.READ,
-                (False, True): pb.WRITE, (False, False): pb.NONE,
-            }[(read, write)]  # fmt: skip
-            out.append(
-                pb.MessageQueue(
-                    topic=pb.Resource(name=topic.name),
-                    id=i,
-                    permission=perm,
-                    broker=self.broker,
-                    accept_message_types=types,
-                )  # fmt: skip
-            )
-        return out
+        """This broker's queues of ``topic``."""
+        return broker_queues(topic.name, self.broker, topic.read_queue_nums,
+                             topic.write_queue_nums, topic.readable, topic.writable,
+                             accepted_types(topic))  # fmt: skip
+
+    async def cluster_queues(self, topic: TopicConfig) -> list[pb.MessageQueue]:
+        """This broker's queues and those of every other live broker of the cluster, each
+        with its own proxy's endpoints (clients dial them; nothing is forwarded)."""
+        mine = self.queues(topic)
+        if self.others is None:
+            return mine
+        others = await self.others.queues(topic.name, accepted_types(topic))
+        return mine + [q for q in others if q.broker.name != self.broker.name]

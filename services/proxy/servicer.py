@@ -88,7 +88,7 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
         try:
             self._caller(context, "QueryRoute")
             topic = await self.topics.get(request.topic.name, fresh=True)
-            queues = self.router.queues(topic)
+            queues = await self.router.cluster_queues(topic)
         except BusinessError as e:
             return spb.QueryRouteResponse(status=self._refused("QueryRoute", e))
         return spb.QueryRouteResponse(status=status.ok(), message_queues=queues)

@@ -3,21 +3,26 @@
 import argparse
 import logging
 import sys
+from typing import Any
 
 import grpc
 
 from rmqstore import metrics, store_shape, tls
+from rmqstore.cluster_members import Peer, PeerBook
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
 from rmqstore.layout import StoreLayout
 from rmqstore.preflight import preflight
+from rmqstore.remoting_net import parse_namesrv
 from rmqstore.server import CHANNEL_OPTIONS, AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
+from services.query.cluster_lookup import ClusterLookup
 from services.query.metrics import QueryObserver
 from services.query.record_source import GrpcRecordSource
+from services.query.servicer import QueryServicer
 from services.query.writer_watch import WriterWatch
 
 log = logging.getLogger("services.query")
@@ -52,13 +57,52 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--budget-ms", type=int, default=BudgetLimits.millis, help="milliseconds one query may take"
     )
+    g = p.add_argument_group("cluster (cluster-wide lookups; see docs/cluster.md)")
+    g.add_argument("--namesrv", default="",
+                   help="name servers HOST:PORT;HOST:PORT where this query service announces "
+                        "itself and finds its peers (none: lookups of this broker only)")
+    g.add_argument("--broker-name", default="", help="this broker's name (required with "
+                   "--namesrv)")
+    g.add_argument("--cluster-name", default="DefaultCluster")
+    g.add_argument("--advertise", default="",
+                   help="HOST:PORT peers reach this query service at (default: --listen)")
+    g.add_argument("--store-host", default="",
+                   help="IP:PORT the records of this store carry (offset message ids name it)")
     p.add_argument("--log-level", default="INFO")
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
+    if args.namesrv and not args.broker_name:
+        p.error("--namesrv needs --broker-name")
     for name in ("index_slots", "index_entries", "budget_hops", "budget_bytes", "budget_ms"):
         if getattr(args, name) is not None and getattr(args, name) <= 0:
             p.error(f"--{name.replace('_', '-')} must be positive")
     return args
+
+
+async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer) -> PeerBook:
+    """The servicer's cluster-wide lookups over the members the name servers list."""
+    try:
+        namesrvs = parse_namesrv(args.namesrv)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+    me = Peer(args.broker_name, args.advertise or args.listen, args.store_host)
+    book = PeerBook(namesrvs, "query", args.cluster_name, me)
+    stubs: dict[str, query_pb2_grpc.QueryStub] = {}
+
+    async def ask(peer: Peer, request: Any, timeout: float) -> Any:
+        local = isinstance(request, query_pb2.QueryByKeyRequest)
+        if peer.name == me.name:
+            return await (servicer.local_by_key(request) if local
+                          else servicer.local_by_id(request))  # fmt: skip
+        stub = stubs.get(peer.address)
+        if stub is None:
+            stub = stubs[peer.address] = query_pb2_grpc.QueryStub(
+                tls.aio_client_channel(peer.address, args))
+        call = stub.QueryByKey if local else stub.QueryById
+        return await call(request, timeout=timeout)
+
+    servicer.cluster = ClusterLookup(book.peers, ask)
+    return book
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -101,18 +145,28 @@ def _serve(args: argparse.Namespace) -> int:
         raise StartupError(str(e)) from None
     registry = metrics.new_registry("query")
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry, m_host)
+    servicer = app.servicer(QueryObserver(registry))
+    book = service.call(_join_cluster(args, servicer)) if args.namesrv else None
     service.add(
         query_pb2_grpc.add_QueryServicer_to_server,
-        app.servicer(QueryObserver(registry)),
+        servicer,
         query_pb2.DESCRIPTOR,
         "Query",
     )
 
     async def start_watch() -> None:
         watch.start()
+        if book is not None:
+            book.start()
+
+    async def close_all() -> None:
+        await watch.stop()
+        await source.close()
+        if book is not None:
+            await book.close()
 
     def stop() -> None:
-        service.stop(then=close)
+        service.stop(then=close_all)
         if metrics_server is not None:
             metrics_server.stop()
         app.close()

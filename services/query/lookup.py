@@ -83,7 +83,9 @@ class KeyLookup:
                                 "indexed)")
 
     async def by_key(self, topic: str, key: str, begin: int = 0, end: int | None = None,
-                     limit: int = 0, cursor: str = "") -> KeyResult:
+                     limit: int = 0, cursor: str = "", below_phy: int = 0) -> KeyResult:
+        """``below_phy`` (> 0) keeps only records below that physical offset: where a
+        cluster-wide page stopped inside this broker's page (see ``cluster_lookup``)."""
         if begin < 0:
             raise InvalidArgumentError(f"begin timestamp {begin} is negative")
         if end is None or end == 0:
@@ -101,17 +103,22 @@ class KeyLookup:
         self.check_topic(topic)
         qhash = cursor_fmt.query_hash(topic, key, begin, end)
         start = cursor_fmt.decode(cursor, qhash) if cursor else None
-        return await self._search(topic, key, begin, end, limit, start, qhash)
+        if below_phy < 0:
+            raise InvalidArgumentError(f"below physical offset {below_phy} is negative")
+        return await self._search(topic, key, begin, end, limit, start, qhash,
+                                  below_phy=below_phy)
 
     async def _search(self, topic: str, key: str, begin: int, end: int, limit: int,
                       start: cursor_fmt.Position | None, qhash: bytes,
-                      budget: Budget | None = None) -> KeyResult:
+                      budget: Budget | None = None, below_phy: int = 0) -> KeyResult:
         result = KeyResult()
         budget = budget or Budget(self.limits)
         names = self.catalog.names()
         if start is not None:
             names = [n for n in names if n <= start.file]
         last_phy = start.last_phy if start is not None else POS_INF
+        if below_phy:
+            last_phy = min(last_phy, below_phy)
         walk = KeyWalk(self.catalog, names, index_hash(build_key(topic, key)), begin, end,
                        budget, (start.file, start.entry) if start is not None else None)
         entries = iter(walk)

@@ -7,11 +7,12 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from rmqstore.errors import InvalidArgumentError, StoreError
+from rmqstore.errors import InvalidArgumentError, NoClusterError, StoreError
 from rmqstore.formats import commitlog
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.server import grpc_errors
 from rmqstore.v1 import query_pb2, query_pb2_grpc
+from services.query.cluster_lookup import ClusterAnswer, ClusterLookup, fanout_timeout
 from services.query.lookup import KeyLookup
 from services.query.metrics import QueryObserver
 from services.query.offset_by_time import Boundary, TimeSearch
@@ -77,6 +78,9 @@ def _observed(kind: str) -> Callable[[Callable], Callable]:
 def _outcome(response: Any) -> str:
     if isinstance(response, query_pb2.PullResponse):
         return query_pb2.PullStatus.Name(response.status).lower()
+    if isinstance(response, (query_pb2.QueryByKeyResponse, query_pb2.QueryByIdResponse)) \
+            and response.partial:
+        return "partial"  # a cluster-wide answer some broker is missing from
     if isinstance(response, query_pb2.QueryByKeyResponse):
         if response.truncated:
             return "truncated"
@@ -86,20 +90,46 @@ def _outcome(response: Any) -> str:
     return "found"
 
 
+def _cluster_fields(response: Any, answer: ClusterAnswer) -> None:
+    response.messages.extend(answer.messages)
+    response.message_brokers.extend(answer.brokers)
+    response.brokers.extend(a.proto() for a in answer.statuses)
+    response.partial = answer.partial
+
+
 class QueryServicer(query_pb2_grpc.QueryServicer):
     def __init__(self, keys: KeyLookup, puller: Puller, times: TimeSearch,
-                 observer: QueryObserver | None = None) -> None:
+                 observer: QueryObserver | None = None,
+                 cluster: ClusterLookup | None = None) -> None:  # fmt: skip
         self.keys = keys
         self.puller = puller
         self.times = times
         self.observer = observer or QueryObserver(None)
+        self.cluster = cluster
+
+    def _cluster(self) -> ClusterLookup:
+        if self.cluster is None:
+            raise NoClusterError("this query service is in no cluster: a cluster-wide lookup "
+                                 "needs it started with --namesrv (serve --namesrv)")
+        return self.cluster
 
     @grpc_errors
     @_observed("key")
     async def QueryByKey(self, request, context):  # noqa: N802
+        if request.scope == query_pb2.SCOPE_CLUSTER:
+            timeout = fanout_timeout(context.time_remaining() if context else None)
+            answer = await self._cluster().by_key(request, timeout)
+            response = query_pb2.QueryByKeyResponse(
+                truncated=answer.truncated, cursor=answer.cursor,
+                budget_exhausted=answer.budget_exhausted, chain_hops=answer.hops)
+            _cluster_fields(response, answer)
+            return response
+        return await self.local_by_key(request)
+
+    async def local_by_key(self, request: Any) -> query_pb2.QueryByKeyResponse:
         res = await self.keys.by_key(
             request.topic, request.key, request.begin_timestamp, request.end_timestamp,
-            request.max_results, request.cursor,
+            request.max_results, request.cursor, request.below_phy_offset,
         )
         self.observer.key_walk("key", res.hops, len(res.records), res.truncated,
                                res.budget_exhausted)
@@ -115,6 +145,15 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
     @grpc_errors
     @_observed("id")
     async def QueryById(self, request, context):  # noqa: N802
+        if request.scope == query_pb2.SCOPE_CLUSTER:
+            timeout = fanout_timeout(context.time_remaining() if context else None)
+            answer = await self._cluster().by_id(request, timeout)
+            response = query_pb2.QueryByIdResponse()
+            _cluster_fields(response, answer)
+            return response
+        return await self.local_by_id(request)
+
+    async def local_by_id(self, request: Any) -> query_pb2.QueryByIdResponse:
         recs = await self.keys.by_id(request.id, request.topic)
         response = query_pb2.QueryByIdResponse()
         add_stored_messages(response.messages, recs)

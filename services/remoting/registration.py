@@ -13,25 +13,12 @@ import zlib
 from collections.abc import Awaitable, Callable
 
 from rmqstore.formats import remoting as R
-from rmqstore.remoting_net import RemotingClient, RemotingError
+from rmqstore.remoting_net import RemotingClient, RemotingError, parse_namesrv
 
 log = logging.getLogger("rmqstore.remoting")
 INTERVAL_S = 30.0
 TIMEOUT_S = 6.0  # RocketMQ's registerBrokerTimeoutMills
-
-
-def parse_namesrv(text: str) -> list[str]:
-    """``HOST:PORT;HOST:PORT`` (RocketMQ's namesrvAddr) as a list; ValueError if malformed."""
-    out = []
-    for part in text.replace(",", ";").split(";"):
-        part = part.strip()
-        if not part:
-            continue
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit():
-            raise ValueError(f"--namesrv {text!r}: {part!r} is not HOST:PORT")
-        out.append(part)
-    return out
+__all__ = ["Registration", "parse_namesrv"]
 
 
 class Registration:

@@ -2,11 +2,12 @@
 // ali-ons 3.12 (a RocketMQ 4.x client in pure JavaScript) sends COUNT messages with keys and a
 // tag to TOPIC through the name server NAMESRV, one at a time; prints one JSON line per send
 // ({key, msgId, queueId, queueOffset, status}) and exits 0, or prints the error and exits 1.
-// usage: node ali_ons_producer.js NAMESRV TOPIC COUNT [GROUP]
+// usage: node ali_ons_producer.js NAMESRV TOPIC COUNT [GROUP [SHARED_KEY]]
+// SHARED_KEY: every message also carries that key (a key query then matches them all)
 const httpclient = require('urllib');
 const { Producer, Message } = require('ali-ons');
 
-const [nameSrv, topic, countText, group] = process.argv.slice(2);
+const [nameSrv, topic, countText, group, sharedKey] = process.argv.slice(2);
 const count = Number(countText || '1');
 
 (async () => {
@@ -22,7 +23,7 @@ const count = Number(countText || '1');
   for (let i = 0; i < count; i++) {
     const key = `ak-${i}`;
     const msg = new Message(topic, 'TagA', `ali-ons message ${i}`);
-    msg.keys = [key];
+    msg.keys = sharedKey ? [key, sharedKey] : [key];
     const result = await producer.send(msg);
     const q = result.messageQueue;
     console.log(JSON.stringify({

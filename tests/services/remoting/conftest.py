@@ -24,7 +24,7 @@ class Served:
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     store: Path = tmp_path_factory.mktemp("remoting") / "store"
-    serve = Serve(store)
+    serve = Serve(store, "--broker-name", "rmqstore")  # (default: the host name)
     try:
         yield Served(serve)
     finally:

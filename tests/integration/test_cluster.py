@@ -1,0 +1,352 @@
+"""A name server and three brokers, each its own ``rmqstore serve`` (own port base and store):
+ali-ons, a RocketMQ 4.x client the project did not write, spreads its messages over all
+three through the name server; a cluster-wide key query through any broker returns every
+match, exactly the global limit when more exist, and pages to the end without repeats; with
+one broker killed, the same query says partial and names it."""
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rmqstore.formats import remoting as R
+from rmqstore.formats.msgid import decode_offset_msg_id
+from rmqstore.rocketmq import definition_pb2 as pb
+from rmqstore.rocketmq import service_pb2 as spb
+from rmqstore.rocketmq import service_pb2_grpc
+from rmqstore.v1 import query_pb2, query_pb2_grpc
+from tests import procs
+from tests.remoting_wire import Wire, json_request
+from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, Serve, client_env
+from tests.services.proxy.test_consumers import Run
+
+pytestmark = pytest.mark.integration
+CLIENT_DIR = procs.ROOT / "tests" / "clients" / "remoting"
+PRODUCER = CLIENT_DIR / "ali_ons_producer.js"
+CLUSTER = "TestCluster"
+NAMES = ("broker-a", "broker-b", "broker-c")
+TOPIC = "ClusterT"
+SHARED = "cluster-key"
+COUNT = 24
+PYTHON_COUNT = 12
+DEADLINE_S = 120.0
+
+
+class Cluster:
+    def __init__(self, namesrv: procs.ServiceProcess, brokers: dict[str, Serve]) -> None:
+        self.namesrv = namesrv
+        self.brokers = brokers
+
+    def query(self, name: str) -> str:
+        return self.brokers[name].address(1)
+
+    def remoting(self, name: str) -> str:
+        return self.brokers[name].address(7)
+
+    def proxy(self, name: str) -> str:
+        return self.brokers[name].address(4)
+
+
+MD = (("x-mq-client-id", "cluster@1@0@x"), ("x-mq-language", "PYTHON"))
+
+
+def _route(cluster: Cluster, via: str) -> dict[str, set[str]]:
+    """QueryRoute through one broker's proxy: each broker's endpoint -> its queue ids."""
+    with grpc.insecure_channel(cluster.proxy(via)) as channel:
+        resp = service_pb2_grpc.MessagingServiceStub(channel).QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name=TOPIC)), metadata=MD, timeout=30)
+    assert resp.status.code == pb.OK, resp.status.message
+    out: dict[str, set[str]] = {}
+    for q in resp.message_queues:
+        a = q.broker.endpoints.addresses[0]
+        out.setdefault(q.broker.name, set()).add(f"{a.host}:{a.port}/{q.id}")
+    return out
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    if not (CLIENT_DIR / "node_modules" / "ali-ons").exists():
+        pytest.fail(f"ali-ons is not installed in {CLIENT_DIR}: run `make test-deps`")
+    root: Path = tmp_path_factory.mktemp("cluster")
+    namesrv = procs.start("services.namesrv", "--listen", "127.0.0.1:0")
+    brokers: dict[str, Serve] = {}
+    try:
+        for name in NAMES:
+            brokers[name] = Serve(root / name, "--namesrv", namesrv.address, "--broker-name",
+                                  name, "--cluster-name", CLUSTER, "--no-metrics",
+                                  "--cq-entries-per-file", "1000")  # fmt: skip
+        yield Cluster(namesrv, brokers)
+    finally:
+        for serve in brokers.values():
+            serve.stop()
+        namesrv.stop()
+
+
+async def _create_topic(cluster: Cluster) -> None:
+    """UPDATE_AND_CREATE_TOPIC on every broker (as ``mqadmin updateTopic -c``), then wait for
+    a route at the name server with all three."""
+    ext = {"topic": TOPIC, "defaultTopic": "TBW102", "readQueueNums": "2",
+           "writeQueueNums": "2", "perm": "6", "topicFilterType": "SINGLE_TAG",
+           "topicSysFlag": "0", "order": "false"}  # fmt: skip
+    for name in NAMES:
+        broker = await Wire.open(cluster.remoting(name))
+        try:
+            created = await broker.call(json_request(R.RequestCode.UPDATE_AND_CREATE_TOPIC, ext))
+            assert created.code == 0, created.remark
+        finally:
+            await broker.close()
+    namesrv = await Wire.open(cluster.namesrv.address)
+    try:
+        route = json_request(R.RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC})
+        while True:
+            answer = await namesrv.call(route)
+            if answer.code == 0 and len(R.parse_json_body(answer.body)["brokerDatas"]) == 3:
+                return
+            await asyncio.sleep(0.1)
+    finally:
+        await namesrv.close()
+
+
+def _key_query(address: str, limit: int, cursor: str = "", key: str = SHARED
+               ) -> query_pb2.QueryByKeyResponse:  # fmt: skip
+    with grpc.insecure_channel(address) as channel:
+        return query_pb2_grpc.QueryStub(channel).QueryByKey(query_pb2.QueryByKeyRequest(
+            topic=TOPIC, key=key, max_results=limit, cursor=cursor,
+            scope=query_pb2.SCOPE_CLUSTER), timeout=30)  # fmt: skip
+
+
+def _all_pages(address: str, limit: int) -> list[query_pb2.QueryByKeyResponse]:
+    pages = [_key_query(address, limit)]
+    while pages[-1].truncated:
+        assert len(pages) <= COUNT, "the pages do not end"
+        pages.append(_key_query(address, limit, pages[-1].cursor))
+    return pages
+
+
+def _statuses(resp) -> dict[str, str]:
+    return {b.broker_name: query_pb2.BrokerAnswer.Name(b.answer) for b in resp.brokers}
+
+
+def _ali_ons(cluster: Cluster, home: Path, count: int, key: str) -> list[dict]:
+    """ali-ons sends through the name server; what it saw acknowledged."""
+    run = subprocess.run(
+        ["node", str(PRODUCER), cluster.namesrv.address, TOPIC, str(count), "PG_CLUSTER",
+         key], cwd=CLIENT_DIR, capture_output=True, text=True, timeout=180,
+        env={**os.environ, "HOME": str(home)},  # ali-ons writes its logs under $HOME
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    out = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert len(out) == count and {s["status"] for s in out} == {"SEND_OK"}
+    return out
+
+
+@pytest.fixture(scope="module")
+def sent(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> list[dict]:
+    asyncio.run(asyncio.wait_for(_create_topic(cluster), DEADLINE_S))
+    out = _ali_ons(cluster, tmp_path_factory.mktemp("ali-ons-home"), COUNT, SHARED)
+    deadline = time.monotonic() + DEADLINE_S  # the index builders catch up
+    while len(_key_query(cluster.query(NAMES[0]), 1000).messages) < COUNT:
+        assert time.monotonic() < deadline, "not every message was indexed in time"
+    return out
+
+
+def test_messages_land_on_every_broker(cluster: Cluster, sent: list[dict]) -> None:
+    ports = {int(cluster.remoting(n).rpartition(":")[2]): n for n in NAMES}
+    landed = {ports[decode_offset_msg_id(s["msgId"])[1]] for s in sent}
+    assert landed == set(NAMES)
+
+
+@pytest.mark.parametrize("via", NAMES)
+def test_a_cluster_key_query_through_any_broker_pages_every_match_once(
+    cluster: Cluster, sent: list[dict], via: str
+) -> None:
+    limit = 5
+    pages = _all_pages(cluster.query(via), limit)
+    ids = [m.msg_id for p in pages for m in p.messages]
+    assert sorted(ids) == sorted(s["msgId"] for s in sent)  # every match, none twice
+    assert all(len(p.messages) == limit for p in pages[:-1])  # the limit, globally
+    times = [m.store_timestamp for p in pages for m in p.messages]
+    assert times == sorted(times, reverse=True)  # newest first across pages
+    for p in pages:
+        assert not p.partial
+        assert _statuses(p) == dict.fromkeys(NAMES, "ANSWER_OK")
+        assert len(p.message_brokers) == len(p.messages)
+
+
+def test_query_route_through_any_proxy_lists_every_broker_at_its_own_proxy(
+    cluster: Cluster, sent: list[dict]
+) -> None:
+    expected = {n: {f"{cluster.proxy(n)}/{i}" for i in range(2)} for n in NAMES}
+    for via in NAMES:
+        assert _route(cluster, via) == expected
+
+
+def test_the_official_python_producer_spreads_over_every_broker(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    count, key = PYTHON_COUNT, "python-key"
+    run = subprocess.run(
+        [str(PYTHON_CLIENT), str(CLIENTS / "python_cluster_producer.py"),
+         cluster.proxy(NAMES[0]), TOPIC, str(count), key],
+        capture_output=True, text=True, timeout=180, env=client_env(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout + run.stderr
+    ids = [json.loads(line)["message_id"] for line in run.stdout.splitlines()
+           if line.startswith("{")]  # fmt: skip
+    assert len(ids) == count
+    deadline = time.monotonic() + DEADLINE_S
+    while len((found := _key_query(cluster.query(NAMES[1]), 100, key=key)).messages) < count:
+        assert time.monotonic() < deadline, "not every message was indexed in time"
+    assert sorted(m.unique_key for m in found.messages) == sorted(ids)
+    assert set(found.message_brokers) == set(NAMES)
+
+
+def test_one_consumer_group_receives_every_message_of_every_broker_once(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    """A SimpleConsumer of the official Python client, given one proxy, receives from every
+    broker's queues at that broker's own proxy (the route's endpoints) and acks there."""
+    bodies = {f"ali-ons message {i}" for i in range(COUNT)} | {
+        f"python message {i}" for i in range(PYTHON_COUNT)}  # fmt: skip
+    run = subprocess.run(
+        [str(PYTHON_CLIENT), str(CLIENTS / "python_consumer.py"), "simple",
+         cluster.proxy(NAMES[2]), "GID_CLUSTER", TOPIC, str(len(bodies))],
+        capture_output=True, text=True, timeout=300, env=client_env(tmp_path),
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    events = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    acked = [e for e in events if e["event"] == "acked"]
+    assert len({e["id"] for e in acked}) == len(acked) == len(bodies)  # each once
+    assert {e["body"] for e in acked} == bodies
+
+
+def test_a_push_consumer_gets_one_assignment_per_broker_and_every_message(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    """PushConsumer: QueryAssignment through one proxy answers every broker (each at its own
+    proxy), and the consumer receives from all of them."""
+    bodies = {f"ali-ons message {i}" for i in range(COUNT)} | {
+        f"python message {i}" for i in range(PYTHON_COUNT)}  # fmt: skip
+    with grpc.insecure_channel(cluster.proxy(NAMES[0])) as channel:
+        resp = service_pb2_grpc.MessagingServiceStub(channel).QueryAssignment(
+            spb.QueryAssignmentRequest(topic=pb.Resource(name=TOPIC),
+                                       group=pb.Resource(name="GID_PUSH")),
+            metadata=MD, timeout=30)  # fmt: skip
+    assert resp.status.code == pb.OK, resp.status.message
+    got = {a.message_queue.broker.name: (a.message_queue.id,
+           f"{a.message_queue.broker.endpoints.addresses[0].host}:"
+           f"{a.message_queue.broker.endpoints.addresses[0].port}") for a in resp.assignments}
+    assert got == {n: (-1, cluster.proxy(n)) for n in NAMES}
+    assert len(resp.assignments) == len(NAMES)
+    run = Run(client_env(tmp_path), "push", cluster.proxy(NAMES[0]), "GID_PUSH", TOPIC)
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while {e["body"] for e in run.of("received")} != bodies:
+            assert time.monotonic() < deadline, run.explain()
+            time.sleep(0.2)  # polling the consumer's output, not waiting for it
+    finally:
+        run.close()
+
+
+def test_an_offset_id_goes_to_its_broker(cluster: Cluster, sent: list[dict]) -> None:
+    ports = {int(cluster.remoting(n).rpartition(":")[2]): n for n in NAMES}
+    last = sent[-1]
+    owner = ports[decode_offset_msg_id(last["msgId"])[1]]
+    via = next(n for n in NAMES if n != owner)
+    with grpc.insecure_channel(cluster.query(via)) as channel:
+        resp = query_pb2_grpc.QueryStub(channel).QueryById(query_pb2.QueryByIdRequest(
+            id=last["msgId"], scope=query_pb2.SCOPE_CLUSTER), timeout=30)  # fmt: skip
+    assert [m.msg_id for m in resp.messages] == [last["msgId"]]
+    assert list(resp.message_brokers) == [owner]
+    assert _statuses(resp)[owner] == "ANSWER_OK"
+    assert _statuses(resp)[via] == "ANSWER_NOT_ASKED"
+
+
+def test_the_cli_prints_each_broker(cluster: Cluster, sent: list[dict]) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "query-key", "--query",
+         cluster.query(NAMES[1]), "--topic", TOPIC, "--key", SHARED, "--max", "3",
+         "--cluster", "--json"], cwd=procs.ROOT, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["count"] == 3 and doc["truncated"] and doc["partial"] is False
+    assert {b["broker"]: b["answer"] for b in doc["brokers"]} == dict.fromkeys(NAMES, "ok")
+    assert all(m["broker"] in NAMES for m in doc["messages"])
+
+
+def test_the_console_searches_the_cluster(cluster: Cluster, sent: list[dict]) -> None:
+    console = cluster.brokers[NAMES[1]].address(5)
+    url = (f"http://{console}/api/v1/messages?topic={TOPIC}&key={SHARED}&max=5"
+           "&scope=cluster")  # fmt: skip
+    with urllib.request.urlopen(url, timeout=30) as answer:
+        doc = json.load(answer)
+    assert doc["count"] == 5 and doc["truncated"] and doc["partial"] is False
+    assert {b["broker"]: b["answer"] for b in doc["brokers"]} == dict.fromkeys(NAMES, "ok")
+    with urllib.request.urlopen(url.replace("&scope=cluster", ""), timeout=30) as answer:
+        mine = json.load(answer)  # this broker's own: no brokers, no partial
+    assert "brokers" not in mine and mine["count"] <= 5
+    page_url = url.replace("/api/v1", "")
+    with urllib.request.urlopen(page_url, timeout=30) as answer:
+        page = answer.read().decode()
+    assert all(f"{n} ok" in page for n in NAMES)  # the page names every broker's part
+    msg_id = doc["messages"][0]["msgId"]
+    with urllib.request.urlopen(f"http://{console}/api/v1/messages/{msg_id}?scope=cluster",
+                                timeout=30) as answer:  # fmt: skip
+        one = json.load(answer)
+    assert [m["msgId"] for m in one["messages"]] == [msg_id]
+    assert one["messages"][0]["broker"] == doc["messages"][0]["broker"]
+
+
+def test_with_a_broker_killed_the_answer_is_partial_and_names_it(
+    cluster: Cluster, sent: list[dict]
+) -> None:
+    victim = cluster.brokers[NAMES[2]]
+    victim.proc.send_signal(signal.SIGKILL)  # its services get SIGTERM as their parent dies
+    victim.proc.wait(30)
+    deadline = time.monotonic() + DEADLINE_S
+    while True:
+        first = _key_query(cluster.query(NAMES[0]), 5)
+        if first.partial:
+            break
+        assert time.monotonic() < deadline, "the killed broker is still answering"
+    status = _statuses(first)
+    assert status[NAMES[2]] in ("ANSWER_UNREACHABLE", "ANSWER_TIMEOUT")
+    assert status[NAMES[0]] == status[NAMES[1]] == "ANSWER_OK"
+    pages = _all_pages(cluster.query(NAMES[0]), 5)
+    assert all(p.partial for p in pages)
+    ids = [m.msg_id for p in pages for m in p.messages]
+    ports = {int(cluster.remoting(n).rpartition(":")[2]): n for n in NAMES}
+    alive = [s["msgId"] for s in sent if ports[decode_offset_msg_id(s["msgId"])[1]] != NAMES[2]]
+    assert sorted(ids) == sorted(alive)
+    # its remoting broker closed its connection to the name server: out of the routes
+    while set(_route(cluster, NAMES[0])) != set(NAMES[:2]):
+        assert time.monotonic() < deadline, "the killed broker is still in the routes"
+
+
+def test_with_a_broker_killed_sends_go_on_and_it_rejoins_when_restarted(
+    cluster: Cluster, sent: list[dict], tmp_path: Path
+) -> None:
+    victim = cluster.brokers[NAMES[2]]
+    assert victim.proc.poll() is not None  # killed by the test before
+    after = _ali_ons(cluster, tmp_path / "home", 6, "after-kill")
+    ports = {int(cluster.remoting(n).rpartition(":")[2]): n for n in NAMES}
+    assert {ports[decode_offset_msg_id(s["msgId"])[1]] for s in after} == set(NAMES[:2])
+    cluster.brokers[NAMES[2]] = Serve(victim.store, "--namesrv", cluster.namesrv.address,
+                                      "--broker-name", NAMES[2], "--cluster-name", CLUSTER,
+                                      "--no-metrics", "--cq-entries-per-file", "1000")
+    deadline = time.monotonic() + DEADLINE_S
+    while set(_route(cluster, NAMES[0])) != set(NAMES):
+        assert time.monotonic() < deadline, "the restarted broker is not in the routes"
+    while (answer := _key_query(cluster.query(NAMES[0]), 1000)).partial:  # its new address
+        assert time.monotonic() < deadline, "the restarted broker does not answer lookups"
+    assert len(answer.messages) == COUNT  # its messages are found again
