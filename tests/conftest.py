@@ -36,6 +36,7 @@ SLOW_FIRST = (
     "tests/benchmarks/test_smoke.py",
     "tests/services/remoting/test_ali_ons_consumer.py",
     "tests/pipelines/test_spark.py",
+    "tests/reliability/test_crash_loop.py",
     "tests/services/proxy/test_consumers.py",
     "tests/integration/test_cluster.py",
     "tests/services/commitlog/test_ha_nodes.py",

@@ -183,6 +183,27 @@ class Command:
         value = self.ext.get(name)
         return default if value is None else value
 
+    def required(self, name: str) -> str:
+        """An extFields value the request must carry (``ValueError`` naming it, the remark
+        RocketMQ's broker answers a request missing a field with)."""
+        value = self.field(name)
+        if value is None:
+            raise ValueError(f"the custom field <{name}> is null")
+        return value
+
+    def number(self, name: str, default: int | None = None) -> int:
+        """An extFields value as an integer (``default`` when absent; ``ValueError`` when
+        absent without a default, or not a number)."""
+        value = self.field(name)
+        if value is None:
+            if default is None:
+                raise ValueError(f"the custom field <{name}> is null")
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
+
 
 def response_to(request: Command, code: int = ResponseCode.SUCCESS,
                 ext: dict[str, str] | None = None, body: bytes = b"",

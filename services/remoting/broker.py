@@ -51,21 +51,6 @@ class BrokerInfo:
     broker_addr: str  # what the name servers hand out, and offset ids carry
 
 
-def _field(req: R.Command, name: str) -> str:
-    value = req.field(name)
-    if value is None:
-        raise ValueError(f"the custom field <{name}> is null")
-    return value
-
-
-def _long(req: R.Command, name: str) -> int:
-    value = _field(req, name)
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
-
-
 class TpsWindow:
     """Messages per second over the last 10 s, 60 s and 600 s, as runtime info's putTps."""
 
@@ -165,11 +150,11 @@ class Broker:
         return R.response_to(req, ext={})
 
     def consumed_by(self, conn: Connection, req: R.Command) -> R.Command:
-        groups = self.clients.groups_of_topic(_field(req, "topic"))
+        groups = self.clients.groups_of_topic(req.required("topic"))
         return R.response_to(req, body=R.json_body({"groupList": groups}))
 
     def consumer_connections(self, conn: Connection, req: R.Command) -> R.Command:
-        group = _field(req, "consumerGroup")
+        group = req.required("consumerGroup")
         members = list(self.clients.consumers.get(group, {}).values())
         if not members:
             return R.response_to(
@@ -193,7 +178,7 @@ class Broker:
     # --- offsets ---------------------------------------------------------------------------
 
     async def _offsets(self, req: R.Command) -> tuple[int, int]:
-        return await self._queue_offsets(_field(req, "topic"), _long(req, "queueId"))
+        return await self._queue_offsets(req.required("topic"), req.number("queueId"))
 
     async def _queue_offsets(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min, max) of a queue; (0, 0) for a queue that has no messages (as RocketMQ)."""
@@ -214,9 +199,9 @@ class Broker:
 
     async def offset_by_time(self, conn: Connection, req: R.Command) -> R.Command:
         request = query_pb2.OffsetByTimeRequest(
-            topic=_field(req, "topic"),
-            queue_id=_long(req, "queueId"),
-            timestamp=_long(req, "timestamp"),
+            topic=req.required("topic"),
+            queue_id=req.number("queueId"),
+            timestamp=req.number("timestamp"),
         )
         try:
             reply = await self.query.OffsetByTime(request, timeout=QUERY_TIMEOUT_S)
@@ -230,11 +215,11 @@ class Broker:
     # --- lookups ---------------------------------------------------------------------------
 
     async def query_message(self, conn: Connection, req: R.Command) -> R.Command:
-        topic, key = _field(req, "topic"), _field(req, "key")
-        limit = _long(req, "maxNum")
+        topic, key = req.required("topic"), req.required("key")
+        limit = req.number("maxNum")
         if req.field("_UNIQUE_KEY_QUERY") == "true":
             limit = UNIQUE_KEY_MAX
-        begin, end = _long(req, "beginTimestamp"), _long(req, "endTimestamp")
+        begin, end = req.number("beginTimestamp"), req.number("endTimestamp")
         request = query_pb2.QueryByKeyRequest(
             topic=topic,
             key=key,
@@ -272,7 +257,7 @@ class Broker:
         return reply.records[0] if reply.records else b""
 
     async def view_message(self, conn: Connection, req: R.Command) -> R.Command:
-        offset = _long(req, "offset")
+        offset = req.number("offset")
         record = b""
         if offset >= 0:
             try:
@@ -289,7 +274,7 @@ class Broker:
     # --- administration ----------------------------------------------------------------------
 
     async def update_topic(self, conn: Connection, req: R.Command) -> R.Command:
-        topic = _field(req, "topic")
+        topic = req.required("topic")
         try:
             T.check_name(topic)
         except T.TopicError as e:
@@ -298,8 +283,8 @@ class Broker:
             return R.response_to(
                 req, RC.SYSTEM_ERROR, remark=f"The topic[{topic}] is conflict with system topic."
             )
-        queues = max(_long(req, "readQueueNums"), _long(req, "writeQueueNums"))
-        await self.topics.create(topic, queues, _long(req, "perm"))
+        queues = max(req.number("readQueueNums"), req.number("writeQueueNums"))
+        await self.topics.create(topic, queues, req.number("perm"))
         self.topics_changed()
         return R.response_to(req, remark="not set any response code")
 
@@ -314,7 +299,7 @@ class Broker:
         return R.response_to(req, body=R.json_body(body))
 
     async def topic_stats(self, conn: Connection, req: R.Command) -> R.Command:
-        topic = _field(req, "topic")
+        topic = req.required("topic")
         config = await self.topics.get(topic)
         if config is None or topic == T.DEFAULT_TOPIC:
             return R.response_to(req, RC.TOPIC_NOT_EXIST, remark=f"topic[{topic}] not exist")

@@ -43,21 +43,6 @@ NO_QUEUE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT,
 Handler = Callable[[Connection, R.Command], Answer | Awaitable[Answer]]
 
 
-def _field(req: R.Command, name: str) -> str:
-    value = req.field(name)
-    if value is None:
-        raise ValueError(f"the custom field <{name}> is null")
-    return value
-
-
-def _long(req: R.Command, name: str) -> int:
-    value = _field(req, name)
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
-
-
 class SignedStub:
     """A gRPC stub whose every call carries the access-key signature the proxy requires
     (``rmqstore/access_keys.py``; none without an access key)."""
@@ -134,7 +119,7 @@ class ConsumerAdmin:
         return pulled.messages[0].store_timestamp if pulled.messages else 0
 
     async def consume_stats(self, conn: Connection, req: R.Command) -> R.Command:
-        group, only = _field(req, "consumerGroup"), req.field("topic") or ""
+        group, only = req.required("consumerGroup"), req.field("topic") or ""
         rows = {(q.topic, q.queue_id): q for q in await self.committed(group)
                 if not only or q.topic == only}  # fmt: skip
         topics = {only} if only else {t for t, _q in rows}
@@ -154,7 +139,7 @@ class ConsumerAdmin:
         return R.response_to(req, body=R.json_body({"consumeTps": 0.0, "offsetTable": table}))
 
     async def consumed_by(self, conn: Connection, req: R.Command) -> R.Command:
-        topic = _field(req, "topic")
+        topic = req.required("topic")
         groups = set(self.clients.groups_of_topic(topic))
         try:
             listed = await self.groups.ListGroups(groups_pb2.ListGroupsRequest(),
@@ -169,7 +154,7 @@ class ConsumerAdmin:
         return R.response_to(req, body=R.json_body({"groupList": sorted(groups)}))
 
     async def running_info(self, conn: Connection, req: R.Command) -> R.Command:
-        group, client_id = _field(req, "consumerGroup"), _field(req, "clientId")
+        group, client_id = req.required("consumerGroup"), req.required("clientId")
         member = next((m for m in self.clients.consumers.get(group, {}).values()
                        if m.client_id == client_id), None)  # fmt: skip
         if member is None:
@@ -205,8 +190,8 @@ class ConsumerAdmin:
         return offsets
 
     async def reset_offset(self, conn: Connection, req: R.Command) -> R.Command:
-        topic, group = _field(req, "topic"), _field(req, "group")
-        timestamp = _long(req, "timestamp")
+        topic, group = req.required("topic"), req.required("group")
+        timestamp = req.number("timestamp")
         if await self.topics.get(topic) is None:
             return R.response_to(req, RC.SYSTEM_ERROR, remark="[reset-offset] reset offset "
                                  f"failed, no topic in this broker. topic={topic}")  # fmt: skip

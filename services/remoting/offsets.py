@@ -79,21 +79,6 @@ class GroupOffsets:
         return reply.applied
 
 
-def _field(req: R.Command, name: str) -> str:
-    value = req.field(name)
-    if value is None:
-        raise ValueError(f"the custom field <{name}> is null")
-    return value
-
-
-def _long(req: R.Command, name: str) -> int:
-    value = _field(req, name)
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
-
-
 class OffsetHandlers:
     """The offset commands' handlers (``Broker.handlers`` maps the codes to them)."""
 
@@ -106,9 +91,9 @@ class OffsetHandlers:
         starts where its consumeFromWhere says (FIRST 0, LAST the max offset, TIMESTAMP a
         search). Unlike 4.9.8 on a fresh store (spec P11) a new group gets QUERY_NOT_FOUND
         even while the queue's offset 0 is readable, so CONSUME_FROM_LAST_OFFSET means it."""
-        group, topic = _field(req, "consumerGroup"), _field(req, "topic")
+        group, topic = req.required("consumerGroup"), req.required("topic")
         try:
-            offset = await self.offsets.query(group, topic, _long(req, "queueId"))
+            offset = await self.offsets.query(group, topic, req.number("queueId"))
         except OffsetsUnavailable as e:
             return R.response_to(req, RC.SYSTEM_ERROR, remark=str(e))
         if offset is None:
@@ -117,8 +102,8 @@ class OffsetHandlers:
 
     async def update_offset(self, conn: Connection, req: R.Command) -> R.Command:
         """UPDATE_CONSUMER_OFFSET (Java: oneway; ali-ons: a request)."""
-        group, topic = _field(req, "consumerGroup"), _field(req, "topic")
-        queue_id, offset = _long(req, "queueId"), _long(req, "commitOffset")
+        group, topic = req.required("consumerGroup"), req.required("topic")
+        queue_id, offset = req.number("queueId"), req.number("commitOffset")
         if offset < 0 or queue_id < 0:
             why = f"bad offset {offset} or queue {queue_id}"
             return R.response_to(req, RC.SYSTEM_ERROR, remark=why)
@@ -131,7 +116,7 @@ class OffsetHandlers:
     async def earliest_store_time(self, conn: Connection, req: R.Command) -> R.Command:
         """GET_EARLIEST_MSG_STORETIME: the store time of the queue's first message still
         stored; SYSTEM_ERROR as 4.9.8 when the queue has none."""
-        topic, queue_id = _field(req, "topic"), _long(req, "queueId")
+        topic, queue_id = req.required("topic"), req.number("queueId")
         failed = R.response_to(
             req, RC.SYSTEM_ERROR,
             remark=f"Find the message of the earliest time failed, topic: {topic} "

@@ -221,26 +221,15 @@ class PullHeader:
     expression_type: str
 
 
-def _int(req: R.Command, name: str, default: int | None = None) -> int:
-    value = req.field(name)
-    if value is None:
-        if default is None:
-            raise ValueError(f"the custom field <{name}> is null")
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
-
-
 def parse_header(req: R.Command) -> PullHeader:
     group, topic = req.field("consumerGroup"), req.field("topic")
     if not group or not topic:
         raise ValueError("the custom field <consumerGroup> or <topic> is null")
     return PullHeader(
-        group, topic, _int(req, "queueId"), _int(req, "queueOffset"), _int(req, "maxMsgNums", 32),
-        _int(req, "sysFlag", 0), _int(req, "commitOffset", 0),
-        min(max(_int(req, "suspendTimeoutMillis", 0), 0) / 1000, MAX_SUSPEND_S),
+        group, topic, req.number("queueId"), req.number("queueOffset"),
+        req.number("maxMsgNums", 32),
+        req.number("sysFlag", 0), req.number("commitOffset", 0),
+        min(max(req.number("suspendTimeoutMillis", 0), 0) / 1000, MAX_SUSPEND_S),
         req.field("subscription"), req.field("expressionType", "TAG") or "TAG",
     )  # fmt: skip
 

@@ -50,22 +50,10 @@ class SendBackWatcher(Protocol):
     def sent_back(self, group: str, dead: bool) -> None: ...
 
 
-def _int(req: R.Command, name: str, default: int | None = None) -> int:
-    value = req.field(name)
-    if value is None:
-        if default is None:
-            raise ValueError(f"the custom field <{name}> is null")
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"the custom field <{name}> is not a number: {value}") from None
-
-
 def max_reconsume_times(req: R.Command, group_max: int) -> int:
     """The request's maxReconsumeTimes from client version 3.4.9 on, else the group's."""
     if req.version >= VERSION_3_4_9:
-        return _int(req, "maxReconsumeTimes", group_max)
+        return req.number("maxReconsumeTimes", group_max)
     return group_max
 
 
@@ -121,11 +109,11 @@ class SendBack:
         self.watcher = watcher
 
     async def __call__(self, conn: Connection, req: R.Command) -> R.Command:
-        offset = _int(req, "offset")
+        offset = req.number("offset")
         group = req.field("group")
         if not group:
             raise ValueError("the custom field <group> is null")
-        level = _int(req, "delayLevel")
+        level = req.number("delayLevel")
         limit = max_reconsume_times(req, self.retry_max_times(group))
         retry, dead = retries.group_retry_topic(group), retries.dead_letter_topic(group)
         if retry is None or dead is None:

@@ -76,10 +76,10 @@ class Transactions:
     async def end(self, conn: Connection, req: R.Command) -> R.Command | None:
         """END_TRANSACTION: mostly oneway (no answer); as a request, SUCCESS or SYSTEM_ERROR."""
         try:
-            group = _field(req, "producerGroup")
-            queue_offset = int(_field(req, "tranStateTableOffset"))
-            phy = int(_field(req, "commitLogOffset"))
-            resolution = int(_field(req, "commitOrRollback"))
+            group = req.required("producerGroup")
+            queue_offset = int(req.required("tranStateTableOffset"))
+            phy = int(req.required("commitLogOffset"))
+            resolution = int(req.required("commitOrRollback"))
         except ValueError as e:
             return R.response_to(req, R.ResponseCode.SYSTEM_ERROR, remark=str(e))
         if resolution not in (COMMIT, ROLLBACK):
@@ -162,8 +162,3 @@ class Transactions:
             await asyncio.gather(self._task, return_exceptions=True)
 
 
-def _field(req: R.Command, name: str) -> str:
-    value = req.field(name)
-    if value is None:
-        raise ValueError(f"the custom field <{name}> is null")
-    return value

@@ -139,3 +139,15 @@ def test_names_and_bodies() -> None:
     }
     assert R.json_body({"b": 1, "a": [True]}) == b'{"a":[true],"b":1}'
     assert R.message_queue_key("b", 0, "T") == '{"brokerName":"b","queueId":0,"topic":"T"}'
+
+
+def test_required_and_numeric_fields_name_what_is_missing():
+    cmd = R.Command(code=11, ext={"queueId": "3", "topic": "T", "bad": "x"})
+    assert cmd.required("topic") == "T"
+    assert cmd.number("queueId") == 3 and cmd.number("maxMsgNums", 32) == 32
+    with pytest.raises(ValueError, match="<group> is null"):
+        cmd.required("group")
+    with pytest.raises(ValueError, match="<sysFlag> is null"):
+        cmd.number("sysFlag")
+    with pytest.raises(ValueError, match="<bad> is not a number: x"):
+        cmd.number("bad")
