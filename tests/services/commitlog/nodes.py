@@ -80,8 +80,14 @@ class Node:
                      f"{b.address} to build up to {offset}")  # fmt: skip
 
     def signal(self, sig: signal.Signals) -> None:
+        """Send ``sig`` to the writer; SIGSTOP returns once the kernel shows it stopped (the
+        signal is delivered asynchronously: a put sent right after could still be acked)."""
         assert self.writer is not None
         self.writer.proc.send_signal(sig)
+        if sig == signal.SIGSTOP:
+            tasks = Path(f"/proc/{self.writer.proc.pid}/task")
+            wait_for(lambda: all(_state(t) == "T" for t in tasks.iterdir()), 10,
+                     "every thread of the writer to stop")  # fmt: skip
 
     def kill_writer(self) -> None:
         if self.writer is not None:
@@ -92,6 +98,14 @@ class Node:
             if p.proc.poll() is None:
                 p.proc.send_signal(signal.SIGCONT)  # a frozen one must hear the SIGTERM
             p.stop()
+
+
+def _state(task: Path) -> str:
+    """A thread's state letter from ``/proc/PID/task/TID/stat`` (``T``: stopped)."""
+    try:
+        return (task / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:  # the thread ended meanwhile
+        return "T"
 
 
 def message(i: int) -> common_pb2.Message:
