@@ -10,7 +10,7 @@ RMQ_PROTOS := $(wildcard protos/rmqstore/rocketmq/*.proto)
 PB2 := $(patsubst protos/%.proto,%_pb2.py,$(PROTOS) $(RMQ_PROTOS))
 PYTEST_ARGS ?=
 # two workers (2 cores); a test file stays on one worker, so its module fixtures start once
-PYTEST_PARALLEL ?= -n 2 --dist loadfile
+PYTEST_PARALLEL ?= -n 2 --dist loadfile --no-loadscope-reorder
 CONSOLE_TESTS := tests/services/console
 AXE := $(CONSOLE_TESTS)/node_modules/axe-core/axe.min.js
 # `make run`'s demo store: 64 MiB commitlog segments, 8.4 MB index files (100,000 slots,
