@@ -58,7 +58,9 @@ RUN groupadd --system --gid 10001 rmqstore \
 USER 10001:10001
 WORKDIR /data
 VOLUME ["/data"]
-# gRPC 8100-8103 and metrics 8110-8113 (writer, query, consume-queue, index)
-EXPOSE 8100 8101 8102 8103 8110 8111 8112 8113
+# The chart's ports: gRPC 8100 writer, 8101 query, 8102 consume-queue, 8103 index,
+# 8081 proxy (RocketMQ 5 clients); 8105 console (HTTP); 10912 HA (slaves connect here);
+# RocketMQ 4.x remoting 10911 broker, 9876 name server; metrics 8110-8114, 8117, 8118
+EXPOSE 8081 8100 8101 8102 8103 8105 8110 8111 8112 8113 8114 8117 8118 9876 10911 10912
 ENTRYPOINT []
 CMD ["rmqstore", "--help"]

@@ -49,6 +49,9 @@ def test_user_is_the_chart_user() -> None:
 def test_exposed_ports_are_the_chart_ports() -> None:
     exposed = {int(p) for line in _instructions("EXPOSE") for p in line.split()}
     chart = {VALUES[s][k] for s in SERVICES for k in ("grpcPort", "metricsPort")}
+    chart |= {VALUES["proxy"][k] for k in ("grpcPort", "metricsPort")}
+    chart |= {VALUES[s][k] for s in ("namesrv", "remoting") for k in ("port", "metricsPort")}
+    chart |= {VALUES["console"]["httpPort"], VALUES["replication"]["haPort"]}
     assert exposed == chart
 
 

@@ -87,7 +87,8 @@ def test_every_alert_has_severity_and_text() -> None:
 def test_example_config_scrapes_the_chart_default_metrics_ports() -> None:
     values = yaml.safe_load((ROOT / "helm" / "rmqstore" / "values.yaml").read_text())
     chart_ports = {
-        values[key]["metricsPort"] for key in ("commitlog", "consumeQueue", "index", "query")
+        values[key]["metricsPort"]
+        for key in ("commitlog", "consumeQueue", "index", "query", "proxy", "remoting", "namesrv")
     }
     config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
     scraped = {
