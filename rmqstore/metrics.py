@@ -1,8 +1,9 @@
 """The Prometheus metrics of the store's services: the writer, the builders, the query service.
 
 The writer's background services (delayed delivery, retention) have theirs in
-``rmqstore.metrics_background``, the RocketMQ 5 protocol service (proxy) in
-``rmqstore.metrics_proxy``; every name is defined once.
+``rmqstore.metrics_background``, its replication ``rmqstore.metrics_replication``, the
+RocketMQ 5 protocol service (proxy) ``rmqstore.metrics_proxy``, the RocketMQ 4.x front end
+``rmqstore.metrics_remoting``; every name is defined once.
 
 Each service builds one registry, the metric group it owns on that registry, and serves it::
 
@@ -51,6 +52,12 @@ from prometheus_client import (
     Histogram,
 )
 
+from rmqstore.metrics_buckets import (  # noqa: F401  (re-exported)
+    CHAIN_BUCKETS,
+    COUNT_BUCKETS,
+    IO_LATENCY_BUCKETS,
+    QUERY_LATENCY_BUCKETS,
+)
 from rmqstore.metrics_http import (  # noqa: F401  (re-exported: services import them from here)
     FilesystemCollector,
     MetricsServer,
@@ -59,48 +66,7 @@ from rmqstore.metrics_http import (  # noqa: F401  (re-exported: services import
     on_scrape,
     start_metrics_server,
 )
-
-# Put/flush latencies: 100 µs (async put in page cache) .. 10 s (a stalled disk).
-IO_LATENCY_BUCKETS = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-)
-# Query latencies: 500 µs (one consume-queue read) .. 30 s (a budget-bound key scan).
-QUERY_LATENCY_BUCKETS = (
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-    5.0,
-    10.0,
-    30.0,
-)
-# Hash-chain lengths and hops: powers of two up to RocketMQ's default max hits scale.
-CHAIN_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096, 16384, 65536)
-# Records per dispatch batch / results per query.
-COUNT_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384)
+from rmqstore.metrics_replication import ReplicationMetrics
 
 WRITER = "commitlog"
 CONSUME_QUEUE_BUILDER = "consume-queue"
@@ -253,63 +219,6 @@ class WriterMetrics:
         if path not in self._watched:
             self._registry.register(FilesystemCollector(path))
             self._watched.add(path)
-
-
-class ReplicationMetrics:
-    """The writer as a replication master (RocketMQ's HA protocol, docs/replication.md)."""
-
-    def __init__(self, r: CollectorRegistry) -> None:
-        self.role = Gauge(
-            "rmqstore_writer_role",
-            "1 for the writer's role (async_master, sync_master or slave), 0 for the others.",
-            ["role"],
-            registry=r,
-        )
-        self.put_status = Counter(
-            "rmqstore_writer_put_status_total",
-            "Messages stored, by put status (PUT_OK, FLUSH_SLAVE_TIMEOUT, SLAVE_NOT_AVAILABLE).",
-            ["status"],
-            registry=r,
-        )
-        self.sync_wait = Histogram(
-            "rmqstore_writer_sync_replica_wait_seconds",
-            "sync_master: how long a put waited for a slave's acknowledgement (until PUT_OK "
-            "or FLUSH_SLAVE_TIMEOUT).",
-            buckets=IO_LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.slaves = Gauge(
-            "rmqstore_writer_slaves", "Slaves connected to the HA port.", registry=r
-        )
-        self.in_sync = Gauge(
-            "rmqstore_writer_slaves_in_sync",
-            "Slaves that reported and are less than --slave-fallbehind-max behind.",
-            registry=r,
-        )
-        self.acked_offset = Gauge(
-            "rmqstore_writer_replica_acked_offset_bytes",
-            "Highest commitlog offset any slave acknowledged (never goes down).",
-            registry=r,
-        )
-        self.slave_acked_offset = Gauge(
-            "rmqstore_writer_slave_acked_offset_bytes",
-            "Offset a connected slave last acknowledged, by its address.",
-            ["slave"],
-            registry=r,
-        )
-        self.slave_lag = Gauge(
-            "rmqstore_writer_slave_lag_bytes",
-            "Writer max offset minus what a connected slave acknowledged, by its address.",
-            ["slave"],
-            registry=r,
-        )
-        self.refused = Counter(
-            "rmqstore_writer_slaves_refused_total",
-            "Slaves refused at their first report: below_min (their offset is below the "
-            "oldest file: wipe them), divergent (beyond the end or not at a record start).",
-            ["reason"],
-            registry=r,
-        )
 
 
 _shared: WeakKeyDictionary[CollectorRegistry, dict[str, Any]] = WeakKeyDictionary()

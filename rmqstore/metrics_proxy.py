@@ -7,7 +7,7 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from rmqstore.metrics import COUNT_BUCKETS
+from rmqstore.metrics_buckets import COUNT_BUCKETS
 
 
 class ProxyMetrics:

@@ -14,7 +14,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from rmqstore.formats import remoting as R
-from rmqstore.metrics import IO_LATENCY_BUCKETS
+from rmqstore.metrics_buckets import IO_LATENCY_BUCKETS
 
 
 class Pulls(Protocol):
