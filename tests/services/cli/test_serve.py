@@ -113,13 +113,13 @@ def test_serve_runs_everything_and_stops_cleanly(tmp_path):
 
 def test_serve_passes_the_writer_options_on():
     from services.cli.main import build_parser
-    from services.cli.serve import SERVICES, _command
+    from services.cli.serve_services import SERVICES, command
 
     args = build_parser().parse_args(
         ["serve", "--flush", "sync", "--dispatch-linger-ms", "0", "--queues-per-topic", "4",
          "--role", "sync_master", "--slave-timeout", "1.5"]
     )  # fmt: skip
-    cmd = _command(SERVICES[0], args, {"commitlog": 9000})
+    cmd = command(SERVICES[0], args, {"commitlog": 9000})
     options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
     assert options["--flush"] == "sync"
     assert options["--dispatch-linger-ms"] == "0.0"
@@ -130,7 +130,7 @@ def test_serve_passes_the_writer_options_on():
 
 
 def test_serve_starts_the_console_only_on_loopback():
-    from services.cli.serve import _loopback
+    from services.cli.serve_services import _loopback
 
     assert _loopback("127.0.0.1") and _loopback("::1") and _loopback("localhost")
     assert not _loopback("0.0.0.0") and not _loopback("10.1.2.3")
@@ -138,12 +138,12 @@ def test_serve_starts_the_console_only_on_loopback():
 
 def test_serve_gives_the_console_the_proxy_unless_read_only():
     from services.cli.main import build_parser
-    from services.cli.serve import SERVICES, _command
+    from services.cli.serve_services import SERVICES, command
 
     (console,) = [s for s in SERVICES if s.name == "console"]
     ports = {s.name: 9000 + s.slot for s in SERVICES}
     for extra, proxy in (([], "127.0.0.1:9004"), (["--read-only"], None)):
-        cmd = _command(console, build_parser().parse_args(["serve", *extra]), ports)
+        cmd = command(console, build_parser().parse_args(["serve", *extra]), ports)
         options = dict(zip(cmd[3::2], cmd[4::2], strict=False))
         assert options.get("--proxy") == proxy and options["--query"] == "127.0.0.1:9001"
 
@@ -192,16 +192,16 @@ def test_the_socket_directories_of_killed_serves_are_removed(short_tmp):
 
 def test_serve_gives_the_writer_and_the_proxy_one_put_socket():
     from services.cli.main import build_parser
-    from services.cli.serve import SERVICES, _command
+    from services.cli.serve_services import SERVICES, command
 
     ports = {s.name: 9000 + s.slot for s in SERVICES}
     (proxy,) = [s for s in SERVICES if s.name == "proxy"]
     args = build_parser().parse_args(["serve"])
     args.put_socket = "/tmp/x/writer.sock"  # what run() makes
-    writer_cmd, proxy_cmd = _command(SERVICES[0], args, ports), _command(proxy, args, ports)
+    writer_cmd, proxy_cmd = command(SERVICES[0], args, ports), command(proxy, args, ports)
     assert writer_cmd[writer_cmd.index("--put-socket") + 1] == args.put_socket
     assert proxy_cmd[proxy_cmd.index("--commitlog-socket") + 1] == args.put_socket
     assert not build_parser().parse_args(["serve", "--no-put-socket"]).put_socket_on
     args.put_socket = ""  # --no-put-socket or --read-only: puts over gRPC
-    assert "--put-socket" not in _command(SERVICES[0], args, ports)
-    assert "--commitlog-socket" not in _command(proxy, args, ports)
+    assert "--put-socket" not in command(SERVICES[0], args, ports)
+    assert "--commitlog-socket" not in command(proxy, args, ports)

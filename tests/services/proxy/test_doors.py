@@ -182,6 +182,7 @@ def test_the_console_under_serve_signs_its_calls_to_the_proxy(secured):
 @pytest.mark.parametrize("from_file", [True, False], ids=["file", "environment"])
 def test_serve_passes_the_secret_to_no_command_line(tmp_path, monkeypatch, from_file):
     from services.cli import serve as serve_cmd
+    from services.cli import serve_services
     from services.cli.main import build_parser
 
     monkeypatch.setenv("RMQSTORE_SECRET_KEY", "" if from_file else SECRET)
@@ -192,7 +193,7 @@ def test_serve_passes_the_secret_to_no_command_line(tmp_path, monkeypatch, from_
                                              else []))  # fmt: skip
     args.put_socket = ""
     ports = serve_cmd._ports(args)
-    commands = {s.name: serve_cmd._command(s, args, ports) for s in serve_cmd.SERVICES}
+    commands = {s.name: serve_services.command(s, args, ports) for s in serve_cmd.SERVICES}
     assert not [c for c in commands.values() if any(SECRET in word for word in c)]
     for name in ("proxy", "console"):  # both sign or check with the key
         assert commands[name][commands[name].index("--access-key") + 1] == "AK"
