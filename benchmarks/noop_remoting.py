@@ -121,7 +121,7 @@ def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.noop_remoting")
     p.add_argument("--listen", default="127.0.0.1:0")
     p.add_argument("--keep", action="store_true",
-                   help="keep sends in memory and answer pulls from them, with long polling")
+                   help="keep sends in memory, answer pulls from them (long polling)")  # fmt: skip
     args = p.parse_args()
     asyncio.run(serve(args.listen, args.keep))
     return 0
