@@ -1,31 +1,55 @@
-"""A remoting broker that stores nothing, for ``bench_remoting``: the same connection code as
-the remoting front end (``rmqstore.remoting_net``), the send's header read and its answer
-made the same way, and SUCCESS to every send. The ceiling of this design on this machine.
+"""A remoting broker that stores nothing, for ``bench_remoting`` and ``bench_remoting_consume``:
+the same connection code as the remoting front end (``rmqstore.remoting_net``), the send's
+and the pull's headers read and their answers made the same way, SUCCESS to every send, and
+to every PULL_MESSAGE a full batch of prebuilt 1 KiB records (``maxMsgNums``, at most 32). The
+ceiling of this design on this machine.
 
-``python -m benchmarks.noop_remoting --listen HOST:PORT``
+``--keep``: sends are kept in memory, each queue's records as the commit log would hold them,
+and pulls are answered from them with long polling (a pull that finds nothing waits for the
+queue's next send or its ``suspendTimeoutMillis``): the send → pull latency ceiling.
+
+``python -m benchmarks.noop_remoting --listen HOST:PORT [--keep]``
 """
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
+import time
+from collections.abc import Awaitable
 
+from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.remoting_net import Connection, RemotingServer, not_supported
 from rmqstore.server import announce
-from services.remoting import send
+from services.remoting import pull, send
 
 SENDS = (R.RequestCode.SEND_MESSAGE, R.RequestCode.SEND_MESSAGE_V2)
+BATCH = 32
+PROPERTIES = ("KEYS\x01bench-0\x02UNIQ_KEY\x01FD000000000000000000000000000000\x02TAGS\x01TagA"
+              "\x02CLUSTER\x01DefaultCluster")  # fmt: skip
+
+
+def _prebuilt() -> list[bytes]:
+    record = commitlog.encode(commitlog.Record("BenchPull", 0, b"x" * 1024, PROPERTIES))
+    return [record * n for n in range(BATCH + 1)]
 
 
 class Noop:
-    def __init__(self, host: str) -> None:
+    def __init__(self, host: str, keep: bool = False) -> None:
         self.store = parse_host(host)
         self.offset = 0
+        self.keep = keep
+        self.batches = _prebuilt()  # n records
+        self.queues: dict[tuple[str, int], list[bytes]] = {}
+        self.arrivals: dict[tuple[str, int], asyncio.Event] = {}
 
-    def __call__(self, conn: Connection, req: R.Command) -> R.Command:
+    def __call__(self, conn: Connection, req: R.Command) -> R.Command | Awaitable[R.Command]:
+        if req.code == R.RequestCode.PULL_MESSAGE:
+            return self.pull_kept(req) if self.keep else self.pull(req)
         if req.code not in SENDS:
             return not_supported(req)
         h = send.parse_header(req)
@@ -33,12 +57,56 @@ class Noop:
                        h.born_timestamp, conn.remote, h.reconsume_times)  # fmt: skip
         self.offset += 1
         msg_id = offset_msg_id(self.store.ip, self.store.port, self.offset)
-        return send.answer(req, send.PUT_OK, msg_id, h.queue_id, self.offset)
+        queue_offset = self.offset
+        if self.keep:
+            kept = self.queues.setdefault((h.topic, h.queue_id), [])
+            queue_offset = len(kept)
+            kept.append(commitlog.encode(commitlog.Record(
+                h.topic, h.queue_id, req.body, h.properties, h.flag, queue_offset=queue_offset,
+                sys_flag=h.sys_flag, born_timestamp=h.born_timestamp,
+                store_timestamp=int(time.time() * 1000))))  # fmt: skip
+            ev = self.arrivals.pop((h.topic, h.queue_id), None)
+            if ev is not None:
+                ev.set()
+        return send.answer(req, send.PUT_OK, msg_id, h.queue_id, queue_offset)
+
+    def pull(self, req: R.Command) -> R.Command:
+        """A full batch from any offset (the queue never ends)."""
+        h = pull.parse_header(req)
+        n = max(1, min(h.max_msgs, BATCH))
+        return _found(req, self.batches[n], h.offset + n, h.offset + n)
+
+    async def pull_kept(self, req: R.Command) -> R.Command:
+        h = pull.parse_header(req)
+        key = (h.topic, h.queue_id)
+        deadline = time.monotonic() + h.suspend_s
+        while True:
+            kept = self.queues.get(key, [])
+            if h.offset < len(kept):
+                records = kept[h.offset : h.offset + max(1, min(h.max_msgs, BATCH))]
+                end = h.offset + len(records)
+                return _found(req, b"".join(records), end, len(kept))
+            left = deadline - time.monotonic()
+            if not h.sys_flag & pull.FLAG_SUSPEND or left <= 0:
+                ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(h.offset),
+                       "minOffset": "0", "maxOffset": str(len(kept))}  # fmt: skip
+                return R.response_to(req, R.ResponseCode.PULL_NOT_FOUND, ext=ext,
+                                     remark="OFFSET_OVERFLOW_ONE")  # fmt: skip
+            ev = self.arrivals.setdefault(key, asyncio.Event())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ev.wait(), left)
 
 
-async def serve(listen: str) -> None:
+def _found(req: R.Command, body: bytes, nxt: int, end: int) -> R.Command:
+    """A FOUND answer as the broker makes it (``services.remoting.pull``)."""
+    ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(nxt), "minOffset": "0",
+           "maxOffset": str(end)}  # fmt: skip
+    return R.response_to(req, R.ResponseCode.SUCCESS, ext=ext, body=body, remark="FOUND")
+
+
+async def serve(listen: str, keep: bool) -> None:
     host, _, port = listen.rpartition(":")
-    server = RemotingServer(Noop("127.0.0.1:10911"))
+    server = RemotingServer(Noop("127.0.0.1:10911", keep))
     address = await server.start(host, int(port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -52,7 +120,10 @@ async def serve(listen: str) -> None:
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.noop_remoting")
     p.add_argument("--listen", default="127.0.0.1:0")
-    asyncio.run(serve(p.parse_args().listen))
+    p.add_argument("--keep", action="store_true",
+                   help="keep sends in memory, answer pulls from them (long polling)")  # fmt: skip
+    args = p.parse_args()
+    asyncio.run(serve(args.listen, args.keep))
     return 0
 
 

@@ -2,13 +2,16 @@
 // ali-ons 3.12's push consumer (clustering) of TOPIC in GROUP through the name server NAMESRV,
 // from the first offset when the group has none (FROM: LAST, from the last). One JSON line per event on stdout:
 // {event: "ready"}, {event: "queues", queues: [ids]} whenever its share of TOPIC's queues
-// changes, {event: "received", body, msgId, queueId, queueOffset, reconsumeTimes}. It runs
-// until its stdin closes, then closes the consumer (offsets committed) and exits 0.
-// usage: node ali_ons_consumer.js NAMESRV TOPIC GROUP [FROM]
+// changes, {event: "received", body, msgId, queueId, queueOffset, reconsumeTimes, retryTopic,
+// originMessageId, failed}. It runs until its stdin closes, then closes the consumer (offsets
+// committed) and exits 0.
+// FAIL: the listener throws for a message with this body (the client sends it back:
+// CONSUMER_SEND_MSG_BACK); MAX: the consumer's maxReconsumeTimes (ali-ons' default 16).
+// usage: node ali_ons_consumer.js NAMESRV TOPIC GROUP [FROM [FAIL [MAX]]]
 const httpclient = require('urllib');
 const { Consumer } = require('ali-ons');
 
-const [nameSrv, topic, group, from] = process.argv.slice(2);
+const [nameSrv, topic, group, from, fail, max] = process.argv.slice(2);
 const out = obj => process.stdout.write(JSON.stringify(obj) + '\n');
 
 (async () => {
@@ -20,12 +23,19 @@ const out = obj => process.stdout.write(JSON.stringify(obj) + '\n');
     accessKeySecret: 'unused',
     consumeFromWhere: from === 'LAST' ? 'CONSUME_FROM_LAST_OFFSET' : 'CONSUME_FROM_FIRST_OFFSET',
     rebalanceInterval: 2000,
+    maxReconsumeTimes: max ? Number(max) : 16,
   });
   consumer.subscribe(topic, '*', async msg => {
+    const body = msg.body.toString();
+    const failed = Boolean(fail) && body === fail;
     out({
-      event: 'received', body: msg.body.toString(), msgId: msg.msgId, queueId: msg.queueId,
+      event: 'received', body, msgId: msg.msgId, queueId: msg.queueId,
       queueOffset: msg.queueOffset, reconsumeTimes: msg.reconsumeTimes,
+      retryTopic: msg.retryTopic || '', originMessageId: msg.originMessageId || '', failed,
     });
+    if (failed) {
+      throw new Error(`the listener fails ${body} (on purpose)`);
+    }
   });
   consumer.on('error', err => process.stderr.write(`consumer error: ${err && err.stack}\n`));
   await consumer.ready();

@@ -21,11 +21,16 @@ class Served:
         self.writer = serve.address(0)
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+def serve_module(tmp_path_factory: pytest.TempPathFactory, *extra: str) -> Iterator[Served]:
+    """``rmqstore serve`` with ``extra`` flags, for a module's ``served`` fixture."""
     store: Path = tmp_path_factory.mktemp("remoting") / "store"
-    serve = Serve(store, "--broker-name", "rmqstore")  # (default: the host name)
+    serve = Serve(store, "--broker-name", "rmqstore", *extra)  # (default: the host name)
     try:
         yield Served(serve)
     finally:
         serve.stop()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    yield from serve_module(tmp_path_factory)

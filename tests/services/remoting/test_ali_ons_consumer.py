@@ -1,21 +1,25 @@
 """ali-ons 3.12's push consumer (RocketMQ 4.x, pure JavaScript, not ours) against ``rmqstore
 serve``: two consumers of a group share the queues and get every message; a restarted group
 resumes from its committed offset; messages cross between the RocketMQ 5 proxy and the 4.x
-broker both ways (official Python client on the proxy's side)."""
+broker both ways (official Python client on the proxy's side); a message its listener fails is
+sent back, comes again from ``%RETRY%<group>`` and ends in ``%DLQ%<group>``, where ``rmqstore
+query-key`` and ``query-id`` find it."""
 
 import asyncio
 import json
 import os
 import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests import procs
 from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, client_env
-from tests.services.remoting.conftest import Served
+from tests.services.remoting.conftest import Served, serve_module
 from tests.services.remoting.test_ali_ons import _create_topic
 
 pytestmark = pytest.mark.integration
@@ -23,6 +27,14 @@ CLIENT_DIR = procs.ROOT / "tests" / "clients" / "remoting"
 CONSUMER = CLIENT_DIR / "ali_ons_consumer.js"
 PRODUCER = CLIENT_DIR / "ali_ons_producer.js"
 DEADLINE_S = 120.0
+# The writer's delay levels (RocketMQ's messageDelayLevel): a send-back asks for level 3 + the
+# reconsume times (10 s, 30 s, 1 min... by default); beyond the table it is the last level, 2 s.
+SHORT_DELAYS = ("--delay-levels", "1s 2s")
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    yield from serve_module(tmp_path_factory, *SHORT_DELAYS)
 
 
 @pytest.fixture(scope="module")
@@ -83,10 +95,11 @@ def _env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "HOME": str(tmp_path)}  # ali-ons writes its logs under $HOME
 
 
-def _consumer(served: Served, topic: str, group: str, tmp_path: Path, start: str = "FIRST"
-              ) -> Proc:  # fmt: skip
-    c = Proc(["node", str(CONSUMER), served.namesrv, topic, group, start], _env(tmp_path),
-             CLIENT_DIR)  # fmt: skip
+def _consumer(served: Served, topic: str, group: str, tmp_path: Path, start: str = "FIRST",
+              *fail: str) -> Proc:  # fmt: skip
+    """``fail``: the body the listener throws for, and the consumer's maxReconsumeTimes."""
+    c = Proc(["node", str(CONSUMER), served.namesrv, topic, group, start, *fail],
+             _env(tmp_path), CLIENT_DIR)  # fmt: skip
     _until("the consumer is ready", lambda: c.of("ready") or c.proc.poll() is not None)
     assert c.proc.poll() is None, c.explain()
     return c
@@ -211,3 +224,49 @@ def test_a_new_group_consuming_from_the_last_offset_skips_the_backlog(
         assert got == new and not got & old
     finally:
         assert c.close() == 0, c.explain()
+
+
+def _query(served: Served, *args: str) -> dict:
+    """``rmqstore query-key | query-id ... --json`` (a process); count 0 when nothing found."""
+    out = subprocess.run([sys.executable, "-m", "services.cli.main", *args, "--query",
+                          served.query, "--json"], cwd=procs.ROOT, capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode in (0, 1), out.stderr  # 1: nothing found (yet)
+    return json.loads(out.stdout) if out.returncode == 0 else {"count": 0, "messages": []}
+
+
+def test_a_failing_listener_retries_through_the_retry_topic_into_the_dead_letters(
+    served: Served, ali_ons: None, tmp_path: Path
+) -> None:
+    _topic(served, "AliRetryT")
+    group, fails, max_times = "CG_ALI_RETRY", "ali-ons message 1", 2
+    c = _consumer(served, "AliRetryT", group, tmp_path, "FIRST", fails, str(max_times))
+    try:
+        _until("the consumer holds the queues", lambda: c.of("queues")
+               and len(c.of("queues")[-1]["queues"]) == 4)  # fmt: skip
+        sent = {s["key"]: s for s in _produce(served, "AliRetryT", 3, tmp_path)}
+        dlq = f"%DLQ%{group}"
+        found = _until("the failing message in the dead-letter topic", lambda: _query(
+            served, "query-key", "--topic", dlq, "--key", "ak-1")["messages"])  # fmt: skip
+        tries = [e for e in c.of("received") if e["body"] == fails]
+        others = sorted(e["body"] for e in c.of("received") if e["body"] != fails)
+    finally:
+        assert c.close() == 0, c.explain()
+    assert others == ["ali-ons message 0", "ali-ons message 2"], c.explain()  # once each
+    # the first delivery, then max_times copies from the retry topic; none after the last
+    assert [int(e["reconsumeTimes"]) for e in tries] == list(range(max_times + 1)), c.explain()
+    first = sent["ak-1"]["msgId"]
+    assert tries[0]["msgId"] == first and not tries[0]["retryTopic"]
+    for e in tries[1:]:
+        assert (e["retryTopic"], e["originMessageId"]) == ("AliRetryT", first)
+        copy = _query(served, "query-id", e["msgId"])["messages"]
+        assert [m["topic"] for m in copy] == [f"%RETRY%{group}"]
+        assert copy[0]["properties"]["RETRY_TOPIC"] == "AliRetryT"
+    # the dead letter: queue 0 of %DLQ%<group>, naming the original; query-id finds it by id
+    assert len(found) == 1
+    dead = found[0]
+    assert (dead["topic"], dead["queueId"], dead["body"]) == (dlq, 0, fails)
+    assert dead["properties"]["ORIGIN_MESSAGE_ID"] == first
+    assert dead["properties"]["RETRY_TOPIC"] == "AliRetryT"
+    by_id = _query(served, "query-id", dead["msgId"])
+    assert [(m["topic"], m["keys"]) for m in by_id["messages"]] == [(dlq, "ak-1")]
