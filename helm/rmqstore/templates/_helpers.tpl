@@ -31,10 +31,10 @@ rmqstore.io/broker: {{ .name }}
 
 {{/*
 The broker groups (values.brokers): one a line, each {index, name}; a single {} for one broker
-(its objects keep the names they had before brokers existed). Render a broker's objects with
-a context of its own: (include "rmqstore.brokerContext" ...) cannot return a dict, so the
-templates build it as (dict "Values" $.Values "Release" $.Release "Chart" $.Chart
-"Capabilities" $.Capabilities "Template" $.Template "Files" $.Files "broker" BROKER).
+(its objects keep the names they had before brokers existed). The templates render each
+broker's objects with a context of its own, (dict "Values" $.Values "Release" $.Release "Chart"
+$.Chart "Capabilities" $.Capabilities "Template" $.Template "Files" $.Files "broker" BROKER)
+(an include returns text, not a dict); the helpers below read .broker from it.
 */}}
 {{- define "rmqstore.brokerList" -}}
 {{- if gt (int .Values.brokers) 1 }}
