@@ -121,12 +121,13 @@ async def _stream(address: str, reqs: list, window: int, lat: list[float], q, go
 
 
 def over_grpc(
-    address: str, body_size: int, producers: int, count: int, stream: bool = False,
+    address: str | list[str], body_size: int, producers: int, count: int, stream: bool = False,
     window: int = 1, columns: bool = False, server: int | None = None,
     after: Callable[[], object] | None = None,
 ) -> dict:
     """Producers in their own processes start together; the rate is over the common span.
 
+    ``address``: one writer, or several (producer i sends to ``address[i % len(address)]``).
     ``stream``: each producer sends its batches over one PutStream instead of PutBatch calls,
     with up to ``window`` batches unanswered. ``columns``: batches as MessageColumns.
     ``_start``/``_end`` (wall-clock seconds) let callers time what happens after the puts;
@@ -137,11 +138,13 @@ def over_grpc(
     """
     ctx = mp.get_context("spawn")
     q, go = ctx.Queue(), ctx.Event()
+    addresses = [address] if isinstance(address, str) else address
     ps = [
         ctx.Process(
             target=_producer,
-            args=(address, body_size, count // producers, i, q, go, stream, window, columns),
-        )
+            args=(addresses[i % len(addresses)], body_size, count // producers, i, q, go, stream,
+                  window, columns),
+        )  # fmt: skip
         for i in range(producers)
     ]
     for p in ps:

@@ -86,8 +86,16 @@ class NameServer:
             return R.response_to(req, RC.SYSTEM_ERROR,
                                  remark="compressed registration is not supported")  # fmt: skip
         body = R.parse_json_body(req.body) if req.body else None
+        timeout_ms = req.field("heartbeatTimeoutMillis")  # RocketMQ 5's; 4.x brokers send none
+        timeout_s = None
+        if timeout_ms:
+            timeout_s = _long(timeout_ms, "heartbeatTimeoutMillis") / 1000
+            if timeout_s <= 0:
+                raise ValueError(f"the custom field <heartbeatTimeoutMillis> is not positive: "
+                                 f"{timeout_ms}")  # fmt: skip
         result = self.table.register(cluster, addr, name, _long(broker_id, "brokerId"), ha_addr,
-                                     topic_configs(body), conn, data_version(body))  # fmt: skip
+                                     topic_configs(body), conn, data_version(body),
+                                     timeout_s)  # fmt: skip
         ext = {}
         if result.ha_server_addr is not None:
             ext["haServerAddr"] = result.ha_server_addr

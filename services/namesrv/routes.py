@@ -2,8 +2,9 @@
 at which addresses, in which cluster, and which topics have queues on which broker.
 
 A broker registers every 30 s and is dropped ``BROKER_EXPIRY_S`` after its last registration
-(or when the connection it registered on closes). ``clock`` (seconds, monotonic) is
-injectable so tests can move time. Nothing here touches the network.
+(or when the connection it registered on closes); one that gives a timeout of its own when it
+registers (RocketMQ 5's ``heartbeatTimeoutMillis``) is dropped that long after. ``clock``
+(seconds, monotonic) is injectable so tests can move time. Nothing here touches the network.
 """
 
 import time
@@ -47,6 +48,7 @@ class LiveBroker:
     ha_server_addr: str
     connection: object  # what the broker registered over (closing it drops the broker)
     data_version: Any = None
+    timeout_s: float | None = None  # the broker's own (heartbeatTimeoutMillis), else the table's
 
 
 @dataclass(frozen=True)
@@ -85,6 +87,7 @@ class RouteTable:
         topic_configs: Mapping[str, Mapping[str, Any]] | None,
         connection: object = None,
         data_version: Any = None,
+        timeout_s: float | None = None,
     ) -> RegisterResult:
         """A broker's (re-)registration; a master's topic configurations are merged in
         (topics it did not send stay: registrations after ``updateTopic`` hold one topic)."""
@@ -102,7 +105,7 @@ class RouteTable:
                     _int(config.get("readQueueNums")), _int(config.get("writeQueueNums")),
                     _int(config.get("perm")), _int(config.get("topicSysFlag")),
                 )  # fmt: skip
-        self.live[addr] = LiveBroker(self.clock(), ha_addr, connection, data_version)
+        self.live[addr] = LiveBroker(self.clock(), ha_addr, connection, data_version, timeout_s)
         if broker_id == MASTER_ID:
             return RegisterResult()
         master = data.addrs.get(MASTER_ID)
@@ -142,9 +145,11 @@ class RouteTable:
                 self._drop_if_empty(name)
 
     def expire(self) -> list[str]:
-        """Drop brokers not registered for ``expiry_s``; their addresses."""
+        """Drop brokers not registered for their timeout (``expiry_s`` unless they gave one);
+        their addresses."""
         now = self.clock()
-        gone = [a for a, b in self.live.items() if now - b.last_update > self.expiry_s]
+        gone = [a for a, b in self.live.items()
+                if now - b.last_update > (b.timeout_s or self.expiry_s)]  # fmt: skip
         for addr in gone:
             self._drop_address(addr)
         return gone

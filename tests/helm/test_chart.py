@@ -433,7 +433,7 @@ def test_more_than_one_replica_is_refused_with_the_reason() -> None:
 
     for ok in (0, 1):
         assert broker_sts(render({"replicas": ok}))["spec"]["replicas"] == ok
-    with pytest.raises(helm.HelmError, match="no multi-broker mode") as caught:
+    with pytest.raises(helm.HelmError, match="for more brokers set brokers") as caught:
         render({"replicas": 2})
     assert "replicas is 2" in str(caught.value)
 

@@ -24,6 +24,40 @@
 {{- define "rmqstore.selectorLabels" -}}
 app.kubernetes.io/name: {{ include "rmqstore.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
+{{- with .broker }}
+rmqstore.io/broker: {{ .name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The broker groups (values.brokers): one a line, each {index, name}; a single {} for one broker
+(its objects keep the names they had before brokers existed). The templates render each
+broker's objects with a context of its own, (dict "Values" $.Values "Release" $.Release "Chart"
+$.Chart "Capabilities" $.Capabilities "Template" $.Template "Files" $.Files "broker" BROKER)
+(an include returns text, not a dict); the helpers below read .broker from it.
+*/}}
+{{- define "rmqstore.brokerList" -}}
+{{- if gt (int .Values.brokers) 1 }}
+{{- range $i := until (int .Values.brokers) }}
+- {index: {{ $i }}, name: {{ printf "%s-broker-%d" (include "rmqstore.fullname" $) $i | trunc 52 | trimSuffix "-" }}}
+{{- end }}
+{{- else }}
+- {}
+{{- end }}
+{{- end }}
+
+{{/* A broker group's StatefulSet and client Service name: the fullname for one broker. */}}
+{{- define "rmqstore.brokerFullname" -}}
+{{- if .broker }}{{ .broker.name }}{{ else }}{{ include "rmqstore.fullname" . }}{{ end -}}
+{{- end }}
+
+{{/* The name the broker registers under (--broker-name of the remoting broker, the proxy and
+the query service): remoting.brokerName (with several brokers, suffixed -<index>), else its
+StatefulSet's name. */}}
+{{- define "rmqstore.brokerName" -}}
+{{- if and .broker .Values.remoting.brokerName }}{{ printf "%s-%d" .Values.remoting.brokerName (int .broker.index) }}
+{{- else if .broker }}{{ .broker.name }}
+{{- else }}{{ default (include "rmqstore.fullname" .) .Values.remoting.brokerName }}{{ end -}}
 {{- end }}
 
 {{- define "rmqstore.labels" -}}
@@ -47,7 +81,7 @@ app.kubernetes.io/part-of: rmqstore
 {{- end }}
 
 {{- define "rmqstore.headlessName" -}}
-{{- printf "%s-headless" (include "rmqstore.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- printf "%s-headless" (include "rmqstore.brokerFullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
 
 {{/* The store root inside every container. */}}
@@ -150,13 +184,31 @@ would replace the master's address in the routes). On a slave it listens unregis
 its writer refuses sends, naming the master.
 */}}
 {{- define "rmqstore.remotingRoleCommand" -}}
+{{- include "rmqstore.masterRegistersCommand" (dict "root" . "name" "remoting") }}
+{{- end }}
+
+{{/* The same for a service that announces itself in the name servers' KV configuration (the
+proxy and the query service of a broker in a cluster): only pod 0 is given --namesrv, so a
+slave never replaces its master's entry. Call with (dict "root" $ "name" CONTAINER). */}}
+{{- define "rmqstore.masterRegistersCommand" -}}
 - sh
 - -c
 - >-
   if [ "${POD_NAME##*-}" = 0 ];
-  then exec python "$@" --namesrv {{ include "rmqstore.namesrvAddress" . | quote }};
+  then exec python "$@" --namesrv {{ include "rmqstore.namesrvAddress" .root | quote }};
   else exec python "$@"; fi
-- remoting
+- {{ .name }}
+{{- end }}
+
+{{/* A cluster member's announcement: --namesrv on its args, or with slaves the command that
+gives it on pod 0 only. Call with (dict "root" $ "container" DICT); changes DICT. */}}
+{{- define "rmqstore.announce" -}}
+{{- $c := .container }}
+{{- if include "rmqstore.replicated" .root }}
+{{- $_ := set $c "command" (include "rmqstore.masterRegistersCommand" (dict "root" .root "name" $c.name) | fromYamlArray) }}
+{{- else }}
+{{- $_ := set $c "args" (concat $c.args (list "--namesrv" (include "rmqstore.namesrvAddress" .root))) }}
+{{- end }}
 {{- end }}
 
 {{/* securityContext of every container (hardened; see values.securityContext). */}}
@@ -321,7 +373,7 @@ true
 
 {{/* The master: pod 0, by its name (the label Kubernetes gives every StatefulSet pod). */}}
 {{- define "rmqstore.masterPod" -}}
-{{- printf "%s-0" (include "rmqstore.fullname" .) }}
+{{- printf "%s-0" (include "rmqstore.brokerFullname" .) }}
 {{- end }}
 
 {{/* Where a slave finds its master's HA port: pod 0 through the headless Service. */}}

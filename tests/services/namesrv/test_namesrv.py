@@ -119,6 +119,22 @@ def test_delete_topic_and_unregister() -> None:
     run(test)
 
 
+def test_a_registration_gives_its_own_timeout() -> None:
+    async def test(wire: Wire, table: RouteTable, server: RemotingServer) -> None:
+        for value, code in (("20000", R.ResponseCode.SUCCESS), ("x", R.ResponseCode.SYSTEM_ERROR),
+                            ("-5", R.ResponseCode.SYSTEM_ERROR)):  # fmt: skip
+            ext = {**REGISTER_EXT, "heartbeatTimeoutMillis": value}
+            answer = await wire.call(json_request(C.REGISTER_BROKER, ext, body=REGISTER_BODY))
+            assert answer.code == code, answer.remark
+            if code != R.ResponseCode.SUCCESS:
+                assert "heartbeatTimeoutMillis" in answer.remark
+        assert table.live["127.0.0.1:10911"].timeout_s == 20.0  # the bad ones changed nothing
+        await wire.call(json_request(C.REGISTER_BROKER, REGISTER_EXT, body=REGISTER_BODY))
+        assert table.live["127.0.0.1:10911"].timeout_s is None  # a 4.x broker's: the table's
+
+    run(test)
+
+
 def test_closing_the_registering_connection_drops_the_broker() -> None:
     async def test(wire: Wire, table: RouteTable, server: RemotingServer) -> None:
         await _register(wire)

@@ -64,6 +64,19 @@ def test_broker_expires_after_120_s_without_registration() -> None:
     assert table.cluster_info() == {"brokerAddrTable": {}, "clusterAddrTable": {}}
 
 
+def test_a_broker_giving_its_own_timeout_expires_after_it() -> None:
+    table, clock = _table()  # broker-a gives none: 120 s
+    table.register("DefaultCluster", "127.0.0.1:20911", "broker-b", 0, "",
+                   {"CapT": _config(4)}, object(), None, 20.0)  # fmt: skip
+    clock.now += 20
+    assert table.expire() == []
+    clock.now += 0.5
+    assert table.expire() == ["127.0.0.1:20911"]
+    assert [q["brokerName"] for q in table.route("CapT")["queueDatas"]] == ["broker-a"]
+    clock.now += 100
+    assert table.expire() == ["127.0.0.1:10911"]
+
+
 def test_reregistration_keeps_a_broker_alive() -> None:
     table, clock = _table()
     for _ in range(10):
