@@ -9,10 +9,10 @@ import pytest
 from rmqstore.errors import NotMasterError
 from rmqstore.formats import commitlog
 from rmqstore.v1 import common_pb2
+from services.commitlog import replica_log
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_slave import HaSlave
-from services.commitlog import replica_log
 from services.commitlog.replica_log import Diverged, ReplicaLog
 from tests.ha_peer import PeerMaster
 from tests.services.commitlog.replicas import SEGMENT, files, source_store, wait_for
