@@ -192,7 +192,7 @@ class ReplicaLog:
                         queues[key] = meta.queue_offset + 1
             out.stamps.append((pos + end, meta.store_timestamp))
             return
-        cols, good_end, error = decode_columns(buf, 0, end, True, pos)
+        cols, good_end, error = decode_columns(buf, 0, end, True, pos, positions=starts)
         elsewhere = np.flatnonzero(cols.physical_offset != cols.position + pos)
         if len(elsewhere) or error is not None or good_end != end:
             if len(elsewhere):
