@@ -215,13 +215,18 @@ def decode_columns(
     check_crc: bool = True,
     base_offset: int = 0,
     max_records: int | None = None,
+    positions: list[int] | None = None,
 ) -> tuple[RecordColumns, int, CorruptRecordError | None]:
     """Every good record from ``start`` until a blank record, zeros, ``limit`` or
     ``max_records``, as columns: (columns, position after the last good record, the error of
     the record that stopped the walk, if one did). ``base_offset`` (the segment's start
-    offset) names positions in errors."""
+    offset) names positions in errors. ``positions``: the records' starts, already found by
+    a walk of the caller's (each with a known magic and a size inside the buffer)."""
     with memoryview(buf) as view:
-        found, stopped_at = walk(view, start, limit, max_records)
+        if positions is None:
+            found, stopped_at = walk(view, start, limit, max_records)
+        else:
+            found, stopped_at = positions, None
         data = np.frombuffer(view, dtype=np.uint8)
         pos = np.array(found, dtype=np.int64)
         head = _gather(data, pos, HEAD_DTYPE)

@@ -12,7 +12,7 @@ from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
-from services.commitlog import ha_slave, topics
+from services.commitlog import ha_slave, promoted, topics
 from services.commitlog.config import (
     DEFAULT_SEGMENT_SIZE,
     WriterConfig,
@@ -118,8 +118,30 @@ def main(argv: list[str] | None = None) -> int:
     return run_main("commitlog", lambda: _serve(args))
 
 
+def _promotion_kept(args: argparse.Namespace) -> None:
+    """A store a promotion made a master, started as a slave, starts as that master (``args``
+    changed; see ``promoted``) unless ``--demote``."""
+    if args.demote and args.role != "slave":
+        raise StartupError("--demote goes with --role slave")
+    if args.role != "slave" or args.read_only or args.demote:
+        return
+    try:
+        was = promoted.recorded(StoreLayout.of(args.store))
+    except (ValueError, OSError) as e:
+        raise StartupError(f"cannot read the store's role: {e}") from None
+    if was is None:
+        return
+    args.role, args.ha_master, args.ha_master_commitlog = was.role, "", ""
+    args.ha_port = args.ha_port or was.ha_port
+    log.warning("this store was promoted to %s (master term %d; it was a slave of %s): "
+                "starting as %s, not as a slave as the command line says; to make it a slave "
+                "again, start it with --role slave --demote", was.role, was.term,
+                was.former_master, was.role)  # fmt: skip
+
+
 def _serve(args: argparse.Namespace) -> int:
     credentials, m_host = preflight(args, calls_writer=False)
+    _promotion_kept(args)
     if args.read_only and args.role == "slave":
         raise StartupError("--read-only and --role slave do not go together (a slave appends "
                            "its master's bytes)")  # fmt: skip
@@ -141,6 +163,10 @@ def _serve(args: argparse.Namespace) -> int:
     if args.ha_master_commitlog and not config.is_slave:
         engine.close()
         raise StartupError("--ha-master-commitlog goes with --role slave")
+    if isinstance(engine, CommitLogEngine) and args.demote and promoted.recorded(engine.layout):
+        promoted.forget(engine.layout)
+        log.warning("--demote: this store was promoted; it starts as a slave of %s and will "
+                    "restart as one", config.ha_master)  # fmt: skip
     checked = True
     if isinstance(engine, CommitLogEngine) and config.is_slave and args.ha_master_commitlog:
         try:

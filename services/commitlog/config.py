@@ -196,6 +196,11 @@ def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") ->
         "consumer offsets, subscription groups) this often (default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
+        "--demote", action="store_true",
+        help="with --role slave: start as a slave although a promotion made this store a "
+        "master (it restarts as that master otherwise; the record is forgotten)",
+    )  # fmt: skip
+    p.add_argument(
         "--ha-retry-seconds", type=float, default=WriterConfig.ha_retry_s,
         help="a slave reconnects to its master after this long (default: %(default)s)",
     )  # fmt: skip
@@ -218,5 +223,6 @@ def replication_args(args: argparse.Namespace, ha_port: int) -> list[str]:
         "--config-copy-seconds", str(args.config_copy_seconds),
     ]  # fmt: skip
     out += ["--ha-master", args.ha_master] if args.ha_master else []
+    out += ["--demote"] if args.demote else []
     return out + (["--ha-master-commitlog", args.ha_master_commitlog]
                   if args.ha_master_commitlog else [])  # fmt: skip

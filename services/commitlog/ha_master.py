@@ -12,9 +12,12 @@ the futures of the sync-master puts it covers in the callback that read it, with
 between, and a put never waits on the loop (it awaits its future, as a sync-flush put awaits
 its group commit).
 
-Divergence (spec §6): a first report beyond the master's end or off a record boundary is
-refused (one log line, the connection closed, nothing sent); a first report below the oldest
-file can never be served and is refused with its own log line, metric and status.
+Divergence (spec §6): a first report beyond the master's end is refused (one log line, the
+connection closed, nothing sent); a first report below the oldest file can never be served
+and is refused with its own log line, metric and status. A first report inside a record is
+served from there, raw bytes as always: a RocketMQ slave that reconnects without restarting
+reports the end of the bytes it holds, and frames ignore record boundaries (our own slave
+reports the end of its whole records).
 """
 
 import asyncio
@@ -263,13 +266,12 @@ class Replication:
             why = (f"its log ends at {first}, below this master's oldest file (offset {lo}): "
                    "the bytes it needs were deleted and it can never catch up; wipe the slave's "
                    "store and start it again (it then copies from the master's last file)")
-        elif first in (0, end) or first % size == 0 or _starts_record(e, first):
-            return ""
         else:
-            self.refused_divergent += 1
-            why = (f"its log ends at {first}, which is not the start of a record on this master: "
-                   "its history differs from this master's; wipe the slave's store (or move it "
-                   "aside) and start it again")
+            if first not in (0, end) and first % size and not _starts_record(e, first):
+                log.info("slave %s resumes at offset %d, inside a record (a RocketMQ slave "
+                         "that reconnects reports the end of the bytes it holds): sending from "
+                         "there", address, first)  # fmt: skip
+            return ""
         log.warning("refused slave %s: %s", address, why)
         return why
 

@@ -11,7 +11,9 @@ Promotion (``rmqstore admin promote``, the writer's ``Promote`` call):
    and so does the copy of the master's configuration (``config_copy``);
 4. a new master term and a new writer epoch begin at this store's end (``terms.py``): a
    former master that rejoins as a slave cuts its log there;
-5. delayed delivery and retention start, and puts are taken.
+5. the new role is kept in the store (``promoted``): a restart with the slave's command line
+   starts this master again;
+6. delayed delivery and retention start, and puts are taken.
 
 Bytes a synchronous master answered ``PUT_OK`` for were in this slave's files before the
 answer went out, so they are all below the new term's start.
@@ -25,6 +27,7 @@ from typing import Any
 
 from rmqstore.errors import StoreError
 from rmqstore.v1 import commitlog_pb2
+from services.commitlog import promoted
 from services.commitlog.config import ASYNC_MASTER, SYNC_MASTER, WriterConfig, master_address
 from services.commitlog.config_copy import ConfigCopy
 from services.commitlog.delivery import DeliveryService
@@ -116,6 +119,12 @@ class Roles:
                 log.info("dropping %d bytes of a record received in part from %s",
                          len(slave.replica.pending), former)  # fmt: skip
             term, start, epoch = e.become_master(role, ha_port)
+            try:  # a restart with the slave's command line starts this master again
+                promoted.record(e.layout, promoted.Promoted(role, replication.port, former,
+                                                            term))  # fmt: skip
+            except OSError as err:
+                log.error("promoted, but the role could not be kept (%s): restarted as a "
+                          "slave, this writer would follow %s again", err, former)  # fmt: skip
             delivery = None
             try:
                 delivery = DeliveryService(e) if e.config.delivery else None

@@ -30,3 +30,9 @@ def test_serve_passes_the_masters_writer_for_the_history_check_and_config_copy()
                          "--config-copy-seconds", "5")  # fmt: skip
     assert flags[flags.index("--ha-master-commitlog") + 1] == "10.0.0.1:8100"
     assert float(flags[flags.index("--config-copy-seconds") + 1]) == 5
+
+
+def test_serve_passes_demote_to_the_writer():
+    assert "--demote" in writer_flags("--role", "slave", "--ha-master", "10.0.0.1:8106",
+                                      "--demote")  # fmt: skip
+    assert "--demote" not in writer_flags("--role", "slave", "--ha-master", "10.0.0.1:8106")

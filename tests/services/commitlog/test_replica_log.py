@@ -9,6 +9,7 @@ import pytest
 from rmqstore.errors import NotMasterError
 from rmqstore.formats import commitlog
 from rmqstore.v1 import common_pb2
+from services.commitlog import replica_log
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.commitlog.ha_slave import HaSlave
@@ -261,9 +262,14 @@ def test_a_slave_reports_its_end_as_a_heartbeat(tmp_path, source):
     (commitlog.PHYSICAL_OFFSET_AT + 7, "another history"),  # the stored offset
     (commitlog.MAGIC_AT, "no record begins"),
 ])  # fmt: skip
-def test_a_record_that_does_not_check_out_is_not_written(tmp_path, source, flip, why):
+@pytest.mark.parametrize("one_by_one", [True, False])
+def test_a_record_that_does_not_check_out_is_not_written(
+    tmp_path, source, flip, why, one_by_one, monkeypatch
+):
     """Bytes damaged on the way (or from another history) are refused with nothing of the
-    record written; the records before it are."""
+    record written; the records before it are. Checked record by record (a few records at
+    once) or as columns (many)."""
+    monkeypatch.setattr(replica_log, "_SMALL", 1000 if one_by_one else 0)
     root, _ = source
     data = bytearray((root / "commitlog" / f"{0:020d}").read_bytes()[:20_000])
     size = commitlog.peek(data, 0).total_size
