@@ -1,7 +1,8 @@
 """``rmqstore topic create | list | describe``: the topic configuration (``config/topics.json``,
 RocketMQ's format), administered through the commitlog writer, the file's one writer.
 
-``create`` is idempotent: an existing topic is shown unchanged (exit 0). ``describe`` of an
+``create`` is idempotent: an existing topic is shown unchanged (exit 0). With ``--namesrv``
+it is created on every broker of a cluster (``topic_cluster``). ``describe`` of an
 unknown topic exits 1. ``--json`` prints RocketMQ's field names.
 """
 
@@ -14,6 +15,7 @@ import grpc
 from rmqstore import tls
 from rmqstore.v1 import topics_pb2, topics_pb2_grpc
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
+from services.cli.topic_cluster import run_create_in_cluster
 
 DEFAULT_WRITER = "127.0.0.1:8100"
 TIMEOUT_S = 10
@@ -65,6 +67,8 @@ def _show(args: argparse.Namespace, topics: list[topics_pb2.TopicConfig]) -> Non
 
 
 def run_create(args: argparse.Namespace) -> int:
+    if args.namesrv:
+        return run_create_in_cluster(args)
     t = _call(args, "CreateTopic", topics_pb2.CreateTopicRequest(
         name=args.name, queue_nums=args.queues, perm=args.perm, message_type=args.type,
     ))  # fmt: skip
@@ -102,7 +106,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--queues",
         type=int,
         default=0,
-        help="read and write queues (default: the writer's --queues-per-topic)",
+        help="read and write queues (default: the writer's --queues-per-topic, each broker's "
+        "with --namesrv)",
+    )
+    c.add_argument(
+        "--namesrv",
+        default="",
+        metavar="HOST:PORT;...",
+        help="create it on the master of every broker of a cluster, found through these name "
+        "servers (as mqadmin updateTopic -c); brokers that have it are left as they are",
+    )
+    c.add_argument(
+        "--cluster", default="", help="with --namesrv: the cluster (default: the only one)"
     )
     c.add_argument(
         "--perm",

@@ -14,14 +14,12 @@ import time
 from typing import Any
 
 from rmqstore.cluster_members import PeerBook
-from rmqstore.formats import remoting as R
-from rmqstore.remoting_net import RemotingClient, RemotingError
+from rmqstore.name_servers import MASTER_ID, NameServerError, NameServers
 from rmqstore.rocketmq import definition_pb2 as pb
 from services.proxy.routes import broker_queues, endpoints
 
 log = logging.getLogger("rmqstore.proxy")
 TIMEOUT_S = 3.0
-MASTER_ID = "0"
 PERM_WRITE = 2
 PERM_READ = 4
 CACHE_S = 2.0  # clients ask for routes every 30 s; a burst of them asks the name server once
@@ -48,7 +46,7 @@ def queues_of_route(topic: str, route: dict[str, Any], proxies: dict[str, str],
 
 class ClusterRoutes:
     def __init__(self, namesrvs: list[str], book: PeerBook) -> None:
-        self.clients = [RemotingClient(a) for a in namesrvs]
+        self.namesrvs = NameServers(namesrvs, TIMEOUT_S)
         self.book = book
         self._cache: dict[str, tuple[float, dict[str, Any] | None]] = {}
 
@@ -56,20 +54,10 @@ class ClusterRoutes:
         hit = self._cache.get(topic)
         if hit is not None and time.monotonic() - hit[0] < CACHE_S:
             return hit[1]
-        route = None
-        for client in self.clients:  # as a client: the first name server that answers
-            cmd = R.Command(code=R.RequestCode.GET_ROUTEINFO_BY_TOPIC, ext={"topic": topic})
-            try:
-                answer = await client.invoke(cmd, TIMEOUT_S)
-            except RemotingError as e:
-                log.warning("cannot ask the name server %s for routes: %s", client.address, e)
-                continue
-            if answer.code == R.ResponseCode.SUCCESS:
-                try:
-                    route = R.parse_json_body(answer.body)
-                except R.FrameError:
-                    continue
-            break
+        try:
+            route = await self.namesrvs.route(topic)
+        except NameServerError:  # each name server's failure is logged
+            route = None
         self._cache[topic] = (time.monotonic(), route)
         return route
 
@@ -81,5 +69,4 @@ class ClusterRoutes:
         return queues_of_route(topic, route, {p.name: p.address for p in peers}, types)
 
     async def close(self) -> None:
-        for client in self.clients:
-            await client.close()
+        await self.namesrvs.close()

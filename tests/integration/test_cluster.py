@@ -330,6 +330,28 @@ def test_the_cli_prints_each_broker(cluster: Cluster, sent: list[dict]) -> None:
     assert all(m["broker"] in NAMES for m in doc["messages"])
 
 
+def _topic_create(cluster: Cluster, *argv: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "topic", "create", "FanOutT", "--namesrv",
+         cluster.namesrv.address, "--json", *argv], cwd=procs.ROOT, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_topic_create_with_a_name_server_reaches_every_broker(cluster: Cluster) -> None:
+    out = _topic_create(cluster, "--queues", "3")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert {r["brokerName"]: r["result"] for r in rows} == dict.fromkeys(NAMES, "created")
+    again = _topic_create(cluster, "--queues", "5")
+    assert again.returncode == 0, again.stderr
+    rows = [json.loads(line) for line in again.stdout.splitlines()]
+    assert {r["brokerName"]: (r["result"], r["readQueueNums"], r["writeQueueNums"])
+            for r in rows} == dict.fromkeys(NAMES, ("exists", 3, 3))  # left as they are
+    unknown = _topic_create(cluster, "--cluster", "NoSuchCluster")
+    assert unknown.returncode == 1 and CLUSTER in unknown.stderr, unknown.stderr
+
+
 def test_the_console_searches_the_cluster(cluster: Cluster, sent: list[dict]) -> None:
     console = cluster.brokers[NAMES[1]].address(5)
     url = (f"http://{console}/api/v1/messages?topic={TOPIC}&key={SHARED}&max=5"
