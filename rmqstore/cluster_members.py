@@ -109,21 +109,7 @@ class PeerBook:
             return self._view
 
     async def _list(self, client: RemotingClient) -> dict[str, str] | None:
-        cmd = R.Command(code=R.RequestCode.GET_KVLIST_BY_NAMESPACE,
-                        ext={"namespace": self.namespace})  # fmt: skip
-        try:
-            answer = await client.invoke(cmd, TIMEOUT_S)
-        except RemotingError:
-            return None
-        if answer.code == R.ResponseCode.QUERY_NOT_FOUND:
-            return {}
-        if answer.code != R.ResponseCode.SUCCESS:
-            return None
-        try:
-            table = R.parse_json_body(answer.body).get("table", {})
-        except (R.FrameError, AttributeError):
-            return None
-        return {str(k): str(v) for k, v in table.items()} if isinstance(table, dict) else None
+        return await read_entries(client, self.namespace)
 
     def start(self) -> None:
         self._task = asyncio.ensure_future(self._run())
@@ -145,3 +131,35 @@ class PeerBook:
                 await self._task
         for client in self.clients:
             await client.close()
+
+
+async def read_entries(client: RemotingClient, namespace: str) -> dict[str, str] | None:
+    """One name server's entries of ``namespace`` (broker name -> JSON); None when it could
+    not be asked."""
+    cmd = R.Command(code=R.RequestCode.GET_KVLIST_BY_NAMESPACE, ext={"namespace": namespace})
+    try:
+        answer = await client.invoke(cmd, TIMEOUT_S)
+    except RemotingError:
+        return None
+    if answer.code == R.ResponseCode.QUERY_NOT_FOUND:
+        return {}
+    if answer.code != R.ResponseCode.SUCCESS:
+        return None
+    try:
+        table = R.parse_json_body(answer.body).get("table", {})
+    except (R.FrameError, AttributeError):
+        return None
+    return {str(k): str(v) for k, v in table.items()} if isinstance(table, dict) else None
+
+
+async def announced(clients: list[RemotingClient], service: str, cluster: str) -> list[Peer]:
+    """Every broker's ``service`` of ``cluster`` announced in any of the name servers, by
+    name (read only: for tools that are not a member)."""
+    namespace = NAMESPACE.format(service=service, cluster=cluster)
+    found: dict[str, Peer] = {}
+    for table in await asyncio.gather(*(read_entries(c, namespace) for c in clients)):
+        for name, value in (table or {}).items():
+            peer = parse_peer(name, value)
+            if peer is not None:
+                found.setdefault(name, peer)
+    return sorted(found.values())

@@ -77,3 +77,19 @@ def masters(info: dict[str, Any], cluster: str) -> dict[str, str]:
         if MASTER_ID in addrs:
             out[str(name)] = str(addrs[MASTER_ID])
     return out
+
+
+def pick_cluster(info: dict[str, Any], wanted: str = "") -> str:
+    """``wanted`` if the name server knows it, else the only cluster it knows; LookupError
+    (unknown cluster) or ValueError (several, none named) saying which there are."""
+    clusters = sorted((info.get("clusterAddrTable") or {}).keys())
+    known = ", ".join(clusters) or "none"
+    if wanted:
+        if wanted not in clusters:
+            raise LookupError(f"cluster {wanted!r} is not registered with the name server "
+                              f"(clusters: {known})")  # fmt: skip
+        return wanted
+    if len(clusters) != 1:
+        raise ValueError(f"--cluster: the name server knows {len(clusters)} clusters ({known}); "
+                         "name one")  # fmt: skip
+    return clusters[0]

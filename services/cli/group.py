@@ -7,6 +7,7 @@ offset, lag and messages in flight, and the offsets skipped since the proxy star
 retention had deleted their messages — the queues of the topics the group consumes and of its
 retry topics (``%RETRY%<group>_<topic>``, queue 0). ``reset`` moves the group's committed
 offset of every queue of the topic; what it had in flight there is forgotten.
+``describe --namesrv`` shows the group on every broker of a cluster (``group_cluster``).
 """
 
 import argparse
@@ -22,6 +23,7 @@ from rmqstore.group_json import queue_json as _queue_json
 from rmqstore.times import TimeFormatError, parse_time
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
+from services.cli.group_cluster import run_describe_in_cluster
 
 DEFAULT_PROXY = "127.0.0.1:8104"
 TIMEOUT_S = 30
@@ -83,6 +85,8 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def run_describe(args: argparse.Namespace) -> int:
+    if args.namesrv:
+        return run_describe_in_cluster(args, _call)
     r = _call(args, "DescribeGroup", groups_pb2.DescribeGroupRequest(group=args.group))
     if args.json:
         print(json.dumps(describe_json(r.group, r.queues, r.dead_letters)))
@@ -132,6 +136,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     verb("list", "list the consumer groups", run_list)
     d = verb("describe", "per queue: committed offset, max offset, lag, in flight", run_describe)
     d.add_argument("group")
+    d.add_argument("--namesrv", default="", metavar="HOST:PORT;...",
+                   help="every broker of a cluster, found through these name servers: the "
+                   "queues per broker and the lag summed over all")  # fmt: skip
+    d.add_argument("--cluster", default="", help="with --namesrv: the cluster (default: the "
+                   "only one)")  # fmt: skip
     r = verb("reset", "move a group's committed offsets on a topic", run_reset)
     r.add_argument("group")
     r.add_argument("--topic", required=True)

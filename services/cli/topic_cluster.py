@@ -14,7 +14,7 @@ import asyncio
 import json
 
 from rmqstore.formats import remoting as R
-from rmqstore.name_servers import NameServerError, NameServers, masters
+from rmqstore.name_servers import NameServerError, NameServers, masters, pick_cluster
 from rmqstore.remoting_net import RemotingClient, RemotingError, parse_namesrv
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
 
@@ -54,19 +54,6 @@ def _failed(answer: R.Command) -> dict:
             "error": f"{R.code_name(answer.code, response=True)}: {answer.remark}"}  # fmt: skip
 
 
-def _cluster(info: dict, wanted: str) -> str:
-    clusters = sorted((info.get("clusterAddrTable") or {}).keys())
-    if wanted:
-        if wanted not in clusters:
-            raise CliError(f"cluster {wanted!r} is not registered with the name server "
-                           f"(clusters: {', '.join(clusters) or 'none'})", NOT_FOUND)  # fmt: skip
-        return wanted
-    if len(clusters) != 1:
-        raise CliError(f"--cluster: the name server knows {len(clusters)} clusters "
-                       f"({', '.join(clusters) or 'none'}); name one", USAGE)  # fmt: skip
-    return clusters[0]
-
-
 async def _create(args: argparse.Namespace) -> list[dict]:
     try:
         addresses = parse_namesrv(args.namesrv)
@@ -75,7 +62,11 @@ async def _create(args: argparse.Namespace) -> list[dict]:
     namesrvs = NameServers(addresses, TIMEOUT_S)
     try:
         info = await namesrvs.cluster_info()
-        cluster = _cluster(info, args.cluster)
+        cluster = pick_cluster(info, args.cluster)
+    except LookupError as e:
+        raise CliError(str(e), NOT_FOUND) from None
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
     except NameServerError as e:
         raise CliError(f"--namesrv {args.namesrv}: {e}", UNAVAILABLE) from None
     finally:

@@ -268,6 +268,20 @@ def test_one_consumer_group_receives_every_message_of_every_broker_once(
     acked = [e for e in events if e["event"] == "acked"]
     assert len({e["id"] for e in acked}) == len(acked) == len(bodies)  # each once
     assert {e["body"] for e in acked} == bodies
+    # the group on every broker, through the name server: each broker's queues, no lag left
+    out = subprocess.run(
+        [sys.executable, "-m", "services.cli.main", "group", "describe", "GID_CLUSTER",
+         "--namesrv", cluster.namesrv.address, "--json"], cwd=procs.ROOT, capture_output=True,
+        text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert {b["broker"]: b["answer"] for b in doc["brokers"]} == dict.fromkeys(NAMES, "ok")
+    queues = [q for b in doc["brokers"] for q in b["queues"] if q["topic"] == TOPIC]
+    assert {b["broker"] for b in doc["brokers"] if any(q["topic"] == TOPIC
+                                                        for q in b["queues"])} == set(NAMES)
+    assert sum(q["maxOffset"] for q in queues) == len(bodies)
+    assert (doc["totalLag"], doc["partial"]) == (0, False), doc
 
 
 def test_a_push_consumer_gets_one_assignment_per_broker_and_every_message(
