@@ -73,9 +73,8 @@ def test_delete_topic_in_broker_and_in_name_server(served: Served) -> None:
         stats = await broker.call(json_request(C.GET_TOPIC_STATS_INFO, {"topic": "GoneT"}))
         assert stats.code == RC.TOPIC_NOT_EXIST
         # mqadmin then asks each name server to drop the route
-        dropped = await namesrv.call(
-            json_request(C.DELETE_TOPIC_IN_NAMESRV, {"topic": "GoneT", "clusterName": "DefaultCluster"})
-        )
+        ext = {"topic": "GoneT", "clusterName": "DefaultCluster"}
+        dropped = await namesrv.call(json_request(C.DELETE_TOPIC_IN_NAMESRV, ext))
         assert dropped.code == 0
         assert (await _route(namesrv, "GoneT")).code == RC.TOPIC_NOT_EXIST
         # the broker's next registration (after another topic's change) does not bring it back
