@@ -197,6 +197,7 @@ class Appender:
         self._busy = [asyncio.Lock() for _ in range(slots)]  # held while a slot puts
         self._claims = [0] * slots  # puts holding or waiting for each slot
         self._tasks = [asyncio.ensure_future(self._run(slot)) for slot in range(slots)]
+        self._putting: set[asyncio.Task] = set()  # the slots' batches being put
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
@@ -271,23 +272,30 @@ class Appender:
         return list(reply.records)
 
     async def _run(self, slot: int) -> None:
+        """Take the slot's next batch: its first put, then (while the slot's previous batch
+        may still be in flight) the wait for it to fill, then the slot, then ``_batch``."""
         loop = asyncio.get_running_loop()
+        busy = self._busy[slot]
         while True:
             first = await self._queue.get()
             self._queued -= len(first[0])
             lone = bool(self._lone) and first[1] in self._lone
             self._lone.discard(first[1])
-            self._claims[slot] += 1
+            self._claims[slot] += 1  # no put goes out on the slot ahead of this one
             try:
-                async with self._busy[slot]:
-                    await self._batch(slot, first, lone, loop)
-            finally:
+                await self._fill(lone, loop)
+                await busy.acquire()
+            except BaseException:
                 self._claims[slot] -= 1
+                raise
+            taken: asyncio.Future[None] = loop.create_future()
+            task = asyncio.ensure_future(self._batch(slot, first, loop, taken))
+            self._putting.add(task)
+            task.add_done_callback(self._putting.discard)
+            await taken  # the next batch starts with a put this one did not take
 
-    async def _batch(self, slot: int, first: Group, lone: bool,
-                     loop: asyncio.AbstractEventLoop) -> None:  # fmt: skip
-        """Put ``first`` and what queued behind it, the slot held: a group commit (the puts
-        that arrived while the slot's previous batch was in flight go out as one)."""
+    async def _fill(self, lone: bool, loop: asyncio.AbstractEventLoop) -> None:
+        """Under a pipelining sender's load, wait for more of its puts (see above)."""
         now = loop.time()
         wait = self._next_at - now
         if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
@@ -297,20 +305,33 @@ class Appender:
                 await self._linger(now + self.linger_s)
         else:
             self._next_at = now + self.spacing_s
+
+    async def _batch(self, slot: int, first: Group, loop: asyncio.AbstractEventLoop,
+                     taken: asyncio.Future[None]) -> None:  # fmt: skip
+        """Put ``first`` and what queued behind it, the slot held (released here): a group
+        commit (the puts that arrived while the slot's previous batch was in flight go out
+        as one). ``taken`` is set once the batch's puts are out of the queue."""
+        try:
             if self.gather_s and not self._pipelined:
                 await self._gather(loop)
-        self._queued_from.pop(first[1], None)
-        groups = [first]
-        count, size = len(first[0]), first[2]
-        while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
-            g = self._queue.get_nowait()
-            self._queued_from.pop(g[1], None)
-            self._lone.discard(g[1])
-            self._queued -= len(g[0])
-            groups.append(g)
-            count += len(g[0])
-            size += g[2]
-        await self._put(slot, groups)
+            self._queued_from.pop(first[1], None)
+            groups = [first]
+            count, size = len(first[0]), first[2]
+            while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
+                g = self._queue.get_nowait()
+                self._queued_from.pop(g[1], None)
+                self._lone.discard(g[1])
+                self._queued -= len(g[0])
+                groups.append(g)
+                count += len(g[0])
+                size += g[2]
+            taken.set_result(None)
+            await self._put(slot, groups)
+        finally:
+            if not taken.done():
+                taken.set_result(None)
+            self._busy[slot].release()
+            self._claims[slot] -= 1
 
     async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait (at most ``gather_s``) until every synchronous sender seen in the last
@@ -454,9 +475,10 @@ class Appender:
         for stream in self._streams.values():
             if stream is not None:
                 stream.cancel()
-        for t in self._tasks:
+        tasks = [*self._tasks, *self._putting]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _fail(self, groups: list[Group], e: BaseException) -> None:
         if isinstance(e, AppendError):
