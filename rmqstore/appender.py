@@ -79,6 +79,7 @@ Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
 PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
 LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
+RECENT_S = 0.05  # a synchronous sender that put this recently is expected back (gather_s)
 
 
 class Stored(NamedTuple):
@@ -112,13 +113,19 @@ def _columns_key(records: list[Record]) -> ColumnsKey | None:
     return key
 
 
-def _requests(groups: list[Group]) -> list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]]:
-    """The writer requests of one batch, each with the groups it holds."""
+def _requests(groups: list[Group], merge_below: int = 0
+              ) -> list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]]:  # fmt: skip
+    """The writer requests of one batch, each with the groups it holds. A batch of fewer
+    than ``merge_below`` messages that would take several requests (senders of other hosts
+    or topics: synchronous senders' group commit) is one request of ``Message``s: the
+    writer's cost is mostly per request."""
     if len(groups) == 1 and len(groups[0][0]) == 1 and isinstance(groups[0][0][0], Plain):
         return [(_lone(groups[0][0][0]), groups)]  # a synchronous sender's: the common case
     by_key: dict[ColumnsKey | None, list[Group]] = {}
     for g in groups:
         by_key.setdefault(_columns_key(g[0]), []).append(g)
+    if len(by_key) > 1 and sum(len(g[0]) for g in groups) < merge_below:
+        by_key = {None: groups}
     out = []
     for key, gs in by_key.items():
         records = [r for rs, _f, _n in gs for r in rs]
@@ -162,7 +169,8 @@ class Appender:
 
     def __init__(self, channel: grpc.aio.Channel, batch_max: int = 1024, slots: int = 2,
                  spacing_s: float = 0.001, put_socket: str = "", linger_s: float = 0.0,
-                 linger_below: int = LINGER_BELOW,
+                 linger_below: int = LINGER_BELOW, gather_s: float = 0.0,
+                 merge_below: int = 0,
                  make_error: ErrorFactory = AppendError) -> None:  # fmt: skip
         self.make_error = make_error
         self.stub = commitlog_pb2_grpc.CommitLogStub(channel)
@@ -171,6 +179,12 @@ class Appender:
         self.spacing_s = spacing_s
         self.linger_s = linger_s  # the longest a pipelining sender's batch waits
         self.linger_below = linger_below  # ... while fewer messages than this wait
+        self.gather_s = gather_s  # the longest a batch waits for synchronous senders (above)
+        self.merge_below = merge_below  # smaller batches are one writer request (_requests)
+        self._recent: dict[str, float] = {}  # sender -> when it last put (with gather_s)
+        self._queued_from: dict[asyncio.Future, str] = {}  # a queued put -> its sender
+        self._missing: set[str] = set()  # senders a gathering batch waits for
+        self._gathered: asyncio.Future[None] | None = None  # set once none is missing
         self._queued = 0  # messages in the queue
         self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: asyncio.Queue[Group] = asyncio.Queue()
@@ -181,7 +195,9 @@ class Appender:
         self._lone: set[asyncio.Future] = set()  # queued puts of other senders
         self._streams: dict[int, Any] = dict.fromkeys(range(slots))  # slot -> its put stream
         self._busy = [asyncio.Lock() for _ in range(slots)]  # held while a slot puts
+        self._claims = [0] * slots  # puts holding or waiting for each slot
         self._tasks = [asyncio.ensure_future(self._run(slot)) for slot in range(slots)]
+        self._putting: set[asyncio.Task] = set()  # the slots' batches being put
         self.batches = 0  # puts made (for tests and metrics)
         self.on_batch: Callable[[int], None] | None = None  # called with each put's size
 
@@ -205,15 +221,25 @@ class Appender:
         else:
             self._lone.add(future)
         group = (list(messages), future, size)
+        if self.gather_s and sender:
+            self._recent[sender] = now
         try:
             slot = self._direct_slot(loop)
             if slot is None:
                 self._queued += len(messages)
                 self._queue.put_nowait(group)
+                if self.gather_s and sender:
+                    self._queued_from[future] = sender
+                    if sender in self._missing:
+                        self._arrived(sender)
             else:  # nothing to batch with: straight out, without a hop through a slot's task
                 self._lone.discard(future)
-                async with self._busy[slot]:
-                    await self._put(slot, [group])
+                self._claims[slot] += 1
+                try:
+                    async with self._busy[slot]:
+                        await self._put(slot, [group])
+                finally:
+                    self._claims[slot] -= 1
             return await future
         finally:
             self._pipelined -= before > 0
@@ -225,10 +251,10 @@ class Appender:
     def _direct_slot(self, loop: asyncio.AbstractEventLoop) -> int | None:
         """A free slot for a put that would go out alone and at once anyway (nothing queued,
         no pipelining sender waiting), or None."""
-        if not self._queue.empty() or self._pipelined:
-            return None
-        for slot, busy in enumerate(self._busy):
-            if not busy.locked():
+        if not self._queue.empty() or self._pipelined or len(self._recent) > 1:
+            return None  # (several synchronous senders: their puts gather, see ``_gather``)
+        for slot, claims in enumerate(self._claims):
+            if not claims:
                 self._next_at = loop.time() + self.spacing_s
                 return slot
         return None
@@ -246,32 +272,104 @@ class Appender:
         return list(reply.records)
 
     async def _run(self, slot: int) -> None:
+        """Take the slot's next batch: its first put, then (while the slot's previous batch
+        may still be in flight) the wait for it to fill, then the slot, then ``_batch``."""
         loop = asyncio.get_running_loop()
+        busy = self._busy[slot]
         while True:
             first = await self._queue.get()
             self._queued -= len(first[0])
             lone = bool(self._lone) and first[1] in self._lone
             self._lone.discard(first[1])
-            now = loop.time()
-            wait = self._next_at - now
-            if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
-                self._next_at += self.spacing_s
-                await asyncio.sleep(wait)
-                if not lone:
-                    await self._linger(now + self.linger_s)
-            else:
-                self._next_at = now + self.spacing_s
+            self._claims[slot] += 1  # no put goes out on the slot ahead of this one
+            try:
+                await self._fill(lone, loop)
+                await busy.acquire()
+            except BaseException:
+                self._claims[slot] -= 1
+                raise
+            taken: asyncio.Future[None] = loop.create_future()
+            task = asyncio.ensure_future(self._batch(slot, first, loop, taken))
+            self._putting.add(task)
+            task.add_done_callback(self._putting.discard)
+            await taken  # the next batch starts with a put this one did not take
+
+    async def _fill(self, lone: bool, loop: asyncio.AbstractEventLoop) -> None:
+        """Under a pipelining sender's load, wait for more of its puts (see above)."""
+        now = loop.time()
+        wait = self._next_at - now
+        if wait > 0 and self._pipelined:  # a batch started a moment ago: let this fill up
+            self._next_at += self.spacing_s
+            await asyncio.sleep(wait)
+            if not lone:
+                await self._linger(now + self.linger_s)
+        else:
+            self._next_at = now + self.spacing_s
+
+    async def _batch(self, slot: int, first: Group, loop: asyncio.AbstractEventLoop,
+                     taken: asyncio.Future[None]) -> None:  # fmt: skip
+        """Put ``first`` and what queued behind it, the slot held (released here): a group
+        commit (the puts that arrived while the slot's previous batch was in flight go out
+        as one). ``taken`` is set once the batch's puts are out of the queue."""
+        try:
+            if self.gather_s and not self._pipelined:
+                await self._gather(loop)
+            self._queued_from.pop(first[1], None)
             groups = [first]
             count, size = len(first[0]), first[2]
             while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
                 g = self._queue.get_nowait()
+                self._queued_from.pop(g[1], None)
                 self._lone.discard(g[1])
                 self._queued -= len(g[0])
                 groups.append(g)
                 count += len(g[0])
                 size += g[2]
-            async with self._busy[slot]:
-                await self._put(slot, groups)
+            taken.set_result(None)
+            await self._put(slot, groups)
+        finally:
+            if not taken.done():
+                taken.set_result(None)
+            self._busy[slot].release()
+            self._claims[slot] -= 1
+
+    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Wait (at most ``gather_s``) until every synchronous sender seen in the last
+        ``RECENT_S`` has a put queued: sends of several connections, each answered a moment
+        ago, come back at about the same time, and one batch of them all costs the writer and
+        this process one request's wake-ups instead of one per sender (the two halves of a
+        group of senders would otherwise alternate, each in its own batch). No wait for a
+        sender alone, and none once ``batch_max`` messages wait."""
+        now = loop.time()
+        recent = self._recent
+        for sender, at in list(recent.items()):
+            if now - at > RECENT_S:
+                del recent[sender]
+        if len(recent) < 2 or self._queued >= self.batch_max:
+            return
+        queued = set(self._queued_from.values())  # the first put's sender among them
+        missing = {s for s in recent if s not in queued}
+        if not missing:
+            return
+        self._missing = missing
+        gathered = self._gathered = loop.create_future()
+        timer = loop.call_later(self.gather_s, self._gather_end)
+        try:
+            await gathered
+        finally:
+            timer.cancel()
+            self._missing = set()
+            self._gathered = None
+
+    def _gather_end(self) -> None:
+        if self._gathered is not None and not self._gathered.done():
+            self._gathered.set_result(None)
+
+    def _arrived(self, sender: str) -> None:
+        """A put of ``sender`` was queued while a batch gathers."""
+        self._missing.discard(sender)
+        if not self._missing or self._queued >= self.batch_max:
+            self._gather_end()
 
     async def _linger(self, until: float) -> None:
         """Wait on in steps of ``spacing_s`` while puts of pipelining senders keep coming (at
@@ -304,8 +402,11 @@ class Appender:
             stream = self._streams[slot] = await self._open()
         out: list[commitlog_pb2.PutBatchResponse | AppendError] = []
         try:
-            for request in requests:
-                await stream.write(request)
+            if isinstance(stream, PutConnection):
+                await stream.write_many(requests)  # one write: one wake-up of the writer
+            else:
+                for request in requests:
+                    await stream.write(request)
             for _ in requests:
                 reply = await stream.read()
                 if reply is grpc.aio.EOF or reply is None:
@@ -342,7 +443,7 @@ class Appender:
 
     async def _put(self, slot: int, groups: list[Group]) -> None:
         try:
-            requests = _requests(groups)
+            requests = _requests(groups, self.merge_below)
             replies = await self._call(slot, [r for r, _gs in requests])
         except grpc.aio.AioRpcError as e:
             self._fail(groups, _error(e))
@@ -374,9 +475,10 @@ class Appender:
         for stream in self._streams.values():
             if stream is not None:
                 stream.cancel()
-        for t in self._tasks:
+        tasks = [*self._tasks, *self._putting]
+        for t in tasks:
             t.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def _fail(self, groups: list[Group], e: BaseException) -> None:
         if isinstance(e, AppendError):

@@ -31,7 +31,7 @@ import os
 import stat
 import struct
 from collections import deque
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Protocol
 
 import grpc
@@ -164,6 +164,14 @@ class PutConnection(asyncio.Protocol):
         if self._writable is not None:
             await self._writable
 
+    async def write_many(self, requests: Sequence[commitlog_pb2.PutBatchRequest]) -> None:
+        """``write`` each of ``requests``, in one write to the socket."""
+        if self._closed or self._transport is None:
+            raise ConnectionResetError("the writer closed the put socket")
+        self._transport.write(b"".join(frame(r.SerializeToString()) for r in requests))
+        if self._writable is not None:
+            await self._writable
+
     async def read(self) -> commitlog_pb2.PutStreamReply | None:
         while not self._replies:
             if self._closed:
@@ -206,6 +214,7 @@ class _Served(asyncio.Protocol):
         self._ending = False  # no more requests are taken; closed once answers are out
         self._paused = 0  # reasons reading is paused: the socket's buffer, answers waiting
         self._draining = False  # the writer stops: answers out, then end of file
+        self._out: list[bytes] | None = None  # answers ready while a read is handled
 
     def connection_made(self, transport) -> None:  # type: ignore[override]
         self._transport = transport
@@ -218,8 +227,22 @@ class _Served(asyncio.Protocol):
         self._counted = True
 
     def data_received(self, data: bytes) -> None:
+        """The requests of ``data``, their ready answers written at the end in one write
+        (a client's batch of requests, one wake-up of it)."""
         if self._ending:
             return
+        self._out = []
+        try:
+            self._received(data)
+        finally:
+            self._flush_out()
+
+    def _flush_out(self) -> None:
+        out, self._out = self._out, None
+        if out and self._transport is not None:
+            self._transport.write(out[0] if len(out) == 1 else b"".join(out))
+
+    def _received(self, data: bytes) -> None:
         error: bytes | None = None
         try:
             messages = self._frames.feed(data)
@@ -255,7 +278,10 @@ class _Served(asyncio.Protocol):
     def _send(self, item: bytes | Awaitable[commitlog_pb2.PutStreamReply]) -> None:
         if not self._pending and isinstance(item, bytes):
             assert self._transport is not None
-            self._transport.write(item)
+            if self._out is not None:
+                self._out.append(item)
+            else:
+                self._transport.write(item)
             return
         self._pending.append(item)
         if len(self._pending) == AHEAD:
@@ -337,6 +363,7 @@ class _Served(asyncio.Protocol):
     def _close(self) -> None:
         if self._transport is None:
             return
+        self._flush_out()
         if self._draining and self._transport.can_write_eof():
             self._transport.write_eof()  # the client closes; then the connection is lost
         else:

@@ -11,6 +11,8 @@ first send. So ``rmqstore topic list`` shows every topic, and the proxy routes a
 producer to the queues already in use.
 """
 
+import dataclasses
+import json
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -36,6 +38,8 @@ class TopicStore:
     ) -> None:  # fmt: skip
         """``in_use``: the store's queues that hold messages, (topic, queue) → next offset."""
         self.path = Path(root) / "config" / "topics.json"
+        # topics deleted while they held messages: not adopted again (until created again)
+        self.deleted_path = self.path.with_name("topicsDeleted.json")
         self.max_queues = max_queues
         self.read_only = read_only
         self.in_use = in_use
@@ -48,6 +52,15 @@ class TopicStore:
             self.table: TopicTable = topics_json.parse(text)
         except ValueError as e:
             raise ValueError(f"{self.path}: {e}") from None
+        try:
+            names = json.loads(self.deleted_path.read_text())
+        except FileNotFoundError:
+            names = []
+        except ValueError as e:
+            raise ValueError(f"{self.deleted_path}: {e}") from None
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ValueError(f"{self.deleted_path}: not a list of topic names")
+        self.deleted: set[str] = set(names)
 
     def get(self, name: str) -> TopicConfig:
         topic = self.table.topics.get(name) or self._adopt(name).get(name)
@@ -64,7 +77,7 @@ class TopicStore:
         saved unless the store is read-only."""
         queues: dict[str, int] = {}
         for (topic, q), next_offset in dict(self.in_use()).items():  # a copy: puts go on
-            if next_offset > 0 and (only is None or topic == only):
+            if next_offset > 0 and (only is None or topic == only) and topic not in self.deleted:
                 queues[topic] = max(queues.get(topic, 0), q + 1)
         with self._lock:
             new = {n: TopicConfig(n, count, count, topics_json.PERM_READ_WRITE)
@@ -90,19 +103,9 @@ class TopicStore:
     def create(self, name: str, queue_nums: int = 0, perm: int = 0,
                message_type: str = "") -> tuple[TopicConfig, bool]:  # fmt: skip
         """The topic, created unless it exists (then unchanged); and whether it was made."""
-        try:
-            validate_topic(name)
-        except InvalidArgumentError as e:
-            raise InvalidArgumentError(f"bad topic name: {e}") from None
-        queues = queue_nums or self.max_queues
-        if not 1 <= queues <= self.max_queues:
-            raise InvalidArgumentError(
-                f"queue count {queues} is outside 1..{self.max_queues} (the writer's "
-                "--queues-per-topic)"
-            )
-        perm = perm or topics_json.PERM_READ_WRITE
-        if perm & ~7:
-            raise InvalidArgumentError(f"perm {perm} is not a sum of 4 (read), 2 (write), 1")
+        self._check_name(name)
+        queues = self._check_queues(queue_nums or self.max_queues)
+        perm = self._check_perm(perm)
         kind = (message_type or "MIXED").upper()
         if kind not in topics_json.MESSAGE_TYPES:
             raise InvalidArgumentError(
@@ -114,15 +117,87 @@ class TopicStore:
             if existing is not None:
                 return existing, False
             if self.read_only:
-                raise ReadOnlyError(f"topic {name} does not exist, and this store is served "
-                                    "read-only (--read-only): no topic can be created")
+                raise ReadOnlyError(
+                    f"topic {name} does not exist, and this store is served "
+                    "read-only (--read-only): no topic can be created"
+                )
             attributes = {} if kind == "MIXED" else {topics_json.MESSAGE_TYPE_ATTRIBUTE: kind}
             topic = TopicConfig(name, queues, queues, perm, attributes=attributes)
-            topics = {**self.table.topics, name: topic}
-            table = TopicTable(topics, self.table.counter + 1, int(time.time() * 1000))
-            durable.replace_file(self.path, topics_json.render(table).encode())
-            self.table = table
+            self._save({**self.table.topics, name: topic})
             return topic, True
+
+    def update(self, name: str, read_queue_nums: int, write_queue_nums: int,
+               perm: int = 0) -> TopicConfig:  # fmt: skip
+        """The topic with these queue counts and perm: created, or changed when it exists
+        (RocketMQ's UPDATE_AND_CREATE_TOPIC; its other fields stay)."""
+        self._check_name(name)
+        read = self._check_queues(read_queue_nums)
+        write = self._check_queues(write_queue_nums)
+        perm = self._check_perm(perm)
+        with self._lock:
+            existing = self.table.topics.get(name)
+            if self.read_only:
+                raise ReadOnlyError(f"topic {name} cannot be changed: this store is served "
+                                    "read-only (--read-only)")  # fmt: skip
+            if existing is None:
+                topic = TopicConfig(name, read, write, perm)
+            else:
+                topic = dataclasses.replace(
+                    existing, read_queue_nums=read, write_queue_nums=write, perm=perm
+                )
+                if topic == existing:
+                    return existing
+            self._save({**self.table.topics, name: topic})
+            return topic
+
+    def delete(self, name: str) -> bool:
+        """Remove the topic's entry (its messages stay, and are not adopted again); whether
+        it had one."""
+        with self._lock:
+            if self.read_only:
+                raise ReadOnlyError(f"topic {name} cannot be deleted: this store is served "
+                                    "read-only (--read-only)")  # fmt: skip
+            had = name in self.table.topics
+            if name not in self.deleted:
+                deleted = sorted(self.deleted | {name})
+                durable.replace_file(self.deleted_path, json.dumps(deleted).encode())
+                self.deleted.add(name)
+            if had:
+                self._save({n: t for n, t in self.table.topics.items() if n != name})
+            return had
+
+    def _save(self, topics: dict[str, TopicConfig]) -> None:
+        """Write and take ``topics`` (the lock held); a name in it is no longer deleted."""
+        table = TopicTable(topics, self.table.counter + 1, int(time.time() * 1000))
+        durable.replace_file(self.path, topics_json.render(table).encode())
+        self.table = table
+        back = self.deleted & topics.keys()
+        if back:
+            durable.replace_file(self.deleted_path,
+                                 json.dumps(sorted(self.deleted - back)).encode())  # fmt: skip
+            self.deleted -= back
+
+    @staticmethod
+    def _check_name(name: str) -> None:
+        try:
+            validate_topic(name)
+        except InvalidArgumentError as e:
+            raise InvalidArgumentError(f"bad topic name: {e}") from None
+
+    def _check_queues(self, queues: int) -> int:
+        if not 1 <= queues <= self.max_queues:
+            raise InvalidArgumentError(
+                f"queue count {queues} is outside 1..{self.max_queues} (the writer's "
+                "--queues-per-topic)"
+            )
+        return queues
+
+    @staticmethod
+    def _check_perm(perm: int) -> int:
+        perm = perm or topics_json.PERM_READ_WRITE
+        if perm & ~7:
+            raise InvalidArgumentError(f"perm {perm} is not a sum of 4 (read), 2 (write), 1")
+        return perm
 
 
 def to_proto(t: TopicConfig, created: bool = False) -> topics_pb2.TopicConfig:
@@ -161,3 +236,16 @@ class TopicsServicer(topics_pb2_grpc.TopicsServicer):
     async def ListTopics(self, request, context):  # noqa: N802
         topics = await self.run_blocking(self.store.list)
         return topics_pb2.TopicList(topics=[to_proto(t) for t in topics])
+
+    @grpc_errors
+    async def UpdateTopic(self, request, context):  # noqa: N802
+        topic = await self.run_blocking(
+            self.store.update, request.name, request.read_queue_nums, request.write_queue_nums,
+            request.perm,
+        )  # fmt: skip
+        return to_proto(topic)
+
+    @grpc_errors
+    async def DeleteTopic(self, request, context):  # noqa: N802
+        deleted = await self.run_blocking(self.store.delete, request.name)
+        return topics_pb2.DeleteTopicReply(deleted=deleted)

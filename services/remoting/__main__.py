@@ -32,6 +32,7 @@ from services.remoting.transactions import Transactions
 log = logging.getLogger("rmqstore.remoting")
 C = RequestCode
 CLIENT_SCAN_S = 10.0
+MERGE_BELOW = 16  # a writer batch of fewer messages from several connections: one request
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -89,8 +90,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--batches-in-flight",
         type=int,
-        default=2,
-        help="writer batches put at once (default: %(default)s)",
+        default=1,
+        help="writer batches put at once; the sends that arrive meanwhile make the next one "
+        "(1: a group commit in arrival order; default: %(default)s)",
     )
     p.add_argument(
         "--batch-linger-ms",
@@ -98,6 +100,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=16.0,
         help="while a pipelining connection's sends keep arriving, its writer batch "
         "waits up to this long to fill up (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-gather-ms",
+        type=float,
+        default=2.0,
+        help="while other connections that sent in the last 50 ms have no send waiting, a "
+        "writer batch waits up to this long for them: one batch of all the synchronous "
+        "senders instead of one each (0: no wait; default: %(default)s)",
     )
     p.add_argument(
         "--register-interval",
@@ -146,11 +156,15 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     query = tls.aio_client_channel(args.query, args)
     if args.batches_in_flight < 1 or not 0 <= args.batch_linger_ms <= 1000:
         raise StartupError("--batches-in-flight must be >= 1, --batch-linger-ms in 0..1000")
+    if not 0 <= args.batch_gather_ms <= 1000:
+        raise StartupError("--batch-gather-ms must be in 0..1000")
     appender = Appender(
         writer,
         slots=args.batches_in_flight,
         put_socket=args.commitlog_socket,
         linger_s=args.batch_linger_ms / 1000,
+        gather_s=args.batch_gather_ms / 1000,
+        merge_below=MERGE_BELOW,
         make_error=append_refused,
     )
     topics = Topics(writer)
@@ -202,12 +216,14 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     puller = Puller(topics, query, writer, clients, broker.group_offsets,
                     observe.pulled if observe else lambda group, code: None)  # fmt: skip
     offset_handlers = OffsetHandlers(broker.group_offsets, query)
-    broker.handlers.update({  # consuming: pulls and offsets (spec §3.3)
-        C.PULL_MESSAGE: puller.pull,
-        C.QUERY_CONSUMER_OFFSET: offset_handlers.query_offset,
-        C.UPDATE_CONSUMER_OFFSET: offset_handlers.update_offset,
-        C.GET_EARLIEST_MSG_STORETIME: offset_handlers.earliest_store_time,
-    })
+    broker.handlers.update(
+        {  # consuming: pulls and offsets (spec §3.3)
+            C.PULL_MESSAGE: puller.pull,
+            C.QUERY_CONSUMER_OFFSET: offset_handlers.query_offset,
+            C.UPDATE_CONSUMER_OFFSET: offset_handlers.update_offset,
+            C.GET_EARLIEST_MSG_STORETIME: offset_handlers.earliest_store_time,
+        }
+    )
     if observe is not None:
         observe.watch_pulls(puller)
     server = RemotingServer(

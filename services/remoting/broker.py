@@ -44,6 +44,20 @@ NO_QUEUE = (
 Handler = Callable[[Connection, R.Command], Answer | Awaitable[Answer]]
 
 
+def _refuse_admin(req: R.Command, topic: str) -> R.Command | None:
+    """SYSTEM_ERROR for a topic an administrator may not create, change or delete: a bad
+    name or a system topic (4.9.8's remarks); None when it may."""
+    try:
+        T.check_name(topic)
+    except T.TopicError as e:
+        return R.response_to(req, RC.SYSTEM_ERROR, remark=str(e))
+    if topic in T.SYSTEM_TOPICS or topic.startswith(SYSTEM_PREFIXES):
+        return R.response_to(
+            req, RC.SYSTEM_ERROR, remark=f"The topic[{topic}] is conflict with system topic."
+        )
+    return None
+
+
 @dataclass
 class BrokerInfo:
     cluster_name: str
@@ -104,6 +118,7 @@ class Broker:
             C.QUERY_MESSAGE: self.query_message,
             C.VIEW_MESSAGE_BY_ID: self.view_message,
             C.UPDATE_AND_CREATE_TOPIC: self.update_topic,
+            C.DELETE_TOPIC_IN_BROKER: self.delete_topic,
             C.GET_ALL_TOPIC_CONFIG: self.all_topic_config,
             C.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             C.GET_TOPIC_STATS_INFO: self.topic_stats,
@@ -274,19 +289,26 @@ class Broker:
     # --- administration ----------------------------------------------------------------------
 
     async def update_topic(self, conn: Connection, req: R.Command) -> R.Command:
+        """A new topic, or an existing one's read/write queue counts and perm changed."""
         topic = req.required("topic")
-        try:
-            T.check_name(topic)
-        except T.TopicError as e:
-            return R.response_to(req, RC.SYSTEM_ERROR, remark=str(e))
-        if topic in T.SYSTEM_TOPICS or topic.startswith(SYSTEM_PREFIXES):
-            return R.response_to(
-                req, RC.SYSTEM_ERROR, remark=f"The topic[{topic}] is conflict with system topic."
-            )
-        queues = max(req.number("readQueueNums"), req.number("writeQueueNums"))
-        await self.topics.create(topic, queues, req.number("perm"))
+        refused = _refuse_admin(req, topic)
+        if refused is not None:
+            return refused
+        read, write = req.number("readQueueNums"), req.number("writeQueueNums")
+        await self.topics.update(topic, read, write, req.number("perm"))
         self.topics_changed()
         return R.response_to(req, remark="not set any response code")
+
+    async def delete_topic(self, conn: Connection, req: R.Command) -> R.Command:
+        """The topic out of the writer's table and this broker's registrations (the name
+        servers drop its route on DELETE_TOPIC_IN_NAMESRV, which mqadmin sends next)."""
+        topic = req.required("topic")
+        refused = _refuse_admin(req, topic)
+        if refused is not None:
+            return refused
+        await self.topics.delete(topic)
+        self.topics_changed()
+        return R.response_to(req)
 
     async def topic_table(self) -> dict[str, dict[str, object]]:
         return {t.name: T.to_json(t) for t in await self.topics.all()}

@@ -117,6 +117,31 @@ class Topics:
         self._cache[name] = (time.monotonic(), config)
         return config
 
+    async def update(self, name: str, read_queue_nums: int, write_queue_nums: int,
+                     perm: int) -> TopicConfig:  # fmt: skip
+        """The topic created, or its queue counts and perm changed."""
+        request = topics_pb2.UpdateTopicRequest(
+            name=name, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums,
+            perm=perm,
+        )  # fmt: skip
+        try:
+            config = from_proto(await self.stub.UpdateTopic(request))
+        except grpc.aio.AioRpcError as e:
+            raise TopicError(f"update topic[{name}] failed: {e.details()}") from None
+        self._cache[name] = (time.monotonic(), config)
+        return config
+
+    async def delete(self, name: str) -> bool:
+        """Remove the topic from the writer's table; whether it was there."""
+        self._cache.pop(name, None)
+        try:
+            reply = await self.stub.DeleteTopic(topics_pb2.DeleteTopicRequest(name=name))
+        except grpc.aio.AioRpcError as e:
+            raise TopicError(f"delete topic[{name}] failed: {e.details()}") from None
+        finally:
+            self._cache.pop(name, None)
+        return reply.deleted
+
     async def all(self) -> list[TopicConfig]:
         """Every topic of the store, and TBW102."""
         try:

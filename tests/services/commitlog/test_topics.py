@@ -54,3 +54,35 @@ def test_a_read_only_store_adopts_without_writing(tmp_path):
     store = TopicStore(tmp_path, 8, read_only=True, in_use=lambda: {("A", 0): 1})
     assert store.get("A").read_queue_nums == 1
     assert not (tmp_path / "config" / "topics.json").exists()
+
+
+def test_update_changes_an_existing_topic_and_creates_a_new_one(tmp_path):
+    store = TopicStore(tmp_path, 8)
+    store.create("Orders", 4, message_type="fifo")
+    changed = store.update("Orders", 2, 6, 4)
+    assert (changed.read_queue_nums, changed.write_queue_nums, changed.perm) == (2, 6, 4)
+    assert changed.message_type == "FIFO"  # what UPDATE_AND_CREATE_TOPIC does not name stays
+    assert store.update("New", 3, 3, 6).read_queue_nums == 3
+    reopened = TopicStore(tmp_path, 8)
+    assert reopened.get("Orders") == changed and reopened.get("New").write_queue_nums == 3
+    counter = reopened.table.counter
+    assert reopened.update("Orders", 2, 6, 4) == changed and reopened.table.counter == counter
+    for read, write, perm in ((0, 4, 6), (4, 9, 6), (4, 4, 8)):
+        with pytest.raises(InvalidArgumentError):
+            reopened.update("Orders", read, write, perm)
+    assert TopicStore(tmp_path, 8).get("Orders") == changed  # bad input changed nothing
+
+
+def test_a_deleted_topic_is_not_adopted_again_until_created(tmp_path):
+    in_use = {("Busy", 0): 3}
+    store = TopicStore(tmp_path, 8, in_use=lambda: in_use)
+    assert store.get("Busy").read_queue_nums == 1  # adopted from its messages
+    assert store.delete("Busy") and not store.delete("Busy")
+    for reopened in (store, TopicStore(tmp_path, 8, in_use=lambda: in_use)):
+        with pytest.raises(NotFoundError):
+            reopened.get("Busy")
+        assert [t.name for t in reopened.list()] == []
+    again = TopicStore(tmp_path, 8, in_use=lambda: in_use)
+    assert again.create("Busy", 2)[1]
+    assert TopicStore(tmp_path, 8, in_use=lambda: in_use).get("Busy").read_queue_nums == 2
+    assert TopicStore(tmp_path, 8).deleted == set()

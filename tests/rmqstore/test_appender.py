@@ -1,0 +1,78 @@
+"""The appender's group commit for synchronous senders (``gather_s``, ``merge_below``), against
+a real writer over its put socket."""
+
+import asyncio
+
+import grpc
+import pytest
+
+from rmqstore.appender import Appender, AppendError, Plain, _requests
+from tests import procs
+
+pytestmark = pytest.mark.integration
+HOSTS = [f"127.0.0.1:{5000 + i}" for i in range(4)]  # one synchronous sender each
+
+
+def _plain(i: int, host: str, topic: str = "GroupT") -> Plain:
+    return Plain(topic, i % 4, f"body{i}".encode(), "t", f"k{i}", f"ID{i:04d}", host)
+
+
+def test_small_batches_of_several_senders_merge_into_one_request_only_when_asked() -> None:
+    groups = [([_plain(i, h)], object(), 0) for i, h in enumerate(HOSTS)]
+    assert len(_requests(groups)) == 4  # one columns request per born host
+    [(merged, held)] = _requests(groups, merge_below=16)
+    assert held == groups and not merged.HasField("columns")
+    assert [(m.born_host, m.unique_key) for m in merged.messages] == [
+        (h, f"ID{i:04d}") for i, h in enumerate(HOSTS)
+    ]
+    assert len(_requests(groups, merge_below=4)) == 4  # not fewer than merge_below messages
+
+
+def test_concurrent_synchronous_senders_share_one_writer_request(tmp_path) -> None:
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--commitlog-segment-size", str(1 << 20),
+                         "--put-socket", path)  # fmt: skip
+
+    async def run() -> tuple[list, int, AppendError]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, slots=1, put_socket=path, gather_s=0.05, merge_below=16)
+        try:
+            # each sender puts once: now all four are synchronous senders seen lately
+            await asyncio.gather(*(appender.put([_plain(i, h)], sender=h)
+                                   for i, h in enumerate(HOSTS)))  # fmt: skip
+            before = appender.batches
+            # all four at once: queued together, none missing, one batch and one request
+            rounds = [
+                await asyncio.gather(
+                    *(appender.put([_plain(10 * r + i, h)], sender=h) for i, h in enumerate(HOSTS))
+                )  # fmt: skip
+                for r in range(1, 4)
+            ]
+            batches = appender.batches - before
+            # a refused message fails its own send only; the others of its batch are stored
+            bad = _plain(99, HOSTS[3])._replace(queue_id=10_000)
+            results = await asyncio.gather(
+                *(appender.put([_plain(90 + i, h)], sender=h) for i, h in enumerate(HOSTS[:3])),
+                appender.put([bad], sender=HOSTS[3]),
+                return_exceptions=True,
+            )
+            assert all(isinstance(r, list) for r in results[:3]), results
+            assert isinstance(results[3], AppendError)
+            return rounds, batches, results[3]
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        rounds, batches, refused = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert batches == 3  # one writer request per round of four sends
+    stored = [s for round_ in rounds for [s] in round_]
+    assert len({s.phy_offset for s in stored}) == 12  # each send its own record
+    for round_ in rounds:  # in arrival order, back to back
+        offsets = [s.phy_offset for [s] in round_]
+        assert offsets == sorted(offsets)
+    assert [s.queue_offset for s in stored[::4]] == [1, 2, 3]  # queue 0: one a round
+    assert refused.kind == "refused" and "queue id" in str(refused)
