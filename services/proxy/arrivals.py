@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.times import now_ms
-from services.proxy.queue_files import QueueFiles
+from rmqstore.queue_files import QueueFiles
 
 log = logging.getLogger(__name__)
 POLL_S = 0.005  # how often a topic with waiting receives is looked at (one pread a queue)

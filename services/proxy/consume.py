@@ -41,7 +41,7 @@ from services.proxy.appender import Appender
 from services.proxy.arrivals import Arrivals
 from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
-from services.proxy.queue_files import QueueFiles
+from rmqstore.queue_files import QueueFiles
 from services.proxy.record_reads import RecordReads
 from services.proxy.redelivery import MOVING_MS, DeadLetterTrouble, Entry, Redelivery
 from services.proxy.status import BusinessError

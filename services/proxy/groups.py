@@ -13,7 +13,7 @@ from services.proxy.auth import Authenticator
 from services.proxy.consume import Consumption
 from services.proxy.group_stats import describe, group_names
 from services.proxy.progress import Flight
-from services.proxy.queue_files import QueueFiles
+from rmqstore.queue_files import QueueFiles
 from services.proxy.status import BusinessError
 from services.proxy.topics import TopicBook
 

@@ -1,5 +1,6 @@
-"""The store's consume-queue files, read (never written) by the proxy to find what a group
-has not consumed yet.
+"""The store's consume-queue files, read (never written) by the front ends on the store's
+machine — the RocketMQ 5 proxy and the 4.x remoting broker — to find what a consumer has not
+consumed yet without asking the query service.
 
 A queue's segments are named by their first byte offset and preallocated, so the end of the
 data is the first invalid unit (``consume_queue.is_valid``). Reads are ``pread``s of a
@@ -109,6 +110,17 @@ class QueueFiles:
                     return cq.is_valid(cq.decode(unit))
                 break  # past this segment's end: a newer segment, if any, holds it
         return False
+
+    def capacity(self, topic: str, queue: int) -> int:
+        """Units a segment of the queue holds (its files' size; 0 for a queue without
+        files): a queue's segments are all the same size."""
+        segs = self._list(topic, queue, fresh=False) or self._list(topic, queue, fresh=True)
+        for _start, path in segs:
+            try:
+                return path.stat().st_size // cq.UNIT_SIZE
+            except FileNotFoundError:  # removed by retention: the next one
+                continue
+        return 0
 
     def has_files(self, topic: str, queue: int) -> bool:
         return bool(self._list(topic, queue, fresh=True))
