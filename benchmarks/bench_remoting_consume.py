@@ -113,8 +113,9 @@ def run(scale: Scale) -> list[dict]:
             query = procs.start("services.query", "--store", store, "--commitlog",
                                 writer.address, "--listen", "127.0.0.1:0")  # fmt: skip
             started.append(query)
-            broker = procs.start("services.remoting", "--listen", "127.0.0.1:0", "--commitlog",
-                                 writer.address, "--commitlog-socket", f"{tmp}/writer.sock",
+            broker = procs.start("services.remoting", "--store", store, "--listen",
+                                 "127.0.0.1:0", "--commitlog", writer.address,
+                                 "--commitlog-socket", f"{tmp}/writer.sock",
                                  "--query", query.address)  # fmt: skip
             started.append(broker)
             noop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0")

@@ -1,5 +1,6 @@
 """Records read from commitlog segment files by (offset, size), decoded or as bytes: found
-across segments, one made after the first read included; None where the files do not hold that record whole."""
+across segments, one made after the first read included; None where the files do not hold
+that record whole."""
 
 from rmqstore.commitlog_reads import CommitlogReads
 from rmqstore.formats import commitlog
