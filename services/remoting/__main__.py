@@ -207,12 +207,14 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     puller = Puller(topics, Path(args.store), writer, clients, broker.group_offsets,
                     observe.pulled if observe else lambda group, code: None)  # fmt: skip
     offset_handlers = OffsetHandlers(broker.group_offsets, query)
-    broker.handlers.update({  # consuming: pulls and offsets (spec §3.3)
-        C.PULL_MESSAGE: puller.pull,
-        C.QUERY_CONSUMER_OFFSET: offset_handlers.query_offset,
-        C.UPDATE_CONSUMER_OFFSET: offset_handlers.update_offset,
-        C.GET_EARLIEST_MSG_STORETIME: offset_handlers.earliest_store_time,
-    })
+    broker.handlers.update(
+        {  # consuming: pulls and offsets (spec §3.3)
+            C.PULL_MESSAGE: puller.pull,
+            C.QUERY_CONSUMER_OFFSET: offset_handlers.query_offset,
+            C.UPDATE_CONSUMER_OFFSET: offset_handlers.update_offset,
+            C.GET_EARLIEST_MSG_STORETIME: offset_handlers.earliest_store_time,
+        }
+    )
     if observe is not None:
         observe.watch_pulls(puller)
     server = RemotingServer(

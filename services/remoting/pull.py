@@ -4,12 +4,14 @@ piggyback (sysFlag 0x1), tag subscriptions and long polling (0x2).
 What a pull finds (RocketMQ's store statuses, tag codes filtered, RocketMQ's batch limits) is
 read from the store's consume-queue and commitlog files (``pull_reads``); the body is those
 records exactly as the commit log holds them. A pull that finds nothing new (PULL_NOT_FOUND)
-with long polling allowed is held until a message for its queue is stored or ``suspendTimeoutMillis`` passes:
-``Arrivals`` follows the writer's dispatch stream (one stream for the whole broker, opened at
-the writer's end when a pull is first held and closed ``LINGER_S`` after the last one ended,
-so a broker that only takes sends costs the writer nothing) and wakes the pulls held on a
-queue when a record for it is appended. Every pull runs as its own task, so held pulls never
-hold up a connection's other requests.
+with long polling allowed is held until a message for its queue is stored or
+``suspendTimeoutMillis`` passes: ``Arrivals`` follows the writer's dispatch stream (one stream
+for the whole broker, opened at the writer's end when a pull is first held and closed
+``LINGER_S`` after the last one ended, so a broker that only takes sends costs the writer
+nothing) and wakes the pulls held on a queue when a record for it is appended; a woken pull
+waits for the queue's unit to be written (its builder follows the same stream a step behind),
+looking at that one unit after short pauses. Every pull runs as its own task, so held pulls
+never hold up a connection's other requests.
 """
 
 import asyncio

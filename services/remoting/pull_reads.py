@@ -48,6 +48,8 @@ class Found:
     min_offset: int = 0
     max_offset: int = 0
     records: list[bytes] = field(default_factory=list)
+    wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
+    gone: int = 0  # matching units whose record is below the commitlog's minimum
 
 
 class PullReads:
@@ -75,6 +77,22 @@ class PullReads:
     async def pull(
         self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter
     ) -> Found:
+        found = self.scan(topic, queue, offset, max_messages, tags, await self._commitlog_end())
+        if found.wanted:
+            found.records = [r for r in await self._records(found.wanted) if r is not None]
+        if found.records:
+            found.status = "FOUND"
+        elif found.wanted or found.gone:
+            found.status = "MESSAGE_WAS_REMOVING"
+        return found
+
+    def scan(
+        self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter,
+        cl_max: int,
+    ) -> Found:  # fmt: skip
+        """The pull's status and offsets, and the records it takes (``wanted``; the status
+        NO_MATCHED_MESSAGE until they are read), from the consume queue alone; ``cl_max``:
+        the commitlog's end."""
         qf = self.queues
         if not qf.has_files(topic, queue):
             return Found("NO_MATCHED_LOGIC_QUEUE", 0)
@@ -94,7 +112,6 @@ class PullReads:
         units = qf.read(topic, queue, offset, min(scan, mx - offset, cap - offset % cap))
         if not units or units[0].queue_offset != offset:  # its segment was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
-        cl_max = await self._commitlog_end()
         wanted: list[tuple[int, int]] = []
         total, gone, i = 0, 0, 0
         for u in units:
@@ -113,14 +130,7 @@ class PullReads:
                 continue
             wanted.append((u.phy_offset, u.size))
             total += u.size
-        found = Found("NO_MATCHED_MESSAGE", offset + i, mn, mx)
-        if wanted:
-            found.records = [r for r in await self._records(wanted) if r is not None]
-        if found.records:
-            found.status = "FOUND"
-        elif wanted or gone:
-            found.status = "MESSAGE_WAS_REMOVING"
-        return found
+        return Found("NO_MATCHED_MESSAGE", offset + i, mn, mx, wanted=wanted, gone=gone)
 
     async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | None]:
         """The records' bytes from the files; those the files cannot give from the writer,
