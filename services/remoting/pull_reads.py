@@ -34,6 +34,7 @@ from services.query.pull import (
     TagFilter,
     physical_memory,
 )
+from services.query.queue_reader import PRE_BLANK_SIZE
 
 READ_TIMEOUT_S = 30.0
 REFUSED = (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND,
@@ -94,11 +95,11 @@ class PullReads:
         NO_MATCHED_MESSAGE until they are read), from the consume queue alone; ``cl_max``:
         the commitlog's end."""
         qf = self.queues
-        if not qf.has_files(topic, queue):
+        if not qf.has_files(topic, queue):  # the queue's segments listed: used just below
             return Found("NO_MATCHED_LOGIC_QUEUE", 0)
         cl_min = self.files.min_offset(fresh=True)
-        mx = qf.max_offset(topic, queue)
-        mn = qf.first_present(topic, queue, cl_min)
+        mx = qf.max_offset(topic, queue, fresh=False)
+        mn = qf.first_present(topic, queue, cl_min, fresh=False)
         if mx == 0:
             return Found("NO_MESSAGE_IN_QUEUE", 0, mn, mx)
         if offset < mn:
@@ -109,27 +110,32 @@ class PullReads:
             return Found("OFFSET_OVERFLOW_BADLY", mn if mn == 0 else mx, mn, mx)
         cap = qf.capacity(topic, queue)
         scan = max(MAX_SCAN_BYTES, max_messages * UNIT_SIZE) // UNIT_SIZE
-        units = qf.read(topic, queue, offset, min(scan, mx - offset, cap - offset % cap))
-        if not units or units[0].queue_offset != offset:  # its segment was removed
+        every = tags.tags is None
+        if every:  # no unit from the minimum on is filtered out or gone: the batch is these
+            scan = min(scan, max_messages)
+        phys, sizes, codes = qf.columns(
+            topic, queue, offset, min(scan, mx - offset, cap - offset % cap)
+        )
+        if not phys:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
         wanted: list[tuple[int, int]] = []
         total, gone, i = 0, 0, 0
-        for u in units:
+        for phy, size, code in zip(phys, sizes, codes, strict=True):
             if wanted:  # RocketMQ's isTheBatchFull
-                on_disk = cl_max - u.phy_offset > self.in_memory_span
+                on_disk = cl_max - phy > self.in_memory_span
                 max_b, max_c = ((ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT) if on_disk
                                 else (IN_MEMORY_MAX_BYTES, IN_MEMORY_MAX_COUNT))  # fmt: skip
                 n = len(wanted)
-                if n >= max_messages or total + u.size > max_b or n >= max_c:
+                if n >= max_messages or total + size > max_b or n >= max_c:
                     break
             i += 1
-            if not tags.matches_code(u.tags_code):
+            if not every and not tags.matches_code(code):
                 continue
-            if u.phy_offset < cl_min:
+            if phy < cl_min or (phy == 0 and size == PRE_BLANK_SIZE):  # deleted, or no message
                 gone += 1
                 continue
-            wanted.append((u.phy_offset, u.size))
-            total += u.size
+            wanted.append((phy, size))
+            total += size
         return Found("NO_MATCHED_MESSAGE", offset + i, mn, mx, wanted=wanted, gone=gone)
 
     async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | None]:
