@@ -34,6 +34,7 @@ from pathlib import Path
 from rmqstore.formats import commitlog
 from rmqstore.formats import subscription_groups as sg
 from rmqstore.formats.topics_json import TopicConfig
+from rmqstore.queue_files import QueueFiles
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.times import now_ms
 from services.proxy import copies, deliver
@@ -41,7 +42,6 @@ from services.proxy.appender import Appender
 from services.proxy.arrivals import Arrivals
 from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
-from rmqstore.queue_files import QueueFiles
 from services.proxy.record_reads import RecordReads
 from services.proxy.redelivery import MOVING_MS, DeadLetterTrouble, Entry, Redelivery
 from services.proxy.status import BusinessError
