@@ -62,7 +62,8 @@ EMPTY = ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE")
 
 
 def status_code(status: str, offset: int) -> int:
-    """The query service's pull status -> the answer's code (4.9.8's PullMessageProcessor)."""
+    """A pull status (the query service's PullStatus names) -> the answer's code (4.9.8's
+    PullMessageProcessor)."""
     if status == "FOUND":
         return RC.SUCCESS
     if status in NOT_FOUND:
