@@ -29,6 +29,8 @@ class QueueFiles:
     def __init__(self, store: Path) -> None:
         self.layout = StoreLayout.of(store)
         self._segments: dict[tuple[str, int], list[tuple[int, Path]]] = {}
+        # (topic, queue) -> (last segment's start, units valid in it) as max_offset last saw
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}
 
     def _list(self, topic: str, queue: int, fresh: bool) -> list[tuple[int, Path]]:
         k = (topic, queue)
@@ -186,6 +188,13 @@ class QueueFiles:
             with open(path, "rb") as f:
                 fd = f.fileno()
                 lo, hi = 0, os.fstat(fd).st_size // cq.UNIT_SIZE  # [0, lo) valid, [hi, ..) not
+                seen = self._ends.get((topic, queue))
+                # the end seen last, in the same segment: the data grew from there, or it was
+                # cut (then the whole search)
+                if seen and seen[0] == start and 0 < seen[1] <= hi and _valid_at(fd, seen[1] - 1):
+                    lo = seen[1]
+                    if lo < hi and not _valid_at(fd, lo):  # not grown: two preads
+                        hi = lo
                 while lo < hi:
                     mid = (lo + hi) // 2
                     unit = os.pread(fd, cq.UNIT_SIZE, mid * cq.UNIT_SIZE)
@@ -195,4 +204,10 @@ class QueueFiles:
                         hi = mid
         except FileNotFoundError:  # removed by retention meanwhile
             return start // cq.UNIT_SIZE
+        self._ends[(topic, queue)] = (start, lo)
         return start // cq.UNIT_SIZE + lo
+
+
+def _valid_at(fd: int, index: int) -> bool:
+    unit = os.pread(fd, cq.UNIT_SIZE, index * cq.UNIT_SIZE)
+    return len(unit) == cq.UNIT_SIZE and cq.is_valid(cq.decode(unit))

@@ -70,3 +70,15 @@ def test_capacity_is_the_units_a_segment_holds(tmp_path):
     assert files.capacity("T", 0) == 0  # no files
     _segment(tmp_path, 4, [(400, 50, 4)])
     assert files.capacity("T", 0) == PER_FILE
+
+
+def test_max_offset_follows_growth_and_a_cut_after_the_end_it_saw(tmp_path):
+    files = QueueFiles(tmp_path)
+    _segment(tmp_path, 0, [(100, 50, 0), (200, 50, 1)])
+    assert files.max_offset("T", 0) == 2
+    _segment(tmp_path, 0, [(100 * i, 50, i) for i in range(1, 4)])  # grew
+    assert files.max_offset("T", 0) == 3 and files.max_offset("T", 0) == 3
+    _segment(tmp_path, 0, [(100, 50, 0)])  # cut after recovery
+    assert files.max_offset("T", 0) == 1
+    _segment(tmp_path, 0, [])  # cut to nothing
+    assert files.max_offset("T", 0) == 0
