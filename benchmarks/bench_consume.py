@@ -27,7 +27,7 @@ from pathlib import Path
 
 from benchmarks import procs
 from benchmarks.scale import Scale
-from services.proxy.queue_files import QueueFiles
+from rmqstore.queue_files import QueueFiles
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIENT_PYTHON = ROOT / "tests" / "clients" / ".venv" / "bin" / "python"

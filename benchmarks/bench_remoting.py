@@ -46,7 +46,8 @@ def run(scale: Scale) -> list[dict]:
         writer = procs.start("services.commitlog", "--store", f"{tmp}/store", "--listen",
                              "127.0.0.1:0", "--commitlog-segment-size", str(256 << 20),
                              "--put-socket", f"{tmp}/writer.sock")  # fmt: skip
-        broker = procs.start("services.remoting", "--listen", "127.0.0.1:0", "--commitlog",
+        broker = procs.start("services.remoting", "--store", f"{tmp}/store", "--listen",
+                             "127.0.0.1:0", "--commitlog",
                              writer.address, "--commitlog-socket", f"{tmp}/writer.sock",
                              "--query", "127.0.0.1:1")  # fmt: skip
         noop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0")

@@ -13,7 +13,7 @@ send → receive latency with long polling, next to a remoting server that store
   no-op keeps the sends in memory and holds empty pulls until the next send (``--keep``).
 * the server's CPU per message (from /proc, over the run; in the latency rows it includes the
   sends), the puller's own, and in the front end's pull rows the query service's and the
-  writer's (the two hops of a pull: the consume queue, then the records).
+  writer's (a pull reads the store's files itself: both should stay near zero).
 
 The queues are filled through the front end (``benchmarks.remoting_load``, pipelined); the
 writer runs with asynchronous flush, the consume-queue builder and the query service beside
@@ -113,8 +113,9 @@ def run(scale: Scale) -> list[dict]:
             query = procs.start("services.query", "--store", store, "--commitlog",
                                 writer.address, "--listen", "127.0.0.1:0")  # fmt: skip
             started.append(query)
-            broker = procs.start("services.remoting", "--listen", "127.0.0.1:0", "--commitlog",
-                                 writer.address, "--commitlog-socket", f"{tmp}/writer.sock",
+            broker = procs.start("services.remoting", "--store", store, "--listen",
+                                 "127.0.0.1:0", "--commitlog", writer.address,
+                                 "--commitlog-socket", f"{tmp}/writer.sock",
                                  "--query", query.address)  # fmt: skip
             started.append(broker)
             noop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0")

@@ -3,8 +3,9 @@ reader on the same store (the RocketMQ 5 protocol proxy) does instead of asking 
 
 A record is read by its physical offset and total size (both from its consume-queue unit)
 with one ``pread`` of the segment holding it (segments are named by their first offset:
-``rmqstore.segments``), and decoded by ``formats.commitlog``. It is given only when the
-bytes there are that record, whole (its size and physical offset match); otherwise —
+``rmqstore.segments``), and decoded by ``formats.commitlog`` (``records``) or given as its
+bytes (``raw``: what a 4.x pull answers with; only its head is checked). It is given only
+when the bytes there are that record, whole (its size and physical offset match); otherwise —
 a segment retention removed, a record whose bytes are not in the file yet, anything
 unexpected — the answer is None and the caller asks the writer, whose answer stands.
 Files are opened per call, so a removed segment is never held open.
@@ -12,13 +13,19 @@ Files are opened per call, so a removed segment is never held open.
 
 import bisect
 import os
-from collections.abc import Sequence
+import struct
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from rmqstore.errors import CorruptRecordError
 from rmqstore.formats import commitlog
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name, segment_name
+
+T = TypeVar("T")
+_SIZE_MAGIC = struct.Struct(">ii")  # a record's first two fields: total size, magic
+_LONG = struct.Struct(">q")
 
 
 class CommitlogReads:
@@ -46,25 +53,37 @@ class CommitlogReads:
     def records(self, wanted: Sequence[tuple[int, int]]) -> list[commitlog.Record | None]:
         """The records at these (physical offset, total size) pairs, in order; None for
         each one the files cannot give (ask the writer)."""
-        out: list[commitlog.Record | None] = [None] * len(wanted)
+        return self._each(wanted, self._decoded)
+
+    def raw(self, wanted: Sequence[tuple[int, int]]) -> list[bytes | None]:
+        """The records' bytes at these (physical offset, total size) pairs, as the commitlog
+        holds them, in order; None for each one the files cannot give (ask the writer)."""
+        return self._each(wanted, self._raw)
+
+    def _each(
+        self,
+        wanted: Sequence[tuple[int, int]],
+        read: Callable[[dict[int, int], int, int], T | None],
+    ) -> list[T | None]:
+        out: list[T | None] = [None] * len(wanted)
         fds: dict[int, int] = {}  # segment start -> open fd, for this call only
         listed = False  # the segment list is read again at most once a call
         try:
             for i, (offset, size) in enumerate(wanted):
                 if size <= 0:
                     continue
-                r = self._read(fds, offset, size)
+                r = read(fds, offset, size)
                 if r is None and not listed:  # a segment made or removed since the listing?
                     listed = True
                     self._list()
-                    r = self._read(fds, offset, size)
+                    r = read(fds, offset, size)
                 out[i] = r
         finally:
             for fd in fds.values():
                 os.close(fd)
         return out
 
-    def _read(self, fds: dict[int, int], offset: int, size: int) -> commitlog.Record | None:
+    def _bytes(self, fds: dict[int, int], offset: int, size: int) -> bytes | None:
         i = bisect.bisect_right(self._starts, offset) - 1
         if i < 0:
             return None
@@ -75,7 +94,21 @@ class CommitlogReads:
                 fd = fds[start] = os.open(self.dir / segment_name(start), os.O_RDONLY)
             except FileNotFoundError:
                 return None
-        data = os.pread(fd, size, offset - start)
+        return os.pread(fd, size, offset - start)
+
+    def _raw(self, fds: dict[int, int], offset: int, size: int) -> bytes | None:
+        data = self._bytes(fds, offset, size)
+        if data is None or len(data) != size or size < commitlog.HEAD_SIZE:
+            return None
+        total, magic = _SIZE_MAGIC.unpack_from(data, commitlog.TOTAL_SIZE_AT)
+        (phy,) = _LONG.unpack_from(data, commitlog.PHYSICAL_OFFSET_AT)
+        ok = total == size and phy == offset and magic in (commitlog.MAGIC_V1, commitlog.MAGIC_V2)
+        return data if ok else None
+
+    def _decoded(self, fds: dict[int, int], offset: int, size: int) -> commitlog.Record | None:
+        data = self._bytes(fds, offset, size)
+        if data is None:
+            return None
         try:
             r = commitlog.decode(data, 0, check_crc=False)
         except CorruptRecordError:  # not (yet) that record, or past the segment's end

@@ -139,6 +139,8 @@ class PropertiesText:
             commitlog.TRANSACTION_NOT_TYPE,
             commitlog.TRANSACTION_COMMIT_TYPE,
         )
+        if delayed:  # stored clamped to the table, as RocketMQ stores it
+            level = delay.clamp_level(level)
         if level > 0:
             props[P.DELAY] = str(level)
         props[P.WAIT] = "false" if m.no_wait_store else "true"
@@ -146,7 +148,6 @@ class PropertiesText:
             props[P.UNIQ_KEY] = uniq
         topic, queue_id, delay_ms = m.topic, m.queue_id, 0
         if delayed:
-            level = delay.clamp_level(level)
             props[P.CLUSTER] = self.cluster_name
             props[P.REAL_TOPIC] = topic
             props[P.REAL_QID] = str(queue_id)

@@ -10,8 +10,8 @@ import logging
 from collections.abc import Sequence
 
 from rmqstore.formats.topics_json import TopicConfig
+from rmqstore.queue_files import QueueFiles
 from rmqstore.times import now_ms
-from services.proxy.queue_files import QueueFiles
 
 log = logging.getLogger(__name__)
 POLL_S = 0.005  # how often a topic with waiting receives is looked at (one pread a queue)

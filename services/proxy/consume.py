@@ -34,6 +34,7 @@ from pathlib import Path
 from rmqstore.formats import commitlog
 from rmqstore.formats import subscription_groups as sg
 from rmqstore.formats.topics_json import TopicConfig
+from rmqstore.queue_files import QueueFiles
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.times import now_ms
 from services.proxy import copies, deliver
@@ -42,7 +43,6 @@ from services.proxy.arrivals import Arrivals
 from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
 from services.proxy.queue_bounds import GONE, QueueBounds
-from services.proxy.queue_files import QueueFiles
 from services.proxy.receipts import handle, parse_handle
 from services.proxy.record_reads import RecordReads
 from services.proxy.redelivery import MOVING_MS, DeadLetterTrouble, Entry

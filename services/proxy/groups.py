@@ -8,12 +8,12 @@ from typing import Any
 import grpc
 
 from rmqstore.formats import subscription_groups as sg
+from rmqstore.queue_files import QueueFiles
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
 from services.proxy.auth import Authenticator
 from services.proxy.consume import Consumption
 from services.proxy.group_stats import describe, group_names
 from services.proxy.progress import Flight
-from services.proxy.queue_files import QueueFiles
 from services.proxy.status import BusinessError
 from services.proxy.topics import TopicBook
 

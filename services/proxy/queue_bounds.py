@@ -7,8 +7,8 @@ per queue and in the metrics, and logged."""
 
 import logging
 
+from rmqstore.queue_files import QueueFiles
 from services.proxy.progress import Key, QueueProgress
-from services.proxy.queue_files import QueueFiles
 from services.proxy.record_reads import RecordReads
 from services.proxy.redelivery import Entry, Redelivery
 

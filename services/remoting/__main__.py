@@ -1,12 +1,14 @@
 """``python -m services.remoting``: the broker's RocketMQ 4.x remoting front end. RocketMQ 4.x
 producers and ``mqadmin`` send to it; it appends through the commitlog writer, answers
-lookups through the query service, and registers with the name servers every 30 s."""
+lookups through the query service, serves 4.x consumers' pulls from the store's files (it runs
+on the store's machine, as the proxy does), and registers with the name servers every 30 s."""
 
 import argparse
 import asyncio
 import logging
 import signal
 import sys
+from pathlib import Path
 
 from rmqstore import access_keys, metrics, tls
 from rmqstore.appender import Appender
@@ -41,7 +43,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--store",
         default="",
-        help="the store root (unused: all goes through the writer and the query service)",
+        help="the store root: pulls read its consume-queue and commitlog files (required)",
     )
     p.add_argument("--commitlog", default="127.0.0.1:8100", help="the commitlog writer")
     p.add_argument(
@@ -152,6 +154,9 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
         proxy_keys = access_keys.client_keys(args, access_env=False)
     except ValueError as e:
         raise StartupError(str(e)) from None
+    if not args.store:
+        raise StartupError("--store is required: pulls read the store's consume-queue and "
+                           "commitlog files")  # fmt: skip
     writer = tls.aio_client_channel(args.commitlog, args)
     query = tls.aio_client_channel(args.query, args)
     if args.batches_in_flight < 1 or not 0 <= args.batch_linger_ms <= 1000:
@@ -213,7 +218,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
         admin = ConsumerAdmin(args.broker_name, clients, topics, registry, query)
         broker.handlers.update(admin.handlers())
     broker.group_offsets = GroupOffsets(proxy, proxy_keys)
-    puller = Puller(topics, query, writer, clients, broker.group_offsets,
+    puller = Puller(topics, Path(args.store), writer, clients, broker.group_offsets,
                     observe.pulled if observe else lambda group, code: None)  # fmt: skip
     offset_handlers = OffsetHandlers(broker.group_offsets, query)
     broker.handlers.update(

@@ -1,15 +1,17 @@
 """PULL_MESSAGE (``spec/rocketmq-remoting.md`` §3.3): a 4.x consumer's pull, with the commit
 piggyback (sysFlag 0x1), tag subscriptions and long polling (0x2).
 
-The query service's ``Pull`` decides what a pull finds (RocketMQ's store statuses, tag codes
-filtered, RocketMQ's batch limits); the body is those records exactly as the commit log holds
-them, read through the writer. A pull that finds nothing new (PULL_NOT_FOUND) with long polling
-allowed is held until a message for its queue is stored or ``suspendTimeoutMillis`` passes:
-``Arrivals`` follows the writer's dispatch stream (one stream for the whole broker, opened at
-the writer's end when a pull is first held and closed ``LINGER_S`` after the last one ended,
-so a broker that only takes sends costs the writer nothing) and wakes the pulls held on a
-queue when a record for it is appended. Every pull runs as its own task, so held pulls never
-hold up a connection's other requests.
+What a pull finds (RocketMQ's store statuses, tag codes filtered, RocketMQ's batch limits) is
+read from the store's consume-queue and commitlog files (``pull_reads``); the body is those
+records exactly as the commit log holds them. A pull that finds nothing new (PULL_NOT_FOUND)
+with long polling allowed is held until a message for its queue is stored or
+``suspendTimeoutMillis`` passes: ``Arrivals`` follows the writer's dispatch stream (one stream
+for the whole broker, opened at the writer's end when a pull is first held and closed
+``LINGER_S`` after the last one ended, so a broker that only takes sends costs the writer
+nothing) and wakes the pulls held on a queue when a record for it is appended; a woken pull
+waits for the queue's unit to be written (its builder follows the same stream a step behind),
+looking at that one unit after short pauses. Every pull runs as its own task, so held pulls
+never hold up a connection's other requests.
 """
 
 import asyncio
@@ -18,15 +20,18 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import grpc
 
 from rmqstore.formats import remoting as R
 from rmqstore.remoting_net import Connection
-from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.query.pull import TagFilter
 from services.remoting import topics as T
 from services.remoting.clients import Clients
 from services.remoting.offsets import GroupOffsets, OffsetsUnavailable
+from services.remoting.pull_reads import PullReads
 
 log = logging.getLogger("rmqstore.remoting")
 RC = R.ResponseCode
@@ -34,10 +39,10 @@ QUERY_TIMEOUT_S = 30.0
 SUBSCRIBER = "remoting-pulls"  # the dispatch stream's subscriber name (no builder: no acks kept)
 RESUBSCRIBE_S = 1.0  # after the dispatch stream failed
 ACK_EVERY_S = 5.0  # how often the stream's position is acknowledged (the writer's lag metric)
-# after a wake-up the query service may not have the new entry yet (the consume-queue builder
-# is a step behind the writer): the pull looks again after these pauses while the queue's end
-# it sees is below what arrived
-CATCH_UP_S = (0.005, 0.01, 0.02, 0.05, 0.1, 0.2)
+# after a wake-up the consume queue may not hold the new unit yet (its builder is a step
+# behind the writer's dispatch): the pull looks at that unit (one pread) after each of these
+# pauses until it is written
+CATCH_UP_S = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.015, 0.03, 0.05, 0.1, 0.2)
 # when the stream was not open yet: what was stored between the pull's look and the stream's
 # start comes only through the consume queue (a builder later than this costs a delay: the
 # pull's timeout, never a loss)
@@ -54,11 +59,11 @@ MORE_THAN_ONE = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
 NOT_FOUND = ("OFFSET_OVERFLOW_ONE", "OFFSET_FOUND_NULL")
 RETRY_NOW = ("NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING")
 EMPTY = ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE")
-NO_QUEUE = (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.OUT_OF_RANGE)
 
 
 def status_code(status: str, offset: int) -> int:
-    """The query service's pull status -> the answer's code (4.9.8's PullMessageProcessor)."""
+    """A pull status (the query service's PullStatus names) -> the answer's code (4.9.8's
+    PullMessageProcessor)."""
     if status == "FOUND":
         return RC.SUCCESS
     if status in NOT_FOUND:
@@ -241,15 +246,15 @@ class Puller:
     def __init__(
         self,
         topics: T.Topics,
-        query: grpc.aio.Channel,
+        store: Path,
         writer: grpc.aio.Channel,
         clients: Clients,
         offsets: GroupOffsets,
         on_pull: Callable[[str, int], None] = lambda group, code: None,
     ) -> None:
         self.topics = topics
-        self.query = query_pb2_grpc.QueryStub(query)
         self.writer = commitlog_pb2_grpc.CommitLogStub(writer)
+        self.reads = PullReads(store, self.writer)
         self.clients = clients
         self.offsets = offsets
         self.arrivals = Arrivals(self.writer)
@@ -337,7 +342,7 @@ class Puller:
             except OffsetsUnavailable as e:
                 log.warning("pull's commit of %s@%s queue %d: %s", h.topic, h.group,
                             h.queue_id, e)  # fmt: skip
-        expression = "*" if expression.strip() in ("", "*") else expression
+        tags = TagFilter.parse(expression)
         hold = h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0
         deadline = asyncio.get_running_loop().time() + h.suspend_s
         suspended = False
@@ -345,7 +350,7 @@ class Puller:
         try:
             while True:
                 ev = self.arrivals.event(h.topic, h.queue_id)
-                answer, found_end = await self._look(req, h, expression)
+                answer, found_end = await self._look(req, h, tags)
                 if answer.code != RC.PULL_NOT_FOUND or not hold:
                     return answer
                 left = deadline - asyncio.get_running_loop().time()
@@ -371,57 +376,28 @@ class Puller:
     async def _catch_up(
         self, h: PullHeader, end: int, deadline: float, pauses: tuple[float, ...] = CATCH_UP_S
     ) -> None:
-        """Wait until the query service sees the queue past ``end`` (or a while)."""
+        """Wait until the queue's unit at ``end`` is written (or a while)."""
         loop = asyncio.get_running_loop()
         for pause in pauses:
             await asyncio.sleep(min(pause, max(0.0, deadline - loop.time())))
-            if loop.time() >= deadline or await self._end(h) > end:
+            if loop.time() >= deadline or self.reads.written(h.topic, h.queue_id, end):
                 return
 
-    async def _end(self, h: PullHeader) -> int:
-        try:
-            bounds = await self.query.QueueOffsets(
-                query_pb2.QueueOffsetsRequest(topic=h.topic, queue_id=h.queue_id),
-                timeout=QUERY_TIMEOUT_S,
-            )
-        except grpc.aio.AioRpcError as e:
-            if e.code() in NO_QUEUE or e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-                return 0
-            raise
-        return bounds.max_offset
-
-    async def _look(self, req: R.Command, h: PullHeader, expression: str
+    async def _look(self, req: R.Command, h: PullHeader, tags: TagFilter
                     ) -> tuple[R.Command, int]:  # fmt: skip
         """One pull at the store: the answer and the queue's end it saw."""
-        request = query_pb2.PullRequest(
-            topic=h.topic, queue_id=h.queue_id, offset=max(h.offset, 0),
-            max_messages=max(1, min(h.max_msgs, 1024)), tag_expression=expression,
-        )  # fmt: skip
-        try:
-            res = await self.query.Pull(request, timeout=QUERY_TIMEOUT_S)
-            status, nxt, low, high = (query_pb2.PullStatus.Name(res.status), res.next_offset,
-                                      res.min_offset, res.max_offset)  # fmt: skip
-        except grpc.aio.AioRpcError as e:
-            if e.code() not in NO_QUEUE:
-                raise
-            status, nxt, low, high = "NO_MESSAGE_IN_QUEUE", 0, 0, 0  # never written
-            res = None
-        code = status_code(status, h.offset)
+        found = await self.reads.pull(
+            h.topic, h.queue_id, max(h.offset, 0), max(1, min(h.max_msgs, 1024)), tags
+        )
+        code = status_code(found.status, h.offset)
         body = b""
-        if code == RC.SUCCESS and res is not None:
-            offsets = [m.phy_offset for m in res.messages]
-            reads = commitlog_pb2.ReadRecordsRequest(offsets=offsets)
-            records = (await self.writer.ReadRecords(reads, timeout=QUERY_TIMEOUT_S)).records
-            if len(records) != len(offsets) or not all(records):
-                code, status = RC.PULL_RETRY_IMMEDIATELY, "MESSAGE_WAS_REMOVING"
-                nxt = h.offset
-            else:
-                body = b"".join(records)
-                self.pulled += len(records)
+        if code == RC.SUCCESS:
+            body = b"".join(found.records)
+            self.pulled += len(found.records)
         ext = {
             "suggestWhichBrokerId": "0",
-            "nextBeginOffset": str(nxt),
-            "minOffset": str(low),
-            "maxOffset": str(high),
+            "nextBeginOffset": str(found.next_offset),
+            "minOffset": str(found.min_offset),
+            "maxOffset": str(found.max_offset),
         }
-        return R.response_to(req, code, ext=ext, body=body, remark=status), high
+        return R.response_to(req, code, ext=ext, body=body, remark=found.status), found.max_offset

@@ -9,8 +9,9 @@ broker (``spec/rocketmq-remoting.md`` §3.3), with RocketMQ 4.9.8's semantics:
 3. old reconsumeTimes >= maxReconsumeTimes (the request's if its version >= 121, else 16),
    or ``delayLevel`` < 0 → ``%DLQ%<group>`` queue 0, no delay;
 4. else ``%RETRY%<group>`` queue 0 through the delay levels: ``delayLevel``, or
-   3 + old reconsumeTimes when it is 0 (capped at the last level), so the writer stores it in
-   the schedule topic and delivers it when due.
+   3 + old reconsumeTimes when it is 0, so the writer stores it in the schedule topic and
+   delivers it when due; the writer caps the level at the last of its table
+   (``--delay-levels``: the one table, as RocketMQ's store caps it).
 
 Both topics are created when missing: 1 queue, perm 6 (read and write), then registered
 with the name servers.
@@ -23,7 +24,7 @@ from typing import Protocol
 
 import grpc
 
-from rmqstore import delay, retries
+from rmqstore import retries
 from rmqstore.appender import Appender, AppendError
 from rmqstore.errors import StoreError
 from rmqstore.formats import commitlog
@@ -141,7 +142,6 @@ class SendBack:
             to_topic = retry
             if level == 0:
                 level = FIRST_AUTO_LEVEL + record.reconsume_times
-            level = min(level, delay.MAX_LEVEL)
         await _create(self.topics, to_topic, self.topics_changed)
         try:
             await self.appender.put([copy_of(record, to_topic, level)], sender=conn.remote)
@@ -153,7 +153,6 @@ class SendBack:
             log.info("message at %d of %s moved to %s after %d reconsumes",
                      offset, record.topic, dead, record.reconsume_times)  # fmt: skip
         return R.response_to(req)
-
 
 
 class RetrySendDiverter:

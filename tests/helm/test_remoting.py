@@ -103,6 +103,7 @@ def test_remoting_broker_registers_at_the_pod_ip(default_objects: list[dict]) ->
     c = containers["remoting"]
     assert c["command"] == ["python"] and c["args"][:2] == ["-m", "services.remoting"]
     assert _arg(c, "--listen") == "0.0.0.0:10911"
+    assert _arg(c, "--store") == _arg(containers["commitlog"], "--store")  # pulls read its files
     # each name server pod by its DNS name: one connection to the Service would reach one
     assert _arg(c, "--namesrv") == NAMESRV_ADDRESS
     assert _arg(c, "--broker-ip") == "$(POD_IP)"

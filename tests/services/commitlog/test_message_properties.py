@@ -5,8 +5,10 @@ from itertools import product
 
 import pytest
 
+from rmqstore import delay
 from rmqstore.errors import MessageIllegalError
 from rmqstore.formats import properties as P
+from rmqstore.formats.commitlog import TRANSACTION_PREPARED_TYPE as TRANSACTION_PREPARED
 from rmqstore.v1 import common_pb2
 from services.commitlog.message_properties import PropertiesText
 
@@ -42,3 +44,16 @@ def test_a_property_set_by_its_own_field_is_refused():
     m = common_pb2.Message(topic="A", properties=[common_pb2.Property(name=P.TAGS, value="x")])
     with pytest.raises(MessageIllegalError, match="set by its own field"):
         PropertiesText("C").general(m, "", 0)
+
+
+def test_a_delay_level_beyond_the_table_is_stored_clamped():
+    text = PropertiesText("C")
+    with delay.levels_in_use("1s 2s"):
+        props, topic, queue_id, delay_ms = text.general(
+            common_pb2.Message(topic="A", delay_level=9), "", 0
+        )
+        prepared = common_pb2.Message(topic="A", delay_level=9, sys_flag=TRANSACTION_PREPARED)
+        prepared_props = text.general(prepared, "", 0)[0]
+    assert P.parse(props)[P.DELAY] == "2" and P.parse(props)[P.REAL_TOPIC] == "A"
+    assert (topic, queue_id, delay_ms) == ("SCHEDULE_TOPIC_XXXX", 1, 2000)
+    assert P.parse(prepared_props)[P.DELAY] == "9"  # not scheduled: kept as asked, as RocketMQ

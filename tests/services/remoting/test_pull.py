@@ -74,11 +74,12 @@ async def _sent(broker: Wire, topic: str, queue_id: int, tags: list[str]) -> Non
         assert answer.code == 0, answer.remark
 
 
-async def _found(broker: Wire, frame: bytes) -> R.Command:
-    """Pull until FOUND (the consume queue is built a moment after the send's answer)."""
+async def _found(broker: Wire, frame: bytes, end: int = 0) -> R.Command:
+    """Pull until FOUND with the queue's end at ``end`` or beyond (the consume queue is built
+    a moment after the send's answer)."""
     while True:
         answer = await broker.call(frame)
-        if answer.code == RC.SUCCESS:
+        if answer.code == RC.SUCCESS and _offsets(answer)[3] >= end:
             return answer
         assert answer.code in (RC.PULL_NOT_FOUND, RC.PULL_OFFSET_MOVED), answer.remark
         await asyncio.sleep(0.05)
@@ -87,7 +88,7 @@ async def _found(broker: Wire, frame: bytes) -> R.Command:
 def test_pull_finds_the_stored_records_filtered_by_tag(served: Served) -> None:
     async def test(broker: Wire) -> None:
         await _sent(broker, "PullT", 1, ["TagA", "TagB", "TagA"])
-        answer = await _found(broker, _pull("CG1", "PullT", 1, 0, subscription="TagA || TagC"))
+        answer = await _found(broker, _pull("CG1", "PullT", 1, 0, subscription="TagA || TagC"), 3)
         records = _records(answer.body)
         assert [r.body for r in records] == [b"TagA-0", b"TagA-2"]
         assert all(r.topic == "PullT" and r.queue_id == 1 for r in records)
@@ -101,7 +102,7 @@ def test_pull_finds_the_stored_records_filtered_by_tag(served: Served) -> None:
 def test_pull_statuses_and_refusals(served: Served) -> None:
     async def test(broker: Wire) -> None:
         await _sent(broker, "StatT", 0, ["a", "b"])
-        await _found(broker, _pull("CG2", "StatT", 0, 0))
+        await _found(broker, _pull("CG2", "StatT", 0, 0), 2)
         at_end = await broker.call(_pull("CG2", "StatT", 0, 2))  # no suspend flag: at once
         assert at_end.code == RC.PULL_NOT_FOUND and _offsets(at_end) == (0, 2, 0, 2)
         beyond = await broker.call(_pull("CG2", "StatT", 0, 9))

@@ -1,11 +1,11 @@
-"""The proxy's consume-queue reader: units across segments, the end of the data in a
+"""The consume-queue reader the front ends share: units across segments, the end of the data in a
 preallocated segment, a segment started after the reader last looked, and the first unit
 whose record retention kept."""
 
 from rmqstore.formats import consume_queue as cq
 from rmqstore.layout import StoreLayout
+from rmqstore.queue_files import QueueFiles
 from rmqstore.segments import segment_name
-from services.proxy.queue_files import QueueFiles
 
 PER_FILE = 4  # units per segment
 
@@ -63,3 +63,22 @@ def test_first_present_is_the_first_unit_whose_record_retention_kept(tmp_path):
         assert files.first_present("T", 0, low) == expect, low
     (StoreLayout.of(tmp_path).queue_dir("T", 0) / segment_name(0)).unlink()  # its builder's
     assert files.first_present("T", 0, 450) == 5
+
+
+def test_capacity_is_the_units_a_segment_holds(tmp_path):
+    files = QueueFiles(tmp_path)
+    assert files.capacity("T", 0) == 0  # no files
+    _segment(tmp_path, 4, [(400, 50, 4)])
+    assert files.capacity("T", 0) == PER_FILE
+
+
+def test_max_offset_follows_growth_and_a_cut_after_the_end_it_saw(tmp_path):
+    files = QueueFiles(tmp_path)
+    _segment(tmp_path, 0, [(100, 50, 0), (200, 50, 1)])
+    assert files.max_offset("T", 0) == 2
+    _segment(tmp_path, 0, [(100 * i, 50, i) for i in range(1, 4)])  # grew
+    assert files.max_offset("T", 0) == 3 and files.max_offset("T", 0) == 3
+    _segment(tmp_path, 0, [(100, 50, 0)])  # cut after recovery
+    assert files.max_offset("T", 0) == 1
+    _segment(tmp_path, 0, [])  # cut to nothing
+    assert files.max_offset("T", 0) == 0

@@ -1,0 +1,165 @@
+"""What a 4.x pull finds, read from the store's files on this machine: the queue's consume-queue
+units (``rmqstore.queue_files``) and the records' bytes (``rmqstore.commitlog_reads``), with
+the writer asked only for records the files cannot give. No call to the query service and
+no record decoded: a unit's tags code filters, its size counts towards the batch.
+
+RocketMQ 4.9's ``getMessage`` rules (spec §9.4), as the query service's ``Pull`` keeps them:
+the queue's minimum is its first unit whose record is still in the commitlog; an offset below
+it is OFFSET_TOO_SMALL, at the end OFFSET_OVERFLOW_ONE, beyond it OFFSET_OVERFLOW_BADLY (the
+next offset the minimum when that is 0, else the end); a segment retention removed is
+OFFSET_FOUND_NULL. The scan stays in the offset's segment and covers at most
+``max(16000 B, max_messages * 20 B)`` of units; a batch is full at ``max_messages``, or (never
+before the first record) 32 records / 256 KiB when the record is within 40 % of RAM from the
+commitlog's end, 8 / 64 KiB otherwise. A record gone (below the commitlog's minimum, or
+unreadable) is skipped, and is MESSAGE_WAS_REMOVING when nothing was found.
+"""
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+
+from rmqstore.commitlog_reads import CommitlogReads
+from rmqstore.formats.consume_queue import UNIT_SIZE
+from rmqstore.queue_files import QueueFiles
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.query.pull import (
+    IN_MEMORY_MAX_BYTES,
+    IN_MEMORY_MAX_COUNT,
+    MAX_SCAN_BYTES,
+    MEMORY_RATIO,
+    ON_DISK_MAX_BYTES,
+    ON_DISK_MAX_COUNT,
+    TagFilter,
+    physical_memory,
+)
+from services.query.queue_reader import PRE_BLANK_SIZE
+
+READ_TIMEOUT_S = 30.0
+REFUSED = (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND,
+           grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.DATA_LOSS)  # fmt: skip
+END_TTL_S = 1.0  # the commitlog's end (for the in-memory batch limits) is asked this often
+
+
+@dataclass
+class Found:
+    status: str  # the query service's PullStatus names
+    next_offset: int
+    min_offset: int = 0
+    max_offset: int = 0
+    records: list[bytes] = field(default_factory=list)
+    wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
+    gone: int = 0  # matching units whose record is below the commitlog's minimum
+
+
+class PullReads:
+    def __init__(self, store: Path, writer: commitlog_pb2_grpc.CommitLogStub) -> None:
+        self.queues = QueueFiles(store)
+        self.files = CommitlogReads(store)
+        self.writer = writer
+        self.in_memory_span = int(physical_memory() * MEMORY_RATIO)
+        self._end = (0, -END_TTL_S)  # (commitlog's end, monotonic time asked)
+
+    async def _commitlog_end(self) -> int:
+        end, when = self._end
+        if time.monotonic() - when >= END_TTL_S:
+            offsets = await self.writer.GetOffsets(
+                commitlog_pb2.GetOffsetsRequest(), timeout=READ_TIMEOUT_S
+            )
+            end = offsets.max_offset
+            self._end = (end, time.monotonic())
+        return end
+
+    def written(self, topic: str, queue: int, offset: int) -> bool:
+        """Whether the queue's unit at ``offset`` is written (one ``pread``)."""
+        return self.queues.written(topic, queue, offset)
+
+    async def pull(
+        self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter
+    ) -> Found:
+        found = self.scan(topic, queue, offset, max_messages, tags, await self._commitlog_end())
+        if found.wanted:
+            found.records = [r for r in await self._records(found.wanted) if r is not None]
+        if found.records:
+            found.status = "FOUND"
+        elif found.wanted or found.gone:
+            found.status = "MESSAGE_WAS_REMOVING"
+        return found
+
+    def scan(
+        self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter,
+        cl_max: int,
+    ) -> Found:  # fmt: skip
+        """The pull's status and offsets, and the records it takes (``wanted``; the status
+        NO_MATCHED_MESSAGE until they are read), from the consume queue alone; ``cl_max``:
+        the commitlog's end."""
+        qf = self.queues
+        if not qf.has_files(topic, queue):  # the queue's segments listed: used just below
+            return Found("NO_MATCHED_LOGIC_QUEUE", 0)
+        cl_min = self.files.min_offset(fresh=True)
+        mx = qf.max_offset(topic, queue, fresh=False)
+        mn = qf.first_present(topic, queue, cl_min, fresh=False)
+        if mx == 0:
+            return Found("NO_MESSAGE_IN_QUEUE", 0, mn, mx)
+        if offset < mn:
+            return Found("OFFSET_TOO_SMALL", mn, mn, mx)
+        if offset == mx:
+            return Found("OFFSET_OVERFLOW_ONE", offset, mn, mx)
+        if offset > mx:
+            return Found("OFFSET_OVERFLOW_BADLY", mn if mn == 0 else mx, mn, mx)
+        cap = qf.capacity(topic, queue)
+        scan = max(MAX_SCAN_BYTES, max_messages * UNIT_SIZE) // UNIT_SIZE
+        every = tags.tags is None
+        if every:  # no unit from the minimum on is filtered out or gone: the batch is these
+            scan = min(scan, max_messages)
+        phys, sizes, codes = qf.columns(
+            topic, queue, offset, min(scan, mx - offset, cap - offset % cap)
+        )
+        if not phys:  # the segment holding the offset was removed
+            return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
+        wanted: list[tuple[int, int]] = []
+        total, gone, i = 0, 0, 0
+        for phy, size, code in zip(phys, sizes, codes, strict=True):
+            if wanted:  # RocketMQ's isTheBatchFull
+                on_disk = cl_max - phy > self.in_memory_span
+                max_b, max_c = ((ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT) if on_disk
+                                else (IN_MEMORY_MAX_BYTES, IN_MEMORY_MAX_COUNT))  # fmt: skip
+                n = len(wanted)
+                if n >= max_messages or total + size > max_b or n >= max_c:
+                    break
+            i += 1
+            if not every and not tags.matches_code(code):
+                continue
+            if phy < cl_min or (phy == 0 and size == PRE_BLANK_SIZE):  # deleted, or no message
+                gone += 1
+                continue
+            wanted.append((phy, size))
+            total += size
+        return Found("NO_MATCHED_MESSAGE", offset + i, mn, mx, wanted=wanted, gone=gone)
+
+    async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | None]:
+        """The records' bytes from the files; those the files cannot give from the writer,
+        whose refusal of an offset (not a record: removed meanwhile) is None."""
+        got = self.files.raw(wanted)
+        missing = [i for i, r in enumerate(got) if r is None]
+        raws = await self._from_writer([wanted[i][0] for i in missing])
+        for i, raw in zip(missing, raws, strict=True):
+            got[i] = raw
+        return got
+
+    async def _from_writer(self, offsets: list[int]) -> list[bytes | None]:
+        if not offsets:
+            return []
+        try:
+            answer = await self.writer.ReadRecords(
+                commitlog_pb2.ReadRecordsRequest(offsets=offsets), timeout=READ_TIMEOUT_S
+            )
+        except grpc.aio.AioRpcError as e:
+            if e.code() not in REFUSED:
+                raise
+            if len(offsets) == 1:
+                return [None]
+            return [r for o in offsets for r in await self._from_writer([o])]  # which one
+        raws = list(answer.records)
+        return [r or None for r in raws] if len(raws) == len(offsets) else [None] * len(offsets)
