@@ -16,7 +16,8 @@ background thread until ``close()`` (``wait_for(offset, timeout)`` polls it). ``
 holds everything it received from ``start`` on; with ``directory`` and ``file_size`` it also
 writes commit-log files named by their start offset (20 digits), as RocketMQ's slave does.
 With ``max_frames`` it closes the connection after that many data frames (as a slave whose
-connection broke right there: ``wait_closed`` returns) and keeps the bytes it applied.
+connection broke right there: ``wait_closed`` returns) and keeps the bytes it applied;
+``source`` is the address it connects from (another loopback address: another host).
 
 ``PeerMaster(commitlog_dir, file_size)`` listens on ``port`` (127.0.0.1, any free port) and
 serves the files of a commit-log directory (named by their 20-digit start offset, all
@@ -71,9 +72,12 @@ class PeerSlave:
         directory: str | None = None,
         file_size: int | None = None,
         max_frames: int | None = None,
+        source: str | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
-        self.sock = socket.create_connection((host, port), timeout=connect_timeout)
+        self.sock = socket.create_connection(
+            (host, port), timeout=connect_timeout, source_address=(source, 0) if source else None
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.first_report = first_report
         self.acking = acking

@@ -60,9 +60,9 @@ class NotEnoughReplicasError(UnavailableError):
 class SlaveLink:
     """One slave's connection: what it reported and where its next frame starts."""
 
-    def __init__(self, address: str, host: str) -> None:
-        self.address = address
-        self.host = host  # the slave's IP: the key of what was sent to it
+    def __init__(self, address: str) -> None:
+        self.address = address  # its IP:port
+        self.host = address.rpartition(":")[0] or address  # its IP: what was sent is kept by it
         self.first_report: int | None = None
         self.acked = -1  # its last report (-1: none yet)
         self.sent = -1  # where the next frame starts (-1: not started)
@@ -183,7 +183,7 @@ class Replication:
         assert task is not None
         self._tasks.add(task)
         peer = writer.get_extra_info("peername")
-        link = SlaveLink(f"{peer[0]}:{peer[1]}" if peer else "?", str(peer[0]) if peer else "?")
+        link = SlaveLink(f"{peer[0]}:{peer[1]}" if peer else "?")
         self.slaves.add(link)
         log.info("slave %s connected", link.address)
         sender: asyncio.Task | None = None

@@ -227,8 +227,8 @@ def test_min_sync_replicas_refuses_before_writing(master):
         slave.close()
 
 
-def _refused(p, port: int, first: int, why: str) -> None:
-    slave = PeerSlave("127.0.0.1", port, first_report=first)
+def _refused(p, port: int, first: int, why: str, source: str | None = None) -> None:
+    slave = PeerSlave("127.0.0.1", port, first_report=first, source=source)
     try:
         assert slave.wait_closed(timeout=20), "the writer kept a divergent slave"
         assert slave.frames == [] and slave.heartbeats == [] and not slave.bytes
@@ -274,7 +274,8 @@ def test_a_slave_resuming_inside_a_record_is_served_from_there(master):
     """RocketMQ's slave appends whole frames, which end anywhere in a record (at most 32 KiB
     each), and reconnecting without a restart reports the end of what it holds: the master
     serves its raw bytes from exactly there, because it sent that slave's host those bytes;
-    a report inside a record beyond what it sent that host is refused."""
+    a report inside a record beyond what it sent that host, or from another host, is
+    refused."""
     p, port, store = master
     stub = _stub(p)
     r = _put(stub, 40)  # ~40 KiB in one file: the first frame ends inside a record
@@ -294,7 +295,9 @@ def test_a_slave_resuming_inside_a_record_is_served_from_there(master):
     end = _max(stub)
     later = r.results[1].phy_offset + 10  # inside a record never sent to 127.0.0.1
     _refused(p, port, later, f"has sent 127.0.0.1 up to {sent}")
-    assert _replication(stub).refused_divergent == 1
+    # what was sent to 127.0.0.1 does not vouch for another host
+    _refused(p, port, inside, "has sent 127.0.0.2 nothing", source="127.0.0.2")
+    assert _replication(stub).refused_divergent == 2
 
     slave = PeerSlave("127.0.0.1", port, first_report=inside, report_on_connect=False)
     try:
@@ -308,7 +311,7 @@ def test_a_slave_resuming_inside_a_record_is_served_from_there(master):
         assert bytes(slave.bytes) == _log_bytes(store, inside, _max(stub))
     finally:
         slave.close()
-    assert _replication(stub).refused_divergent == 1
+    assert _replication(stub).refused_divergent == 2
     assert any(f"resumes at offset {inside}, inside a record" in line for line in p.lines)
 
 
