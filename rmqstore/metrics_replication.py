@@ -59,7 +59,8 @@ class ReplicationMetrics:
         self.refused = Counter(
             "rmqstore_writer_slaves_refused_total",
             "Slaves refused at their first report: below_min (their offset is below the "
-            "oldest file: wipe them), divergent (beyond the end or not at a record start).",
+            "oldest file: wipe them), divergent (beyond the end, or inside a record at an offset "
+            "this master never sent to that host).",
             ["reason"],
             registry=r,
         )

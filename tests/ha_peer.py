@@ -15,6 +15,9 @@ is False) and returns once it holds bytes up to ``offset``; ``follow()`` does th
 background thread until ``close()`` (``wait_for(offset, timeout)`` polls it). ``bytes``
 holds everything it received from ``start`` on; with ``directory`` and ``file_size`` it also
 writes commit-log files named by their start offset (20 digits), as RocketMQ's slave does.
+With ``max_frames`` it closes the connection after that many data frames (as a slave whose
+connection broke right there: ``wait_closed`` returns) and keeps the bytes it applied;
+``source`` is the address it connects from (another loopback address: another host).
 
 ``PeerMaster(commitlog_dir, file_size)`` listens on ``port`` (127.0.0.1, any free port) and
 serves the files of a commit-log directory (named by their 20-digit start offset, all
@@ -68,13 +71,18 @@ class PeerSlave:
         acking: bool = True,
         directory: str | None = None,
         file_size: int | None = None,
+        max_frames: int | None = None,
+        source: str | None = None,
         connect_timeout: float = 10.0,
     ) -> None:
-        self.sock = socket.create_connection((host, port), timeout=connect_timeout)
+        self.sock = socket.create_connection(
+            (host, port), timeout=connect_timeout, source_address=(source, 0) if source else None
+        )
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.first_report = first_report
         self.acking = acking
         self.directory, self.file_size = directory, file_size
+        self.max_frames = max_frames
         self.start: int | None = None if first_report == 0 else first_report
         self.max_offset = first_report
         self.bytes = bytearray()
@@ -154,7 +162,7 @@ class PeerSlave:
             self.closed = True
             return False
         self._buf += data
-        while len(self._buf) >= HEADER.size:
+        while len(self._buf) >= HEADER.size and not self._frames_done():
             offset, size = HEADER.unpack_from(self._buf)
             if size < 0 or size > MAX_BODY:
                 raise ProtocolError(f"frame size {size} is outside 0..{MAX_BODY}")
@@ -163,7 +171,14 @@ class PeerSlave:
             body = bytes(self._buf[HEADER.size : HEADER.size + size])
             del self._buf[: HEADER.size + size]
             self._apply(offset, body)
+        if self._frames_done():  # the connection breaks here: what else came is lost
+            self.sock.close()
+            self.closed = True
+            return False
         return True
+
+    def _frames_done(self) -> bool:
+        return self.max_frames is not None and len(self.frames) >= self.max_frames
 
     def _apply(self, offset: int, body: bytes) -> None:
         if not body:

@@ -15,9 +15,13 @@ its group commit).
 Divergence (spec §6): a first report beyond the master's end is refused (one log line, the
 connection closed, nothing sent); a first report below the oldest file can never be served
 and is refused with its own log line, metric and status. A first report inside a record is
-served from there, raw bytes as always: a RocketMQ slave that reconnects without restarting
-reports the end of the bytes it holds, and frames ignore record boundaries (our own slave
-reports the end of its whole records).
+served from exactly there only if this master has sent bytes up to at least that offset to the
+same host (its IP: a reconnect comes from a new port) since it started: a RocketMQ slave that
+reconnects without restarting reports the end of the raw bytes it holds, anywhere in a record,
+and those bytes came from us. Any other first report inside a record is refused as another
+history. The memory lasts as long as the process: after a master restart a RocketMQ slave
+resuming inside a record is refused until it restarts (its recovery cuts its log to a whole
+record). Our own slave always reports the end of its whole records.
 """
 
 import asyncio
@@ -57,7 +61,8 @@ class SlaveLink:
     """One slave's connection: what it reported and where its next frame starts."""
 
     def __init__(self, address: str) -> None:
-        self.address = address
+        self.address = address  # its IP:port
+        self.host = address.rpartition(":")[0] or address  # its IP: what was sent is kept by it
         self.first_report: int | None = None
         self.acked = -1  # its last report (-1: none yet)
         self.sent = -1  # where the next frame starts (-1: not started)
@@ -87,6 +92,7 @@ class Replication:
         self._seq = itertools.count()
         self.refused_below_min = 0
         self.refused_divergent = 0
+        self.sent_to: dict[str, int] = {}  # per slave IP, the highest offset sent (this process)
         self.waited: Callable[[float], None] = lambda _s: None  # sync-put wait time, seconds
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task] = set()
@@ -189,7 +195,7 @@ class Replication:
             if first is None:
                 return
             link.first_report = first
-            refused = self._refusal(link.address, first)  # logged there, in one line
+            refused = self._refusal(link, first)  # logged there, in one line
             if refused:
                 return
             self.acknowledge(link, first)
@@ -252,7 +258,7 @@ class Replication:
                         f"{self.engine.max_offset}")  # fmt: skip
             self.acknowledge(link, offset)
 
-    def _refusal(self, address: str, first: int) -> str:
+    def _refusal(self, link: SlaveLink, first: int) -> str:
         """Why a first report cannot be served (logged, counted), or ''."""
         e = self.engine
         end, lo, size = e.max_offset, e.min_offset, e.config.segment_size
@@ -266,13 +272,22 @@ class Replication:
             why = (f"its log ends at {first}, below this master's oldest file (offset {lo}): "
                    "the bytes it needs were deleted and it can never catch up; wipe the slave's "
                    "store and start it again (it then copies from the master's last file)")
-        else:
-            if first not in (0, end) and first % size and not _starts_record(e, first):
-                log.info("slave %s resumes at offset %d, inside a record (a RocketMQ slave "
-                         "that reconnects reports the end of the bytes it holds): sending from "
-                         "there", address, first)  # fmt: skip
+        elif first in (0, end) or first % size == 0 or _starts_record(e, first):
             return ""
-        log.warning("refused slave %s: %s", address, why)
+        elif first <= (sent := self.sent_to.get(link.host, -1)):
+            log.info("slave %s resumes at offset %d, inside a record: this master has sent %s "
+                     "bytes up to %d, so it holds this master's history; sending from there",
+                     link.address, first, link.host, sent)  # fmt: skip
+            return ""
+        else:
+            self.refused_divergent += 1
+            sent_what = f"up to {sent}" if sent >= 0 else "nothing"
+            why = (f"its log ends at {first}, inside a record of this master's, and this master "
+                   f"has sent {link.host} {sent_what} since it started: another history, or "
+                   "this master restarted since; restart the slave (its recovery cuts its log "
+                   "back to a whole record), and if it is refused again wipe the slave's store "
+                   "(or move it aside) and start it again")  # fmt: skip
+        log.warning("refused slave %s: %s", link.address, why)
         return why
 
     async def _send(self, writer: asyncio.StreamWriter, link: SlaveLink, first: int) -> None:
@@ -297,6 +312,8 @@ class Replication:
                     writer.writelines((ha.encode_frame_header(offset, n), body))
                     offset = link.sent = offset + n
                     budget -= n
+                    if offset > self.sent_to.get(link.host, -1):
+                        self.sent_to[link.host] = offset
                 last_sent = time.monotonic()
                 await writer.drain()
                 continue

@@ -227,8 +227,8 @@ def test_min_sync_replicas_refuses_before_writing(master):
         slave.close()
 
 
-def _refused(p, port: int, first: int, why: str) -> None:
-    slave = PeerSlave("127.0.0.1", port, first_report=first)
+def _refused(p, port: int, first: int, why: str, source: str | None = None) -> None:
+    slave = PeerSlave("127.0.0.1", port, first_report=first, source=source)
     try:
         assert slave.wait_closed(timeout=20), "the writer kept a divergent slave"
         assert slave.frames == [] and slave.heartbeats == [] and not slave.bytes
@@ -240,49 +240,79 @@ def _refused(p, port: int, first: int, why: str) -> None:
         time.sleep(0.02)
 
 
-def test_divergent_first_reports_are_refused(master):
-    p, port, _store = master
-    stub = _stub(p)
-    r = _put(stub, 3)
-    end = _max(stub)
-    _refused(p, port, end + 100, "beyond this master's end")
-    st = _replication(stub)
-    assert st.refused_divergent == 1 and st.refused_below_min == 0
-    said = [line for line in p.lines if "refused" in line or "disconnected" in line]
-    assert len(said) == 1 and "wipe the slave's store" in said[0]  # one line
-    # a first report at a record start is served from there
-    slave = PeerSlave("127.0.0.1", port, first_report=r.results[1].phy_offset)
+def test_divergent_first_reports_are_refused(tmp_path):
+    mport = procs.free_port()
+    p, port = _start(tmp_path / "store", "--metrics-port", str(mport))
     try:
-        slave.run_until(end, timeout=20)
-        assert slave.frames[0][0] == r.results[1].phy_offset
+        stub = _stub(p)
+        r = _put(stub, 3)
+        end = _max(stub)
+        _refused(p, port, end + 100, "beyond this master's end")
+        # inside a record, never sent to this host (a slave of another history): refused
+        _refused(p, port, r.results[1].phy_offset + 10, "inside a record")
+        st = _replication(stub)
+        assert st.refused_divergent == 2 and st.refused_below_min == 0
+        said = [line for line in p.lines if "refused" in line or "disconnected" in line]
+        assert len(said) == 2 and all("wipe the slave's store" in line for line in said)
+        assert "has sent 127.0.0.1 nothing since it started" in said[1]
+        text = _scrape(mport)
+        assert _sample(text, 'rmqstore_writer_slaves_refused_total{reason="divergent"}') == 2
+        assert _sample(text, 'rmqstore_writer_slaves_refused_total{reason="below_min"}') == 0
+        # a first report at a record start is served from there
+        slave = PeerSlave("127.0.0.1", port, first_report=r.results[1].phy_offset)
+        try:
+            slave.run_until(end, timeout=20)
+            assert slave.frames[0][0] == r.results[1].phy_offset
+        finally:
+            slave.close()
     finally:
-        slave.close()
+        p.stop()
 
 
 @pytest.mark.parametrize("master", [("--role", "sync_master")], indirect=True)
 def test_a_slave_resuming_inside_a_record_is_served_from_there(master):
-    """RocketMQ's slave, reconnecting without a restart, reports the end of the bytes it holds,
-    which frames leave anywhere in a record: it gets the master's raw bytes from exactly there,
-    and its reports acknowledge puts as any slave's."""
+    """RocketMQ's slave appends whole frames, which end anywhere in a record (at most 32 KiB
+    each), and reconnecting without a restart reports the end of what it holds: the master
+    serves its raw bytes from exactly there, because it sent that slave's host those bytes;
+    a report inside a record beyond what it sent that host, or from another host, is
+    refused."""
     p, port, store = master
     stub = _stub(p)
-    r = _put(stub, 3)
+    r = _put(stub, 40)  # ~40 KiB in one file: the first frame ends inside a record
     end = _max(stub)
-    inside = r.results[1].phy_offset + 10
+    starts = {x.phy_offset for x in r.results}
+    first = PeerSlave("127.0.0.1", port, first_report=0, max_frames=1)
+    try:
+        assert first.wait_closed(timeout=20)  # its connection breaks after one frame
+    finally:
+        first.close()
+    inside = first.max_offset
+    assert first.frames == [(0, MAX_FRAME)] and inside not in starts and inside < end
+    _wait_slaves(stub, 0)
+    sent = end  # the master wrote it all to the connection; the slave applied one frame
+    r = _put(stub, 10, 40)  # no slave now: SLAVE_NOT_AVAILABLE, stored
+    assert {x.status for x in r.results} == {commitlog_pb2.SLAVE_NOT_AVAILABLE}
+    end = _max(stub)
+    later = r.results[1].phy_offset + 10  # inside a record never sent to 127.0.0.1
+    _refused(p, port, later, f"has sent 127.0.0.1 up to {sent}")
+    # what was sent to 127.0.0.1 does not vouch for another host
+    _refused(p, port, inside, "has sent 127.0.0.2 nothing", source="127.0.0.2")
+    assert _replication(stub).refused_divergent == 2
+
     slave = PeerSlave("127.0.0.1", port, first_report=inside, report_on_connect=False)
     try:
         slave.report(inside)  # RocketMQ's slave reports some time after connecting
         slave.run_until(end, timeout=20)
         assert slave.frames[0][0] == inside
-        assert bytes(slave.bytes) == _log_bytes(store, inside, end)
+        assert bytes(first.bytes) + bytes(slave.bytes) == _log_bytes(store, 0, end)
         slave.follow()
-        assert [x.status for x in _put(stub, 2, 10).results] == [commitlog_pb2.PUT_OK] * 2
+        assert [x.status for x in _put(stub, 2, 50).results] == [commitlog_pb2.PUT_OK] * 2
         assert slave.wait_for(_max(stub), timeout=10)
         assert bytes(slave.bytes) == _log_bytes(store, inside, _max(stub))
     finally:
         slave.close()
-    assert _replication(stub).refused_divergent == 0
-    assert any("resumes at offset" in line and "inside a record" in line for line in p.lines)
+    assert _replication(stub).refused_divergent == 2
+    assert any(f"resumes at offset {inside}, inside a record" in line for line in p.lines)
 
 
 def test_a_later_report_beyond_the_end_closes_the_connection(master):
