@@ -247,7 +247,13 @@ def test_consume_stats_reset_by_time_and_running_info(served: Served) -> None:
         admin, member = await Wire.open(served.broker), await Wire.open(served.broker)
         for i in range(3):
             assert (await admin.call(_send("AT", f"at-{i}", 10 + i))).code == 0
-        # the group's committed offsets are the proxy's: put them at 2 there
+        # the group's committed offsets are the proxy's: put them at 2 there, once the queue
+        # is built (a reset is clamped to the queue's end)
+        deadline = asyncio.get_running_loop().time() + 30
+        ask = json_request(C.GET_MAX_OFFSET, {"topic": "AT", "queueId": "0"}, 9)
+        while (await admin.call(ask)).ext.get("offset") != "3":
+            assert asyncio.get_running_loop().time() < deadline, "queue AT/0 not built"
+            await asyncio.sleep(0.05)
         async with grpc.aio.insecure_channel(served.serve.address(PROXY_SLOT)) as channel:
             stub = groups_pb2_grpc.ConsumerGroupsStub(channel)
             await stub.ResetGroup(groups_pb2.ResetGroupRequest(group="CG_A", topic="AT", offset=2))
