@@ -3,6 +3,7 @@
 import argparse
 import logging
 import sys
+from collections.abc import Awaitable
 from typing import Any
 
 import grpc
@@ -89,17 +90,16 @@ async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer) -> Pe
     book = PeerBook(namesrvs, "query", args.cluster_name, me)
     stubs: dict[str, query_pb2_grpc.QueryStub] = {}
 
-    async def ask(peer: Peer, request: Any, timeout: float) -> Any:
+    def ask(peer: Peer, request: Any, timeout: float) -> Awaitable[Any]:
         local = isinstance(request, query_pb2.QueryByKeyRequest)
-        if peer.name == me.name:
-            return await (servicer.local_by_key(request) if local
-                          else servicer.local_by_id(request))  # fmt: skip
+        if peer.name == me.name:  # a coroutine: run once the peers' calls are made
+            return servicer.local_by_key(request) if local else servicer.local_by_id(request)
         stub = stubs.get(peer.address)
         if stub is None:
             stub = stubs[peer.address] = query_pb2_grpc.QueryStub(
                 tls.aio_client_channel(peer.address, args))
         call = stub.QueryByKey if local else stub.QueryById
-        return await call(request, timeout=timeout)
+        return call(request, timeout=timeout)  # under way from here, ends by its deadline
 
     servicer.cluster = ClusterLookup(book.peers, ask)
     return book

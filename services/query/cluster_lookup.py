@@ -43,8 +43,10 @@ DEADLINE_MARGIN_S = 0.2  # kept to merge and answer before the caller's deadline
 CURSOR_VERSION = 1
 _HEX = frozenset("0123456789abcdefABCDEF")
 
-# ask(peer, request, timeout seconds) -> the response, or raises grpc.aio.AioRpcError /
-# TimeoutError; the local broker is asked the same way (without the network)
+# ask(peer, request, timeout seconds) -> an awaitable of the response, which raises
+# grpc.aio.AioRpcError / TimeoutError: a gRPC call already made (bounded by its own deadline of
+# ``timeout``), or a coroutine (bounded here); the local broker is asked the same way (without
+# the network)
 Ask = Callable[[Peer, Any, float], Awaitable[Any]]
 Members = Callable[[], Awaitable[tuple[list[Peer], list[str]]]]
 
@@ -113,27 +115,47 @@ def decode_cursor(text: str, qhash: bytes) -> State:
 
 
 async def _ask_all(ask: Ask, jobs: list[tuple[Peer, Any]], timeout: float) -> list[Answer]:
-    async def one(peer: Peer, request: Any) -> Answer:
-        try:
-            return Answer(peer, response=await asyncio.wait_for(ask(peer, request, timeout),
-                                                                timeout))  # fmt: skip
-        except TimeoutError:
-            return Answer(peer, query_pb2.ANSWER_TIMEOUT, f"no answer within {timeout:.1f} s")
-        except StoreError as e:  # this broker's own part
-            if e.grpc_status == "NOT_FOUND":
-                return Answer(peer, response=None, detail=str(e))
-            return Answer(peer, query_pb2.ANSWER_FAILED, f"{e.grpc_status}: {e}")
-        except grpc.aio.AioRpcError as e:
-            code = e.code()
-            if code == grpc.StatusCode.NOT_FOUND:  # the topic has no message on that broker
-                return Answer(peer, response=None, detail=e.details() or "")
-            if code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                return Answer(peer, query_pb2.ANSWER_TIMEOUT, f"no answer within {timeout:.1f} s")
-            if code == grpc.StatusCode.UNAVAILABLE:
-                return Answer(peer, query_pb2.ANSWER_UNREACHABLE, e.details() or "unavailable")
-            return Answer(peer, query_pb2.ANSWER_FAILED, f"{code.name}: {e.details()}")
+    """Every broker's answer, in the order of ``jobs``. All are asked before any is awaited:
+    a gRPC call is under way once made (and ends by its own deadline), a coroutine (this
+    broker's own part) runs as a task meanwhile, after the calls have gone out."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    made = [ask(peer, request, timeout) for peer, request in jobs]
+    pending = [asyncio.ensure_future(a) if asyncio.iscoroutine(a) else a for a in made]
+    answers: list[Answer] = []
+    try:
+        for (peer, _request), waiting in zip(jobs, pending, strict=True):
+            answers.append(await _answer(peer, waiting, timeout, deadline - loop.time()))
+    except BaseException:  # cancelled: nothing left running
+        for waiting in pending[len(answers) :]:
+            cancel = getattr(waiting, "cancel", None)
+            if cancel is not None:
+                cancel()
+        raise
+    return answers
 
-    return list(await asyncio.gather(*(one(p, r) for p, r in jobs)))
+
+async def _answer(peer: Peer, waiting: Awaitable[Any], timeout: float, left: float) -> Answer:
+    """One broker's answer, its failure named."""
+    try:
+        if isinstance(waiting, asyncio.Future):
+            return Answer(peer, response=await asyncio.wait_for(waiting, max(left, 0.0)))
+        return Answer(peer, response=await waiting)
+    except TimeoutError:
+        return Answer(peer, query_pb2.ANSWER_TIMEOUT, f"no answer within {timeout:.1f} s")
+    except StoreError as e:  # this broker's own part
+        if e.grpc_status == "NOT_FOUND":
+            return Answer(peer, response=None, detail=str(e))
+        return Answer(peer, query_pb2.ANSWER_FAILED, f"{e.grpc_status}: {e}")
+    except grpc.aio.AioRpcError as e:
+        code = e.code()
+        if code == grpc.StatusCode.NOT_FOUND:  # the topic has no message on that broker
+            return Answer(peer, response=None, detail=e.details() or "")
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return Answer(peer, query_pb2.ANSWER_TIMEOUT, f"no answer within {timeout:.1f} s")
+        if code == grpc.StatusCode.UNAVAILABLE:
+            return Answer(peer, query_pb2.ANSWER_UNREACHABLE, e.details() or "unavailable")
+        return Answer(peer, query_pb2.ANSWER_FAILED, f"{code.name}: {e.details()}")
 
 
 def fanout_timeout(time_remaining: float | None) -> float:
