@@ -16,29 +16,14 @@ from typing import Any
 
 from rmqstore.cluster_members import Peer, announced
 from rmqstore.group_json import queue_json
-from rmqstore.name_servers import NameServerError, NameServers, pick_cluster
-from rmqstore.remoting_net import parse_namesrv
 from rmqstore.v1 import groups_pb2
-from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
+from services.cli.cluster_of import cluster_of
+from services.cli.errors import NOT_FOUND, UNAVAILABLE, CliError
 
 
 async def _brokers(args: argparse.Namespace) -> tuple[str, list[Peer]]:
-    try:
-        addresses = parse_namesrv(args.namesrv)
-    except ValueError as e:
-        raise CliError(str(e), USAGE) from None
-    namesrvs = NameServers(addresses)
-    try:
-        cluster = pick_cluster(await namesrvs.cluster_info(), args.cluster)
+    async with cluster_of(args) as (namesrvs, cluster, _info):
         return cluster, await announced(namesrvs.clients, "proxy", cluster)
-    except LookupError as e:
-        raise CliError(str(e), NOT_FOUND) from None
-    except ValueError as e:
-        raise CliError(str(e), USAGE) from None
-    except NameServerError as e:
-        raise CliError(f"--namesrv {args.namesrv}: {e}", UNAVAILABLE) from None
-    finally:
-        await namesrvs.close()
 
 
 def _ask(args: argparse.Namespace, call: Any, peer: Peer) -> dict[str, Any]:

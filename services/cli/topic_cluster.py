@@ -14,9 +14,10 @@ import asyncio
 import json
 
 from rmqstore.formats import remoting as R
-from rmqstore.name_servers import NameServerError, NameServers, masters, pick_cluster
-from rmqstore.remoting_net import RemotingClient, RemotingError, parse_namesrv
-from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
+from rmqstore.name_servers import masters
+from rmqstore.remoting_net import RemotingClient, RemotingError
+from services.cli.cluster_of import cluster_of
+from services.cli.errors import UNAVAILABLE, USAGE, CliError
 
 TIMEOUT_S = 10.0
 
@@ -55,23 +56,8 @@ def _failed(answer: R.Command) -> dict:
 
 
 async def _create(args: argparse.Namespace) -> list[dict]:
-    try:
-        addresses = parse_namesrv(args.namesrv)
-    except ValueError as e:
-        raise CliError(str(e), USAGE) from None
-    namesrvs = NameServers(addresses, TIMEOUT_S)
-    try:
-        info = await namesrvs.cluster_info()
-        cluster = pick_cluster(info, args.cluster)
-    except LookupError as e:
-        raise CliError(str(e), NOT_FOUND) from None
-    except ValueError as e:
-        raise CliError(str(e), USAGE) from None
-    except NameServerError as e:
-        raise CliError(f"--namesrv {args.namesrv}: {e}", UNAVAILABLE) from None
-    finally:
-        await namesrvs.close()
-    brokers = masters(info, cluster)
+    async with cluster_of(args, TIMEOUT_S) as (_namesrvs, cluster, info):
+        brokers = masters(info, cluster)
     if not brokers:
         raise CliError(f"cluster {cluster!r} has no broker with a master registered", UNAVAILABLE)
     names = sorted(brokers)
