@@ -4,6 +4,7 @@ Every service's ``__main__`` prints one line ``rmqstore <name> listening on HOST
 stdout once it serves (``--listen 127.0.0.1:0`` picks a free port).
 """
 
+import json
 import os
 import signal
 import socket
@@ -84,3 +85,31 @@ def start(
         proc.wait(5)
         raise RuntimeError(f"{module} exited ({proc.returncode}):\n" + "\n".join(lines[-30:]))
     return ServiceProcess(proc, address[0], lines)
+
+
+class JsonLines:
+    """A client process whose JSON lines (``{"event": ...}``) are collected as they come,
+    each stamped with its arrival time ``t``; its stderr is kept for ``explain``."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path | None = None) -> None:
+        self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, text=True, stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        self.events: list[dict] = []
+        self.err: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+        threading.Thread(target=lambda: self.err.extend(self.proc.stderr or ()),
+                         daemon=True).start()  # fmt: skip
+
+    def _pump(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                e = json.loads(line)
+                e["t"] = time.time()
+                self.events.append(e)
+
+    def of(self, kind: str) -> list[dict]:
+        return [e for e in list(self.events) if e.get("event") == kind]
+
+    def explain(self) -> str:
+        return f"events: {self.events[-20:]}\nstderr: {''.join(self.err)[-3000:]}"

@@ -4,11 +4,9 @@ the official Python producer: every message received and acknowledged, redeliver
 invisible time, tag filters, two groups, dead letters, FIFO with two consumers, a consumer
 that dies and one that resumes, and a SIGKILL of every service mid-consumption."""
 
-import json
 import os
 import signal
 import subprocess
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -19,6 +17,7 @@ import pytest
 from rmqstore.formats import commitlog, consumer_offsets
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
+from tests import procs
 from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, Serve, client_env
 
 pytestmark = pytest.mark.integration
@@ -26,28 +25,13 @@ DEADLINE_S = 150
 SCRIPT = str(CLIENTS / "python_consumer.py")
 
 
-class Run:
-    """A client process whose JSON lines are collected as they come."""
+class Run(procs.JsonLines):
+    """A client of tests/clients (Python, or Node.js with ``node``) and its JSON lines."""
 
     def __init__(self, env: dict, *argv: str, node: bool = False) -> None:
         cmd = ["node", str(CLIENTS / "node_consumer.js"), *argv] if node else [
             str(PYTHON_CLIENT), SCRIPT, *argv]  # fmt: skip
-        self.proc = subprocess.Popen(cmd, env=env, text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        self.events: list[dict] = []
-        self.err: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True).start()
-
-    def _pump(self) -> None:
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                e = json.loads(line)
-                e["t"] = time.time()
-                self.events.append(e)
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in list(self.events) if e["event"] == kind]
+        super().__init__(cmd, env)
 
     def wait(self, timeout: float = DEADLINE_S) -> int:
         return self.proc.wait(timeout)
@@ -61,8 +45,6 @@ class Run:
                 self.proc.kill()
                 self.proc.wait(10)
 
-    def explain(self) -> str:
-        return f"events: {self.events[-20:]}\nstderr: {''.join(self.err)[-3000:]}"
 
 
 def _until(what: str, fn, deadline_s: float = DEADLINE_S):

@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -43,25 +42,8 @@ def ali_ons() -> None:
         pytest.fail(f"ali-ons is not installed in {CLIENT_DIR}: run `make test-deps`")
 
 
-class Proc:
-    """A client process whose JSON lines are collected as they come."""
-
-    def __init__(self, cmd: list[str], env: dict[str, str], cwd: Path) -> None:
-        self.proc = subprocess.Popen(cmd, env=env, cwd=cwd, text=True, stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
-        self.events: list[dict] = []
-        self.err: list[str] = []
-        threading.Thread(target=self._pump, daemon=True).start()
-        threading.Thread(target=lambda: self.err.extend(self.proc.stderr), daemon=True).start()
-
-    def _pump(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-
-    def of(self, kind: str) -> list[dict]:
-        return [e for e in list(self.events) if e.get("event") == kind]
+class Proc(procs.JsonLines):
+    """An ``ali-ons`` client process and its JSON lines."""
 
     def bodies(self) -> list[str]:
         return [e["body"] for e in self.of("received")]
@@ -77,8 +59,6 @@ class Proc:
                 self.proc.kill()
         return self.proc.wait(10)
 
-    def explain(self) -> str:
-        return f"events: {self.events[-10:]}\nstderr: {''.join(self.err)[-3000:]}"
 
 
 def _until(what: str, fn, deadline_s: float = DEADLINE_S):  # type: ignore[no-untyped-def]
