@@ -40,9 +40,10 @@ from rmqstore.times import now_ms
 from services.proxy import copies, deliver
 from services.proxy.appender import Appender
 from services.proxy.arrivals import Arrivals
+from services.proxy.committed_offsets import CommittedOffsets
 from services.proxy.group_stats import Report, observe
 from services.proxy.progress import Flight, Key, ProgressFiles, QueueProgress
-from services.proxy.queue_bounds import GONE, QueueBounds
+from services.proxy.queue_bounds import GONE
 from services.proxy.receipts import handle, parse_handle
 from services.proxy.record_reads import RecordReads
 from services.proxy.redelivery import MOVING_MS, DeadLetterTrouble, Entry
@@ -66,7 +67,7 @@ class ConsumeConfig:
     renew_max_ms: int = 3 * 3600 * 1000  # renewed for at most this long
 
 
-class Consumption(QueueBounds):
+class Consumption(CommittedOffsets):
     def __init__(
         self,
         store: Path,
@@ -447,43 +448,6 @@ class Consumption(QueueBounds):
         await self.move(self.group(group), name, [(q, o, f)], to_retry=False)
 
     # reset -------------------------------------------------------------------------------
-
-    def reset(self, group: str, topic: str, offsets: dict[int, int]) -> None:
-        """Start the group again at these offsets (queue -> offset): in-flight messages of
-        those queues are forgotten (their receipt handles become stale)."""
-        for q, o in offsets.items():
-            self.queue(group, topic, q).reset(o)
-        self._expiry.pop((group, topic), None)
-        self._number_restored()
-        self.dirty = True
-        self.flush()
-
-    # offsets committed by RocketMQ 4.x consumers (through the remoting broker) -------------
-
-    def committed(self, group: str, topic: str, q: int) -> int | None:
-        """The queue's committed offset, None when the group has none there (nothing is
-        created by asking)."""
-        p = self.state.get((group, topic), {}).get(q)
-        return None if p is None else p.committed
-
-    def commit(self, group: str, topic: str, q: int, offset: int) -> bool:
-        """A 4.x consumer's commit: the queue's committed offset becomes ``offset`` (one
-        table for both protocols, as RocketMQ's), unless the group pops that queue (messages
-        in flight or settled above the committed offset: the acks own it then). Whether it
-        was applied. Written with the next flush, as every change of progress."""
-        p = self.state.get((group, topic), {}).get(q)
-        if p is not None and (p.inflight or p.next > p.committed):
-            return False
-        self.group(group)
-        queues = self.state.setdefault((group, topic), {})
-        if p is None:
-            p = queues[q] = QueueProgress(committed=offset, next=offset)
-        elif p.committed != offset:
-            p.reset(offset)
-        else:
-            return True
-        self.dirty = True
-        return True
 
     # durability ---------------------------------------------------------------------------
 
