@@ -186,14 +186,16 @@ def test_consumer_list_from_heartbeats(served: Served) -> None:
         beat = {"clientID": "127.0.0.1@c5", "consumerDataSet": [{
             "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "consumeType": "CONSUME_PASSIVELY",
             "groupName": "CG5", "messageModel": "CLUSTERING", "subscriptionDataSet": [
-                {"subString": "TagA", "topic": "PullT", "subVersion": 1, "tagsSet": ["TagA"]}],
+                {"subString": "TagA", "topic": "BeatT", "subVersion": 1, "tagsSet": ["TagA"]}],
         }], "producerDataSet": []}  # fmt: skip
         answer = await broker.answer(json_request(C.HEART_BEAT, body=json.dumps(beat).encode()))
         assert answer.code == 0
         listed = await broker.call(ask)
         assert json.loads(listed.body) == {"consumerIdList": ["127.0.0.1@c5"]}
         # the heartbeat's subscription filters a pull without one of its own (sysFlag 2)
-        answer = await _found(broker, _pull("CG5", "PullT", 1, 0, sys_flag=0, subscription=""))
+        await _sent(broker, "BeatT", 1, ["TagA", "TagB", "TagA"])
+        answer = await _found(broker, _pull("CG5", "BeatT", 1, 0, sys_flag=0, subscription=""),
+                              end=3)  # fmt: skip
         assert all(r.body.startswith(b"TagA") for r in _records(answer.body))
 
     run(served, test)
