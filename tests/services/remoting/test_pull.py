@@ -81,7 +81,7 @@ async def _found(broker: Wire, frame: bytes, end: int = 0) -> R.Command:
         answer = await broker.call(frame)
         if answer.code == RC.SUCCESS and _offsets(answer)[3] >= end:
             return answer
-        assert answer.code in (RC.PULL_NOT_FOUND, RC.PULL_OFFSET_MOVED), answer.remark
+        assert answer.code in (RC.SUCCESS, RC.PULL_NOT_FOUND, RC.PULL_OFFSET_MOVED), answer.remark
         await asyncio.sleep(0.05)
 
 
