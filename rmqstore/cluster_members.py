@@ -15,9 +15,11 @@ rmqstore.<service>.<cluster> -k <broker name>``.
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rmqstore.formats import remoting as R
@@ -36,13 +38,16 @@ class Peer:
     name: str  # broker name
     address: str  # where the service is reached, HOST:PORT
     store_host: str = ""  # the store host of its records, IP:PORT
+    store_hosts: tuple[str, ...] = ()  # every store host its records have carried
 
 
 def parse_peer(name: str, value: str) -> Peer | None:
     try:
         doc = json.loads(value)
-        return Peer(name, str(doc["address"]), str(doc.get("storeHost", "")))
-    except (ValueError, KeyError, TypeError):
+        hosts = doc.get("storeHosts", [])
+        return Peer(name, str(doc["address"]), str(doc.get("storeHost", "")),
+                    tuple(str(h) for h in hosts) if isinstance(hosts, list) else ())  # fmt: skip
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
@@ -50,10 +55,12 @@ class PeerBook:
     """This broker's entry kept in the name servers, and the cluster's members read back."""
 
     def __init__(self, namesrvs: list[str], service: str, cluster: str, me: Peer,
-                 interval_s: float = INTERVAL_S, fresh_s: float = FRESH_S) -> None:  # fmt: skip
+                 interval_s: float = INTERVAL_S, fresh_s: float = FRESH_S,
+                 store_hosts: Callable[[], list[str]] | None = None) -> None:  # fmt: skip
         self.clients = [RemotingClient(a) for a in namesrvs]
         self.namespace = NAMESPACE.format(service=service, cluster=cluster)
         self.me = me
+        self.store_hosts = store_hosts  # read again before each announcement
         self.interval_s = interval_s
         self.fresh_s = fresh_s
         self._task: asyncio.Task[None] | None = None
@@ -62,8 +69,12 @@ class PeerBook:
         self._read_at = 0.0
 
     async def announce(self) -> bool:
-        value = json.dumps({"address": self.me.address, "storeHost": self.me.store_host},
-                           sort_keys=True, separators=(",", ":"))  # fmt: skip
+        if self.store_hosts is not None:
+            self.me = dataclasses.replace(self.me, store_hosts=tuple(self.store_hosts()))
+        doc: dict[str, object] = {"address": self.me.address, "storeHost": self.me.store_host}
+        if self.me.store_hosts:
+            doc["storeHosts"] = list(self.me.store_hosts)
+        value = json.dumps(doc, sort_keys=True, separators=(",", ":"))
         ext = {"namespace": self.namespace, "key": self.me.name, "value": value}
         done = await asyncio.gather(*(self._put(c, ext) for c in self.clients))
         return all(done)

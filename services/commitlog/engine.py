@@ -15,7 +15,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from itertools import count
 
-from rmqstore import identity, quarantine
+from rmqstore import identity, quarantine, store_hosts
 from rmqstore.durable import replace_file
 from rmqstore.errors import (
     NotMasterError,
@@ -132,6 +132,8 @@ class CommitLogEngine(Dispatching):
         self.terms = Terms(self.layout.progress("commitlog-terms"))
         if not self.last_exit_clean or r.corruption or not self.epochs.history:
             self.epochs.begin(r.end)
+        if not cfg.is_slave:
+            store_hosts.remember(self.layout, cfg.store_host, r.end)
         self.layout.abort.write_bytes(b"")
         self.flusher.start(r.end)
 
@@ -212,6 +214,7 @@ class CommitLogEngine(Dispatching):
             start = self.max_offset
             self.config = dataclasses.replace(self.config, role=role, ha_master="",
                                               ha_port=ha_port)  # fmt: skip
+        store_hosts.remember(self.layout, self.config.store_host, start)
         return self.terms.begin(start), start, self.epochs.begin(start)
 
     # -- a slave's appends (see ``replica_log``) -----------------------------------------

@@ -8,7 +8,7 @@ from typing import Any
 
 import grpc
 
-from rmqstore import metrics, store_shape, tls
+from rmqstore import metrics, store_hosts, store_shape, tls
 from rmqstore.cluster_members import Peer, PeerBook
 from rmqstore.errors import StoreError
 from rmqstore.formats.index_file import DEFAULT_ENTRIES, DEFAULT_SLOTS
@@ -87,7 +87,9 @@ async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer) -> Pe
     except ValueError as e:
         raise StartupError(str(e)) from None
     me = Peer(args.broker_name, args.advertise or args.listen, args.store_host)
-    book = PeerBook(namesrvs, "query", args.cluster_name, me)
+    layout = StoreLayout.of(args.store)
+    book = PeerBook(namesrvs, "query", args.cluster_name, me,
+                    store_hosts=lambda: store_hosts.recorded(layout))  # fmt: skip
     stubs: dict[str, query_pb2_grpc.QueryStub] = {}
 
     def ask(peer: Peer, request: Any, timeout: float) -> Awaitable[Any]:

@@ -14,9 +14,10 @@ Every answer says, per broker, ``ok``, ``unreachable``, ``timeout`` or ``failed`
 ``partial`` when any broker did not answer: never a silent gap. A broker that did not answer
 keeps its position in the cursor and is asked again on the next page.
 
-By id: an offset message id goes to the one broker whose store host it names (the others are
-``not asked``); a UNIQ_KEY (or an offset id naming no member) goes to every broker, and every
-match is returned (a retry or a dead letter of a message may be on another broker).
+By id: an offset message id goes to the one broker whose store host it names, now or before
+(``rmqstore/store_hosts.py``; the others are ``not asked``); a UNIQ_KEY (or an offset id
+naming no member) goes to every broker, and every match is returned (a retry or a dead
+letter of a message may be on another broker).
 """
 
 import asyncio
@@ -254,8 +255,9 @@ class ClusterLookup:
 
 
 def _owner(msg_id: str, peers: list[Peer]) -> Peer | None:
-    """The member whose store host an offset message id names (None: a UNIQ_KEY, or a store
-    host no member has)."""
+    """The member whose store host an offset message id names: its current one, else one
+    its store had before (only when a single member had it). None: a UNIQ_KEY, or a store
+    host no member has (or several had): asked of every member."""
     if is_v5_id(msg_id) or len(msg_id) not in OFFSET_ID_LENGTHS or not set(msg_id) <= _HEX:
         return None
     ip, port, offset = decode_offset_msg_id(msg_id)
@@ -263,12 +265,17 @@ def _owner(msg_id: str, peers: list[Peer]) -> Peer | None:
         return None
     host = Host(ip, port)
     for p in peers:
-        try:
-            if p.store_host and parse_host(p.store_host) == host:
-                return p
-        except ValueError:
-            continue
-    return None
+        if _is_host(p.store_host, host):
+            return p
+    had = [p for p in peers if any(_is_host(h, host) for h in p.store_hosts)]
+    return had[0] if len(had) == 1 else None
+
+
+def _is_host(text: str, host: Host) -> bool:
+    try:
+        return bool(text) and parse_host(text) == host
+    except ValueError:
+        return False
 
 
 def _merge_key_pages(asked: list[Answer], limit: int, state: State, new_state: State,

@@ -7,8 +7,10 @@ import time
 
 import pytest
 
+from rmqstore import store_hosts
 from rmqstore.errors import ResourceExhaustedError, StoreError, UnavailableError
 from rmqstore.formats import commitlog
+from rmqstore.layout import StoreLayout
 from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
@@ -169,3 +171,18 @@ def test_a_short_write_is_finished(tmp_path, monkeypatch):
     finally:
         e.close()
     assert [r.body for r in records] == [bytes([i]) * 3000 for i in range(5)]
+
+
+def _open_close(store, **kw) -> None:
+    CommitLogEngine(WriterConfig(store=store, segment_size=1 << 20, **kw)).close()
+
+
+def test_a_writer_records_each_new_store_host_a_slave_none(tmp_path):
+    store = tmp_path / "store"
+    _open_close(store, store_host="10.0.0.1:10911")
+    _open_close(store, store_host="10.0.0.1:10911")
+    _open_close(store, store_host="10.0.0.9:10911")
+    assert store_hosts.recorded(StoreLayout.of(store)) == ["10.0.0.1:10911", "10.0.0.9:10911"]
+    slave = tmp_path / "slave"
+    _open_close(slave, store_host="10.0.0.5:10911", role="slave", ha_master="127.0.0.1:1")
+    assert store_hosts.recorded(StoreLayout.of(slave)) == []

@@ -167,6 +167,29 @@ def test_an_offset_id_goes_only_to_the_broker_it_names():
     assert {a.peer.name: a.status for a in answer.statuses}["a"] == query_pb2.ANSWER_NOT_ASKED
 
 
+def test_an_offset_id_of_a_former_store_host_goes_to_the_broker_that_had_it():
+    brokers = [FakeBroker(n, [1]) for n in ("a", "bb", "ccc")]
+    old = "10.9.9.9:10911"  # broker bb's address before it moved
+    brokers[1].peer = Peer("bb", "bb:1", "10.0.0.2:10911", (old, "10.0.0.2:10911"))
+    host = parse_host(old)
+    asked = []
+    lookup = _cluster(brokers)
+    inner = lookup.ask
+
+    async def ask(peer, request, timeout):
+        asked.append(peer.name)
+        return await inner(peer, request, timeout)
+
+    lookup.ask = ask
+    run(lookup.by_id(query_pb2.QueryByIdRequest(id=offset_msg_id(host.ip, host.port, 0)), 5.0))
+    assert asked == ["bb"]
+    # a host two members had (a store copied): every member is asked
+    brokers[2].peer = Peer("ccc", "ccc:1", "10.0.0.3:10911", (old, "10.0.0.3:10911"))
+    asked.clear()
+    run(lookup.by_id(query_pb2.QueryByIdRequest(id=offset_msg_id(host.ip, host.port, 0)), 5.0))
+    assert sorted(asked) == ["a", "bb", "ccc"]
+
+
 def test_a_unique_key_on_several_brokers_is_found_on_all():
     brokers = [FakeBroker(n, [5, 6]) for n in ("a", "bb", "ccc")]
     for b in brokers[:2]:
