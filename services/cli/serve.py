@@ -278,6 +278,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--flush", choices=("async", "sync"), default="async")
     p.add_argument("--max-message-size", type=int, default=WriterConfig.max_message_size)
     p.add_argument("--queues-per-topic", type=int, default=WriterConfig.queues_per_topic)
+    p.add_argument("--topics-file", default="",
+                   help="a JSON list of topics ({name, queues, perm?, type?}) the writer "
+                        "creates at start when the store lacks them")
     p.add_argument(
         "--dispatch-linger-ms",
         type=float,

@@ -9,6 +9,7 @@ name server N+8; metrics N + 10 + slot.
 import argparse
 import importlib.util
 import ipaddress
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,10 +32,17 @@ def _given(args: argparse.Namespace, *names: str) -> list[str]:
     return out
 
 
+def _topics_file(args: argparse.Namespace) -> list[str]:
+    """``--topics-file`` as an absolute path (the writer may run in another directory)."""
+    path = getattr(args, "topics_file", "")
+    return ["--topics-file", os.path.abspath(path)] if path else []
+
+
 def _writer_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     return [
         "--flush", args.flush, "--max-message-size", str(args.max_message_size),
         "--queues-per-topic", str(args.queues_per_topic),
+        *_topics_file(args),
         "--dispatch-linger-ms", str(args.dispatch_linger_ms),
         *_given(args, "commitlog-segment-size"), *background_args(args),
         *(["--put-socket", args.put_socket] if getattr(args, "put_socket", "") else []),

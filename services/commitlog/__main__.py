@@ -12,7 +12,7 @@ from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
-from services.commitlog import ha_slave, promoted, topics
+from services.commitlog import declared_topics, ha_slave, promoted, topics
 from services.commitlog.config import (
     DEFAULT_SEGMENT_SIZE,
     WriterConfig,
@@ -111,6 +111,11 @@ def main(argv: list[str] | None = None) -> int:
         help="also take puts on this Unix-domain socket (PutStream without gRPC, ~10x cheaper "
         "a request; for a proxy on this machine: its --commitlog-socket)",
     )  # fmt: skip
+    p.add_argument(
+        "--topics-file", default="",
+        help="a JSON list of topics ({name, queues, perm?, type?}) created at start when the "
+        "store lacks them (never changed or deleted; a slave takes its master's)",
+    )  # fmt: skip
     add_store_flags(p)
     tls.add_tls_flags(p)
     args = p.parse_args(argv)
@@ -187,6 +192,11 @@ def _serve(args: argparse.Namespace) -> int:
     except (StoreError, ValueError, OSError) as e:
         engine.close()
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
+    try:
+        _declare_topics(args, topic_store, config.is_slave)
+    except StartupError:
+        engine.close()
+        raise
     # delayed delivery appends and retention deletes: only a writable store has them, and a
     # slave has neither (its master's appear in the bytes it copies)
     delivery: DeliveryService | None = None
@@ -288,6 +298,25 @@ def _serve(args: argparse.Namespace) -> int:
 
     service.serve("commitlog", stop)
     return 0
+
+
+def _declare_topics(args: argparse.Namespace, store: topics.TopicStore, slave: bool) -> None:
+    """The topics of ``--topics-file`` the store lacks, created (``declared_topics``)."""
+    if not args.topics_file:
+        return
+    if args.read_only:
+        raise StartupError("--topics-file creates topics, and a --read-only store takes none")
+    try:
+        declared = declared_topics.load(args.topics_file)
+        if slave:
+            log.info("--topics-file: %d topics declared; a slave takes its master's topics",
+                     len(declared))  # fmt: skip
+            return
+        declared_topics.apply(store, declared)
+    except ValueError as e:
+        raise StartupError(f"--topics-file: {e}; no topic was created") from None
+    except OSError as e:
+        raise StartupError(f"--topics-file: cannot write {store.path}: {e}") from None
 
 
 def _stop_background(delivery: DeliveryService | None, retention: Retention | None) -> None:

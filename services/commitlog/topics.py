@@ -103,15 +103,7 @@ class TopicStore:
     def create(self, name: str, queue_nums: int = 0, perm: int = 0,
                message_type: str = "") -> tuple[TopicConfig, bool]:  # fmt: skip
         """The topic, created unless it exists (then unchanged); and whether it was made."""
-        self._check_name(name)
-        queues = self._check_queues(queue_nums or self.max_queues)
-        perm = self._check_perm(perm)
-        kind = (message_type or "MIXED").upper()
-        if kind not in topics_json.MESSAGE_TYPES:
-            raise InvalidArgumentError(
-                f"message type {message_type!r} is not one of "
-                + ", ".join(topics_json.MESSAGE_TYPES)
-            )
+        queues, perm, kind = self.checked(name, queue_nums, perm, message_type)
         with self._lock:
             existing = self.table.topics.get(name)
             if existing is not None:
@@ -125,6 +117,21 @@ class TopicStore:
             topic = TopicConfig(name, queues, queues, perm, attributes=attributes)
             self._save({**self.table.topics, name: topic})
             return topic, True
+
+    def checked(self, name: str, queue_nums: int = 0, perm: int = 0,
+                message_type: str = "") -> tuple[int, int, str]:  # fmt: skip
+        """What ``create`` would make of these (queues, perm, message type), or
+        ``InvalidArgumentError``; changes nothing."""
+        self._check_name(name)
+        queues = self._check_queues(queue_nums or self.max_queues)
+        perm = self._check_perm(perm)
+        kind = (message_type or "MIXED").upper()
+        if kind not in topics_json.MESSAGE_TYPES:
+            raise InvalidArgumentError(
+                f"message type {message_type!r} is not one of "
+                + ", ".join(topics_json.MESSAGE_TYPES)
+            )
+        return queues, perm, kind
 
     def update(self, name: str, read_queue_nums: int, write_queue_nums: int,
                perm: int = 0) -> TopicConfig:  # fmt: skip

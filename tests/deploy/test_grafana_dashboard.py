@@ -140,3 +140,46 @@ def test_queries_use_the_datasource_variable(dashboard: dict) -> None:
     for panel, target in _targets(dashboard):
         assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
         assert target["datasource"]["uid"] == "${datasource}", panel["title"]
+
+
+BROKER_FILTER = 'broker=~"$broker"'
+SELECTOR = re.compile(r"\b((?:rmqstore|process)_[a-z0-9_]+)(\{[^}]*\})?")
+
+
+def test_the_broker_variable_lists_the_brokers_label(dashboard: dict) -> None:
+    """The chart's ServiceMonitor and the example scrape config set ``broker`` on every
+    broker's series; All matches series without it too (a scrape config that sets none)."""
+    [var] = [v for v in dashboard["templating"]["list"] if v["name"] == "broker"]
+    assert var["type"] == "query" and var["datasource"]["uid"] == "${datasource}"
+    assert var["query"]["query"] == "label_values(rmqstore_writer_puts_total, broker)"
+    assert var["multi"] and var["includeAll"] and var["allValue"] == ".*"
+
+
+def test_every_broker_query_is_filtered_by_the_broker_variable(dashboard: dict) -> None:
+    """Each metric selector of every query carries the filter, except the name servers'
+    (no broker's)."""
+    for panel, target in _targets(dashboard):
+        if "rmqstore_namesrv_" in target["expr"]:
+            assert "$broker" not in target["expr"], panel["title"]
+            continue
+        for metric, matchers in SELECTOR.findall(target["expr"]):
+            assert BROKER_FILTER in matchers, f"{panel['title']}: {metric} {matchers}"
+
+
+def test_the_brokers_row_shows_each_broker(dashboard: dict) -> None:
+    """The first row: puts, latency, builder lag, consumer lag and disk, one series a broker."""
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    assert rows[0]["title"] == "Brokers"
+    after = [p for p in dashboard["panels"] if p["type"] == "row"][1]["gridPos"]["y"]
+    panels = [p for p in dashboard["panels"]
+              if p["type"] != "row" and p["gridPos"]["y"] < after]  # fmt: skip
+    used = set()
+    for panel in panels:
+        for target in panel["targets"]:
+            assert re.match(r"^(\w+\(.*)?\b(sum|max) by \(broker\b", target["expr"]), \
+                target["expr"]
+            assert target["legendFormat"].startswith("{{broker}}"), panel["title"]
+            used |= set(METRIC.findall(target["expr"]))
+    for needed in ("rmqstore_writer_puts_total", "rmqstore_builder_lag_bytes",
+                   "rmqstore_consumer_lag_messages", "rmqstore_store_filesystem_avail_bytes"):
+        assert needed in used, needed

@@ -98,3 +98,15 @@ def test_example_config_scrapes_the_chart_default_metrics_ports() -> None:
         for target in static["targets"]
     }
     assert scraped == chart_ports
+
+
+def test_example_config_names_the_broker_of_every_broker_target() -> None:
+    """The dashboard's broker variable lists the ``broker`` label: every target but the name
+    server's (no broker's) sets it."""
+    config = yaml.safe_load(PROMETHEUS_CONFIG.read_text())
+    statics = [s for job in config["scrape_configs"] for s in job["static_configs"]]
+    for static in statics:
+        if static["labels"]["service"] == "namesrv":
+            assert "broker" not in static["labels"]
+        else:
+            assert static["labels"]["broker"] == "broker-a", static

@@ -14,7 +14,9 @@ FULLNAME = f"{RELEASE}-rmqstore"
 BROKERS = [f"{FULLNAME}-broker-{i}" for i in range(3)]
 NAMESRV = ";".join(f"{FULLNAME}-namesrv-{i}.{FULLNAME}-namesrv-headless.{NAMESPACE}.svc:9876"
                    for i in range(2))  # fmt: skip
-VALUES = {"brokers": 3, "replication": {"slaves": 1}, "cluster": {"name": "Orders"}}
+VALUES = {"brokers": 3, "replication": {"slaves": 1}, "cluster": {"name": "Orders"},
+          "rebuild": {"enabled": True}, "serviceMonitor": {"enabled": True},
+          "topics": [{"name": "Orders", "queues": 8, "type": "FIFO"}]}
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +35,8 @@ def _flag(args: list[str], flag: str) -> str:
 @pytest.mark.parametrize("kube", KUBE_VERSIONS)
 def test_three_brokers_with_slaves_are_valid_kubernetes(objects: list[dict], kube: str) -> None:
     for obj in objects:
+        if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+            continue
         kubernetes_validate.validate(obj, kube, strict=True)
 
 
@@ -127,8 +131,8 @@ def test_one_broker_keeps_the_names_of_a_single_store() -> None:
     ({"proxy": {"advertise": "mq.example:8081"}}, "proxy.advertise cannot be set"),
     ({"remoting": {"brokerIp": "10.0.0.5"}}, "remoting.brokerIp cannot be set"),
     ({"namesrv": {"enabled": False}}, "register with name servers"),
-    ({"rebuild": {"enabled": True}}, "the rebuild Job covers one store"),
-], ids=["advertise", "broker-ip", "no-namesrv", "rebuild"])  # fmt: skip
+    ({"rebuild": {"enabled": True, "existingClaim": "mine"}}, "each broker's Job mounts its own"),
+], ids=["advertise", "broker-ip", "no-namesrv", "rebuild-claim"])  # fmt: skip
 def test_what_one_broker_would_share_with_the_others_is_refused(values: dict, reason: str
                                                                 ) -> None:  # fmt: skip
     import helm_python as helm
@@ -139,3 +143,83 @@ def test_what_one_broker_would_share_with_the_others_is_refused(values: dict, re
 
 def test_lint_refuses_zero_brokers() -> None:
     assert "brokers" in "".join(_lint({"brokers": 0})["errors"])
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    return selector.items() <= labels.items()
+
+
+@pytest.mark.parametrize("brokers", [1, 3])
+def test_each_broker_is_rebuilt_by_a_job_on_its_masters_volume(brokers: int) -> None:
+    """One Job per broker, named for it, mounting its master's (pod 0's) claim and required
+    on that pod's node (a ReadWriteOnce volume is usable only there)."""
+    objects = render({**VALUES, "brokers": brokers})
+    names = BROKERS if brokers > 1 else [FULLNAME]
+    jobs = {j["metadata"]["name"]: j["spec"]["template"] for j in by_kind(objects, "Job")}
+    assert set(jobs) == {f"{name}-rebuild-1" for name in names}
+    for name in names:
+        pod = jobs[f"{name}-rebuild-1"]
+        volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+        assert volumes["data"]["persistentVolumeClaim"]["claimName"] == f"data-{name}-0"
+        [term] = pod["spec"]["affinity"]["podAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"]
+        master = named(objects, "StatefulSet", name)["spec"]["template"]["metadata"]["labels"]
+        wanted = term["labelSelector"]["matchLabels"]
+        assert wanted.pop("statefulset.kubernetes.io/pod-name") == f"{name}-0"
+        assert _selects(wanted, master) and term["topologyKey"] == "kubernetes.io/hostname"
+        assert [c["args"][:3] for c in pod["spec"]["containers"]] == [
+            ["rebuild", "--store", "/data/store"]]
+        # no Service, StatefulSet or disruption budget of any broker takes the Job's pod
+        for kind in ("StatefulSet", "PodDisruptionBudget"):
+            for obj in by_kind(objects, kind):
+                assert not _selects(obj["spec"]["selector"]["matchLabels"],
+                                    pod["metadata"]["labels"]), obj["metadata"]["name"]
+        for svc in by_kind(objects, "Service"):
+            assert not _selects(svc["spec"]["selector"], pod["metadata"]["labels"])
+
+
+def test_each_broker_group_has_its_own_disruption_budget(objects: list[dict]) -> None:
+    """A drain may take one pod of every group at once, never two of one group."""
+    budgets = {p["metadata"]["name"]: p["spec"] for p in by_kind(objects, "PodDisruptionBudget")}
+    assert set(budgets) == {*BROKERS, f"{FULLNAME}-namesrv"}
+    for name in BROKERS:
+        assert budgets[name]["maxUnavailable"] == 1
+        for sts in by_kind(objects, "StatefulSet"):
+            labels = sts["spec"]["template"]["metadata"]["labels"]
+            assert _selects(budgets[name]["selector"]["matchLabels"], labels) == (
+                sts["metadata"]["name"] == name)
+    namesrv = named(objects, "StatefulSet", f"{FULLNAME}-namesrv")["spec"]["template"]
+    assert _selects(budgets[f"{FULLNAME}-namesrv"]["selector"]["matchLabels"],
+                    namesrv["metadata"]["labels"])
+    assert budgets[f"{FULLNAME}-namesrv"]["maxUnavailable"] == 1
+    no_slaves = render({"brokers": 3})
+    assert [p["metadata"]["name"] for p in by_kind(no_slaves, "PodDisruptionBudget")] == [
+        f"{FULLNAME}-namesrv"]  # a group of one pod: nothing to keep up
+
+
+@pytest.mark.parametrize("brokers, brokerName, named_as", [
+    (3, "", BROKERS),
+    (3, "bk", ["bk-0", "bk-1", "bk-2"]),
+    (1, "", [FULLNAME]),
+    (1, "bk", ["bk"]),
+], ids=["3", "3-named", "1", "1-named"])  # fmt: skip
+def test_the_service_monitor_labels_each_series_with_its_broker(
+    brokers: int, brokerName: str, named_as: list[str]  # noqa: N803
+) -> None:
+    """``broker``, the dashboard's broker variable: the name each broker registers under."""
+    objects = render({**VALUES, "brokers": brokers, "remoting": {"brokerName": brokerName}})
+    monitor = named(objects, "ServiceMonitor", FULLNAME)["spec"]
+    for endpoint in monitor["endpoints"]:
+        rules = [r for r in endpoint["relabelings"] if r["targetLabel"] == "broker"]
+        assert [r["replacement"] for r in rules] == named_as
+        if brokers == 1:
+            assert rules == [{"targetLabel": "broker", "replacement": named_as[0]}]
+            continue
+        for rule, sts in zip(rules, BROKERS, strict=True):
+            assert rule["sourceLabels"] == ["__meta_kubernetes_pod_label_rmqstore_io_broker"]
+            assert rule["regex"] == sts
+            pods = named(objects, "StatefulSet", sts)["spec"]["template"]["metadata"]["labels"]
+            assert pods["rmqstore.io/broker"] == sts
+    remoting = next(c for c in _containers(named(objects, "StatefulSet", (
+        BROKERS if brokers > 1 else [FULLNAME])[-1])).values() if c["name"] == "remoting")
+    assert _flag(remoting["args"], "--broker-name") == named_as[-1]

@@ -245,7 +245,7 @@ readinessProbe:
 {{/*
 One service container. Call with (dict "root" $ "name" NAME "short" PORTNAME "svc" VALUES
 "args" LIST "readOnly" BOOL "accessKey" BOOL "command" LIST "extraPorts" LIST);
-accessKey: mount the proxy's secret key; command: instead of [python] (then POD_NAME is set);
+accessKey: mount the proxy's secret key; topics: mount values.topics (the writer); command: instead of [python] (then POD_NAME is set);
 extraPorts: more container ports; port, portName: the service port instead of svc.grpcPort
 and grpc-SHORT; tcpProbe: probe it over TCP; stateless: no store volume and no TLS (the name
 server).
@@ -323,6 +323,11 @@ server).
       mountPath: /etc/rmqstore/tls
       readOnly: true
     {{- end }}
+    {{- if .topics }}
+    - name: topics
+      mountPath: {{ dir (include "rmqstore.topicsFile" $root) }}
+      readOnly: true
+    {{- end }}
     {{- if and .accessKey (include "rmqstore.accessKeys" $root) }}
     - name: access-key
       mountPath: /etc/rmqstore/access-key
@@ -330,9 +335,9 @@ server).
     {{- end }}
 {{- end }}
 
-{{/* Claim of pod 0 (the rebuild Job's default). */}}
+{{/* Claim of the broker's pod 0, its master (the rebuild Job's default). */}}
 {{- define "rmqstore.claimName" -}}
-{{- default (printf "data-%s-0" (include "rmqstore.fullname" .)) .Values.rebuild.existingClaim }}
+{{- default (printf "data-%s" (include "rmqstore.masterPod" .)) .Values.rebuild.existingClaim }}
 {{- end }}
 
 {{/* Whether the proxy requires signed calls (proxy.accessKey, with its secret's Secret). */}}
@@ -395,4 +400,13 @@ the container's args and the role's flags.
   then exec python "$@" --role {{ $role }} --ha-port {{ int .Values.replication.haPort }};
   else exec python "$@" --role slave --ha-master {{ include "rmqstore.haMaster" . }}; fi
 - writer
+{{- end }}
+
+{{/* values.topics, one ConfigMap every broker's writer reads at start (--topics-file). */}}
+{{- define "rmqstore.topicsName" -}}
+{{- printf "%s-topics" (include "rmqstore.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "rmqstore.topicsFile" -}}
+/etc/rmqstore/topics/topics.json
 {{- end }}

@@ -129,6 +129,20 @@ def test_serve_passes_the_writer_options_on():
         "sync_master", "8106", "1.5")  # fmt: skip
 
 
+def test_serve_gives_the_writer_its_topics_file_as_an_absolute_path(tmp_path, monkeypatch):
+    """``serve --topics-file`` reaches the writer (which creates the topics,
+    ``test_declared_topics``), resolved against serve's directory."""
+    from services.cli.main import build_parser
+    from services.cli.serve_services import SERVICES, command
+
+    monkeypatch.chdir(tmp_path)
+    with_file = build_parser().parse_args(["serve", "--topics-file", "conf/topics.json"])
+    cmd = command(SERVICES[0], with_file, {"commitlog": 9000})
+    assert cmd[cmd.index("--topics-file") + 1] == str(tmp_path / "conf" / "topics.json")
+    without = command(SERVICES[0], build_parser().parse_args(["serve"]), {"commitlog": 9000})
+    assert "--topics-file" not in without
+
+
 def test_serve_starts_the_console_only_on_loopback():
     from services.cli.serve_services import _loopback
 
