@@ -7,7 +7,9 @@ as Spark escapes partition values (``partition_value``), and a store time outsid
 1 to 9999 has a null date (``date=__HIVE_DEFAULT_PARTITION__``). An export without records
 holds one Parquet file with the columns and no rows. ``out`` must not exist (or be an
 empty directory): the tasks write to a hidden sibling that is renamed to ``out`` once every
-range is written. Analysts then query it with Spark SQL, e.g.
+range is written. The stores of several brokers (``stores.StoreRef`` named) are one job and
+one dataset, whose first column ``broker`` names each row's. Analysts then query it with Spark
+SQL, e.g.
 ``spark.read.parquet(out).where("topic = 'TopicA' and array_contains(keys, 'order-1')")``.
 """
 
@@ -19,15 +21,17 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from pipelines.export_batches import SCHEMA, range_batches
+from pipelines.export_batches import range_batches, schema
 from pipelines.progress import Progress, report_range
 from pipelines.report import JobReport
 from pipelines.scan import ScanOutcome, ScanPlan, outcome
 from pipelines.source import DEFAULT_SPLIT_BYTES, ByteRange, Corruption, RangeEnd, replanned_note
 from pipelines.staging import fresh_output
+from pipelines.stores import StoreRef, as_stores
 from pipelines.task_errors import about
 
 PARTITION_COLUMNS = ("topic", "date")
@@ -45,7 +49,7 @@ class ExportReport(JobReport):
     corruptions: list[Corruption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
-
+    brokers: dict[str, int] = field(default_factory=dict)  # records per broker (named stores)
 
 
 def partition_value(text: str) -> str:
@@ -60,7 +64,7 @@ def _file_prefix(number: int) -> str:
     return f"part-{number:05d}-"
 
 
-def _export_range(r: ByteRange, check_crc: bool, target: str, tracker,
+def _export_range(r: ByteRange, check_crc: bool, target: str, columns: pa.Schema, tracker,
                   ) -> tuple[int, tuple[RangeEnd, int]]:
     """Write one range's records under ``target``; (its number, (its end, its records))."""
     ended: list[tuple[RangeEnd, int]] = []
@@ -73,16 +77,16 @@ def _export_range(r: ByteRange, check_crc: bool, target: str, tracker,
                 yield item
 
     with about(f"exporting {r.where} to {target}"):
-        _write_dataset(batches(), target, r.number)
+        _write_dataset(batches(), target, r.number, columns)
     (end, count), = ended
     if tracker is not None:
         report_range(tracker, r.number, end.position - r.begin)
     return r.number, (end, count)
 
 
-def _write_dataset(batches, target: str, number: int) -> None:
+def _write_dataset(batches, target: str, number: int, columns: pa.Schema) -> None:
     ds.write_dataset(
-        batches, target, schema=SCHEMA, format="parquet",
+        batches, target, schema=columns, format="parquet",
         partitioning=list(PARTITION_COLUMNS), partitioning_flavor="hive",
         basename_template=_file_prefix(number) + "{i}.parquet",
         existing_data_behavior="overwrite_or_ignore",  # other ranges' files stay
@@ -98,7 +102,7 @@ def _write(spark, plan: ScanPlan, target: Path, check_crc: bool, tracker,
         return {}
     return dict(spark.sparkContext.parallelize(plan.ranges, len(plan.ranges))
                 .map(partial(_export_range, check_crc=check_crc, target=str(target),
-                             tracker=tracker))
+                             columns=schema(bool(plan.brokers)), tracker=tracker))
                 .collect())
 
 
@@ -126,12 +130,15 @@ def _drop_ranges(target: Path, numbers: set[int]) -> None:
             os.rmdir(directory)
 
 
-def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT_SPLIT_BYTES,
-           check_crc: bool = True, progress: bool = False,
-           progress_interval: float = 2.0) -> ExportReport:
+def export(spark, stores: str | Path | list[StoreRef], out: str | Path,
+           split_bytes: int = DEFAULT_SPLIT_BYTES, check_crc: bool = True,
+           progress: bool = False, progress_interval: float = 2.0) -> ExportReport:
+    """Export every record of ``stores`` (one path, or named stores: one dataset with a
+    ``broker`` column) to the new directory ``out``."""
     started = time.monotonic()
     out, target = fresh_output(out, "export")
-    plan = ScanPlan.of(store, split_bytes)
+    stores = as_stores(stores)
+    plan = ScanPlan.of(stores, split_bytes)
     try:
         with Progress(spark.sparkContext, "export",
                       {r.number: r.segment.path for r in plan.ranges}, plan.total_bytes,
@@ -142,17 +149,17 @@ def export(spark, store: str | Path, out: str | Path, split_bytes: int = DEFAULT
             if result.misaligned:  # cut inside a record: cut again by walking, write again
                 replanned.append(replanned_note(result.misaligned))
                 shutil.rmtree(target)
-                plan = ScanPlan.of(store, split_bytes, walk=True)
+                plan = ScanPlan.of(stores, split_bytes, walk=True)
                 result = outcome(plan, _write(spark, plan, target, check_crc, None))
         # data after a corrupt record does not count: its ranges' files go
         _drop_ranges(target, {r.number for r in plan.ranges} - result.included)
         _spark_names(target)
         if not result.records:  # readers still find the columns (Spark cannot infer them)
-            pq.write_table(SCHEMA.empty_table(), target / EMPTY_FILE)
+            pq.write_table(schema(bool(plan.brokers)).empty_table(), target / EMPTY_FILE)
         (target / SUCCESS_MARKER).write_bytes(b"")
         os.rename(target, out)
     except BaseException:
         shutil.rmtree(target, ignore_errors=True)
         raise
     return ExportReport(result.records, result.bytes, result.corruptions, replanned + result.notes,
-                        time.monotonic() - started)
+                        time.monotonic() - started, result.brokers)

@@ -51,12 +51,20 @@ SCHEMA = pa.schema([
     pa.field("prepared_transaction_offset", pa.int64(), nullable=False),
     pa.field("date", pa.string()),  # UTC date of the store time, yyyy-MM-dd; null: no date
 ])  # fmt: skip
+# the first column of an export of named stores (``--store NAME=PATH,...``): the row's broker
+BROKER_FIELD = pa.field("broker", pa.string(), nullable=False)
 _NAME_VALUE = ord(props_fmt.NAME_VALUE_SEPARATOR)
+
+
+def schema(brokers: bool) -> pa.Schema:
+    """The export's columns; with ``brokers`` (named stores) ``broker`` first."""
+    return pa.schema([BROKER_FIELD, *SCHEMA]) if brokers else SCHEMA
 
 
 def range_batches(r: ByteRange, check_crc: bool = True, rows: int = ROWS_PER_BATCH,
                   ) -> Iterator[pa.RecordBatch | tuple[RangeEnd, int]]:
-    """The range's good records as record batches, then (its RangeEnd, how many records)."""
+    """The range's good records as record batches, then (its RangeEnd, how many records);
+    with the range's broker first when it has one (``schema(True)``)."""
     count = 0
     for item in iter_range_columns(r, check_crc, rows):
         if isinstance(item, RangeEnd):
@@ -69,7 +77,10 @@ def range_batches(r: ByteRange, check_crc: bool = True, rows: int = ROWS_PER_BAT
         while start < len(cols):  # cut where the bytes would pass BYTES_PER_BATCH
             taken = int(ends[start - 1]) if start else 0
             stop = max(int(np.searchsorted(ends, taken + BYTES_PER_BATCH, "right")), start + 1)
-            yield record_batch(buf, cols.rows(start, stop))
+            batch = record_batch(buf, cols.rows(start, stop))
+            if r.broker is not None:
+                batch = batch.add_column(0, BROKER_FIELD, pa.repeat(r.broker, batch.num_rows))
+            yield batch
             start = stop
 
 

@@ -4,7 +4,8 @@ A record matches a key when its topic is the given topic (if any) and the key is
 KEYS tokens or equals its UNIQ_KEY; and its store time is within [begin, end] (inclusive).
 A task checks its range's records as columns (``commitlog_columns``), decodes in full only
 those that match and writes them as JSON lines next to the other ranges' files: the matches
-never go through the driver, which reads back only as many as it prints.
+never go through the driver, which reads back only as many as it prints. Named stores (the
+brokers of a cluster) are scanned in one job; each of their matches names its ``broker``.
 """
 
 import base64
@@ -29,6 +30,7 @@ from pipelines.source import (
     replanned_note,
 )
 from pipelines.staging import fresh_output
+from pipelines.stores import StoreRef, as_stores
 from pipelines.task_errors import about
 from rmqstore.dispatch_columns import property_texts
 from rmqstore.errors import InvalidArgumentError
@@ -115,16 +117,17 @@ def describe(rec: commitlog.Record) -> dict:
 @dataclass
 class FindResult:
     out: Path  # the dataset: part-<range>.jsonl files in commitlog order, and _SUCCESS
-    matches: int = 0
+    matches: int = 0  # over every store
     records_scanned: int = 0
     corruptions: list[Corruption] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    brokers: dict[str, int] = field(default_factory=dict)  # records scanned per broker
 
     def parts(self) -> list[Path]:
         return sorted(self.out.glob(f"{PART_PREFIX}*{PART_SUFFIX}"))
 
     def read(self, limit: int | None = None) -> Iterator[dict]:
-        """The matches in commitlog order, at most ``limit`` of them."""
+        """The matches in commitlog order (store after store), at most ``limit`` of them."""
         if limit is not None and limit <= 0:
             return
         n = 0
@@ -154,7 +157,8 @@ def _find_in_range(r: ByteRange, criteria: Criteria, check_crc: bool, target: st
                 for i in picked:
                     rec = commitlog.decode(m, int(cols.position[i]), False, seg.start_offset)
                     if criteria.matches(rec):  # the rule for one record, checked once more
-                        found.append(describe(rec))
+                        found.append(describe(rec) if r.broker is None
+                                     else {"broker": r.broker, **describe(rec)})
     if found:
         path = Path(target) / _part_name(r.number)
         with about(f"writing {path}"):
@@ -180,19 +184,21 @@ def _find_all(spark, plan: ScanPlan, criteria: Criteria, check_crc: bool,
     return outcome(plan, {n: end for n, end, _ in done}), {n: c for n, _, c in done}
 
 
-def find(spark, store: str | Path, criteria: Criteria, out: str | Path,
+def find(spark, stores: str | Path | list[StoreRef], criteria: Criteria, out: str | Path,
          split_bytes: int = DEFAULT_SPLIT_BYTES, check_crc: bool = True) -> FindResult:
-    """Scan ``store``'s commitlog; write the matches to the new directory ``out`` as JSON
-    lines (``part-<range>.jsonl``, in commitlog order, then ``_SUCCESS``)."""
+    """Scan the commitlogs of ``stores`` (one path, or named stores: each match names its
+    broker); write the matches to the new directory ``out`` as JSON lines
+    (``part-<range>.jsonl``, in commitlog order, store after store, then ``_SUCCESS``)."""
     out, target = fresh_output(out, "find")
-    plan = ScanPlan.of(store, split_bytes)
+    stores = as_stores(stores)
+    plan = ScanPlan.of(stores, split_bytes)
     target.mkdir()
     try:
         result, counts = _find_all(spark, plan, criteria, check_crc, target)
         replanned = []
         if result.misaligned:  # cut inside a record: cut again by walking, scan again
             replanned.append(replanned_note(result.misaligned))
-            plan = ScanPlan.of(store, split_bytes, walk=True)
+            plan = ScanPlan.of(stores, split_bytes, walk=True)
             result, counts = _find_all(spark, plan, criteria, check_crc, target)
         for n in set(counts) - result.included:  # after the end of the data: not matches
             (target / _part_name(n)).unlink(missing_ok=True)
@@ -203,4 +209,4 @@ def find(spark, store: str | Path, criteria: Criteria, out: str | Path,
         raise
     matches = sum(c for n, c in counts.items() if n in result.included)
     return FindResult(out, matches, result.records, result.corruptions,
-                      replanned + result.notes)
+                      replanned + result.notes, result.brokers)

@@ -49,10 +49,11 @@ class Segment:
 class ByteRange:
     """Positions [begin, end) of one segment; ``end`` None means up to the segment's data end."""
 
-    number: int  # position in commitlog order, over all ranges
+    number: int  # position in commitlog order, over all ranges (of all stores, in order)
     segment: Segment
     begin: int
     end: int | None
+    broker: str | None = None  # the store's broker, when the job reads named stores
 
     @property
     def last_of_segment(self) -> bool:

@@ -4,7 +4,8 @@ Local Spark is the default (``--master local[*]``). On any other master the stor
 paths are made absolute and must be visible to every executor at the same path (checked
 before the job starts); the executors' Python is ``spark.pyspark.python`` (``--conf``) or the
 cluster's own. A failed task is reported as one ``error:`` line: its Python exception and the
-file and position it was working on.
+file and position it was working on. ``export`` and ``find`` also read the stores of several
+brokers in one job (``--store NAME=PATH,NAME=PATH``), checked before Spark starts.
 """
 
 import argparse
@@ -22,9 +23,11 @@ MIB = 1024 * 1024
 FIND_PRINT_LIMIT = 20
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, several: bool = True) -> None:
     p.add_argument("--store", required=True,
-                   help="store root (holding commitlog/) or a commitlog directory")
+                   help="store root (holding commitlog/) or a commitlog directory" + (
+                       "; or NAME=PATH,NAME=PATH,...: the stores of several brokers, read as "
+                       "one, each row with its broker" if several else ""))
     p.add_argument("--master", default="local[*]",
                    help="Spark master (default local[*]); on a cluster, --store and --out must "
                         "be on a filesystem every executor mounts at the same path")
@@ -38,7 +41,7 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser("rebuild", help="rebuild consume queues and index files on Spark")
-    _common(p)
+    _common(p, several=False)
     p.add_argument("--out", required=True,
                    help="output root: a new directory, or an existing one without "
                         "consumequeue/ and index/ (the store root itself, say)")
@@ -93,8 +96,21 @@ def _spark_error_types() -> tuple[type[BaseException], ...]:
     return PySparkException, Py4JError
 
 
+def _stores(args, what: str, several: bool = True) -> list:
+    """``--store`` as ``StoreRef``s, checked (code 2 and nothing started if it is wrong)."""
+    from pipelines.stores import named, parse_stores
+
+    try:
+        stores = parse_stores(args.store)
+    except StoreError as e:
+        raise CliError(f"{what}: {e}", USAGE) from None
+    if not several and named(stores):
+        raise CliError(f"{what} reads one store: --store PATH, not NAME=PATH", USAGE)
+    return stores
+
+
 @contextmanager
-def _job(args, what: str, outputs: dict[str, Path]):
+def _job(args, what: str, stores: list, outputs: dict[str, Path]):
     """A Spark session for one job on ``args.master``, with its failures as ``CliError``s:
     bad input (code 2), a failed Spark job or session (3, with the task's own error)."""
     from pipelines.source import commitlog_dir
@@ -102,7 +118,9 @@ def _job(args, what: str, outputs: dict[str, Path]):
 
     conf = _spark_conf(args.conf)
     try:
-        paths = {"--store": commitlog_dir(args.store), **outputs}
+        paths = {("--store" if s.broker is None else f"--store {s.broker}"):
+                 commitlog_dir(s.path) for s in stores}
+        paths.update(outputs)
         with SessionScope(args.master, app_name=f"rmqstore-{what}", extra_conf=conf) as spark:
             if not is_single_machine(args.master):
                 check_visible(spark, paths)
@@ -143,8 +161,9 @@ def run_rebuild(args) -> int:
         )
     except StoreError as e:
         raise CliError(f"rebuild: {e}", USAGE) from None
-    with _job(args, "rebuild", {"the parent of --out": out.parent}) as spark:
-        report = rebuild(spark, args.store, out, settings, replace=args.replace,
+    [store] = _stores(args, "rebuild", several=False)
+    with _job(args, "rebuild", [store], {"the parent of --out": out.parent}) as spark:
+        report = rebuild(spark, store.path, out, settings, replace=args.replace,
                          progress=not args.quiet)
     _warn(report.corruptions, report.notes)
     if args.json:
@@ -162,16 +181,18 @@ def run_export(args) -> int:
     from pipelines.export import export
 
     out = _output(args.out)
-    with _job(args, "export", {"the parent of --out": out.parent}) as spark:
-        report = export(spark, args.store, out, split_bytes=args.split_mib * MIB,
+    stores = _stores(args, "export")
+    with _job(args, "export", stores, {"the parent of --out": out.parent}) as spark:
+        report = export(spark, stores, out, split_bytes=args.split_mib * MIB,
                         check_crc=not args.no_crc, progress=not args.quiet)
     _warn(report.corruptions, report.notes)
     if args.json:
         print(json.dumps(report.to_dict()))
         return 0
-    print(f"exported {report.records} records ({report.bytes} bytes of commitlog) to "
-          f"{out} in {report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned "
-          "by topic and date")
+    brokers = ", ".join(f"{b} {n}" for b, n in report.brokers.items())
+    print(f"exported {report.records} records ({report.bytes} bytes of commitlog"
+          f"{f'; per broker: {brokers}' if brokers else ''}) to {out} in "
+          f"{report.seconds:.1f} s ({report.mib_per_s:.1f} MiB/s), partitioned by topic and date")
     return 0
 
 
@@ -185,6 +206,7 @@ def run_find(args) -> int:
         criteria = Criteria(args.topic, args.key, args.begin, args.end)
     except StoreError as e:
         raise CliError(f"find: {e}", USAGE) from None
+    stores = _stores(args, "find")
     scratch = None
     if args.out is not None:
         out = _output(args.out)
@@ -194,8 +216,8 @@ def run_find(args) -> int:
     else:
         raise CliError("find on a cluster needs --out: a directory every executor sees")
     try:
-        with _job(args, "find", {"the parent of --out": out.parent}) as spark:
-            result = find(spark, args.store, criteria, out, split_bytes=args.split_mib * MIB,
+        with _job(args, "find", stores, {"the parent of --out": out.parent}) as spark:
+            result = find(spark, stores, criteria, out, split_bytes=args.split_mib * MIB,
                           check_crc=not args.no_crc)
         _warn(result.corruptions, result.notes)
         printed = 0
@@ -204,7 +226,8 @@ def run_find(args) -> int:
             if args.json:
                 print(json.dumps(m, ensure_ascii=False))
             else:
-                print(f"{m['phyOffset']}\t{m['topic']}/{m['queueId']}@{m['queueOffset']}\t"
+                broker = f"{m['broker']}\t" if "broker" in m else ""
+                print(f"{broker}{m['phyOffset']}\t{m['topic']}/{m['queueId']}@{m['queueOffset']}\t"
                       f"{m['storeTimestamp']}\t{m['msgId']}\tuniqKey={m['uniqKey']}\t"
                       f"keys={m['keys']}\ttags={m['tags']}")
     finally:

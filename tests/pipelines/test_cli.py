@@ -111,3 +111,29 @@ def test_failed_job_names_the_task_error_and_writes_nothing(spark, tmp_path: Pat
         "[A-Za-z0-9_%|-]")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["store"]
 
+
+
+def test_export_and_find_across_two_brokers(spark, store, tmp_path: Path, capsys):
+    root_a, written_a = store
+    root_b = tmp_path / "b"
+    written_b = write_commitlog(root_b, mixed_messages(40, topics=2), segment_size=8 * 1024)
+    stores = f"a={root_a},b={root_b}"
+    out = tmp_path / "parquet"
+    assert main(["export", "--store", stores, "--out", str(out), "--quiet"]) == 0
+    assert (f"exported {len(written_a) + len(written_b)} records ("
+            in (line := capsys.readouterr().out))
+    assert f"per broker: a {len(written_a)}, b {len(written_b)})" in line
+    counts = spark.read.parquet(str(out)).groupBy("broker").count().collect()
+    assert sorted((r["broker"], r["count"]) for r in counts) == [
+        ("a", len(written_a)), ("b", len(written_b))]
+    # order-7 is in both: each match with its broker, as JSON and as text
+    expected = [(b, w.phy_offset) for b, ws in (("a", written_a), ("b", written_b))
+                for w in ws if "order-7" in w.message.properties.get("KEYS", "").split(" ")]
+    assert main(["find", "--store", stores, "--key", "order-7", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert [(m["broker"], m["phyOffset"]) for m in map(json.loads, captured.out.splitlines())
+            ] == expected and len(expected) == 2  # fmt: skip
+    assert f"2 of {len(written_a) + len(written_b)} records match" in captured.err
+    assert main(["find", "--store", stores, "--key", "order-7"]) == 0
+    assert [tuple(x.split("\t")[:2]) for x in capsys.readouterr().out.splitlines()] == [
+        (b, str(o)) for b, o in expected]

@@ -8,6 +8,7 @@ import pytest
 from pipelines.export import export
 from pipelines.export_batches import SCHEMA
 from pipelines.records import utc_date
+from pipelines.stores import StoreRef
 from pipelines.synthetic import Message, mixed_messages, write_commitlog
 from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import commitlog
@@ -136,3 +137,38 @@ def test_an_export_without_records_still_has_its_columns(spark, tmp_path: Path):
     report = export(spark, store2, tmp_path / "parquet2")
     assert report.records == 0 and len(report.corruptions) == 1
     assert spark.read.parquet(str(tmp_path / "parquet2")).count() == 0
+
+
+def test_the_stores_of_two_brokers_are_one_dataset_with_a_broker_column(spark, tmp_path: Path):
+    written = {
+        "broker-a": write_commitlog(tmp_path / "a", mixed_messages(150, step_ms=400_000),
+                                    segment_size=16 * 1024),
+        "broker-b": write_commitlog(tmp_path / "b", mixed_messages(80, body_size=60, topics=2),
+                                    segment_size=8 * 1024),
+    }  # fmt: skip
+    stores = [StoreRef("broker-a", tmp_path / "a"), StoreRef("broker-b", tmp_path / "b")]
+    out = tmp_path / "parquet"
+    report = export(spark, stores, out, split_bytes=12_000)
+    assert report.brokers == {b: len(w) for b, w in written.items()}
+    assert report.records == sum(report.brokers.values()) and report.corruptions == []
+    frame = spark.read.parquet(str(out))
+    assert frame.columns == ["broker", *(f.name for f in SCHEMA if f.name not in ("topic", "date")),
+                             "topic", "date"]  # fmt: skip
+    rows = {(r["broker"], r["phy_offset"]): r for r in frame.collect()}
+    # both brokers' offsets start at 0: (broker, phy_offset) names a message
+    assert sorted(rows) == sorted((b, w.phy_offset) for b, ws in written.items() for w in ws)
+    for b, ws in written.items():
+        for w in ws:
+            r = rows[b, w.phy_offset]
+            assert (r["topic"], r["queue_id"], r["queue_offset"], bytes(r["body"])) == (
+                w.message.topic, w.message.queue_id, w.queue_offset, w.message.body)
+    assert frame.where("broker = 'broker-b' and topic = 'Topic2'").count() == 0
+
+
+def test_an_export_of_named_stores_without_records_has_the_broker_column(spark, tmp_path: Path):
+    (tmp_path / "a" / "commitlog").mkdir(parents=True)
+    out = tmp_path / "parquet"
+    report = export(spark, [StoreRef("a", tmp_path / "a")], out)
+    assert (report.records, report.brokers) == (0, {"a": 0})
+    frame = spark.read.parquet(str(out))
+    assert frame.count() == 0 and frame.columns == ["broker", *(f.name for f in SCHEMA)]

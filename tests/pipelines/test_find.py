@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 from pipelines.find import Criteria, find
+from pipelines.stores import StoreRef
 from pipelines.synthetic import mixed_messages, write_commitlog
 from rmqstore.errors import InvalidArgumentError
 from tests.pipelines.forged import forged_store
@@ -100,3 +101,27 @@ def test_find_cuts_again_by_walking_after_a_cut_inside_a_record(spark, tmp_path:
     assert result.records_scanned == len(written) and result.corruptions == []
     [note] = result.notes
     assert f"cut at position {fake} did not begin at a record" in note
+
+
+def test_find_across_two_brokers_names_each_match_s_broker(spark, store, tmp_path: Path):
+    root_a, written_a = store
+    root_b = tmp_path / "b"  # its own messages; keys and offsets like broker a's
+    written_b = write_commitlog(root_b, mixed_messages(200, step_ms=10, topics=2),
+                                segment_size=1 << 20)
+    bad = written_b[120]  # broker b's data ends there; broker a's is read to its end
+    seg = root_b / "commitlog" / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    data[bad.phy_offset + bad.size - 120] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    stores = [StoreRef("b", root_b), StoreRef("a", root_a)]
+    result = find(spark, stores, Criteria(topic="Topic1", key="Aa"), tmp_path / "found",
+                  split_bytes=12_000)
+    expected = ([("b", o) for o in _expect(written_b[:120], topic="Topic1", key="Aa")]
+                + [("a", o) for o in _expect(written_a, topic="Topic1", key="Aa")])
+    assert [(m["broker"], m["phyOffset"]) for m in result.read()] == expected  # store order
+    assert result.matches == len(expected) and {b for b, _ in expected} == {"a", "b"}
+    assert result.brokers == {"b": 120, "a": len(written_a)}
+    assert result.records_scanned == 120 + len(written_a)
+    [c] = result.corruptions
+    assert c.offset == bad.phy_offset and str(root_b) in c.file
+    assert all(n.startswith("broker b: ") for n in result.notes) and result.notes
