@@ -12,7 +12,7 @@ from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
-from services.commitlog import ha_slave, promoted, topics
+from services.commitlog import ha_slave, peers, promoted, topics
 from services.commitlog.config import (
     DEFAULT_SEGMENT_SIZE,
     WriterConfig,
@@ -31,7 +31,7 @@ from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.rejoin import LateCheck, MasterUnknown, rejoin
 from services.commitlog.retention import Retention
 from services.commitlog.servicer import CommitLogServicer, add_to_server
-from services.commitlog.terms import NewerThanMaster
+from services.commitlog.terms import NewerThanMaster, Terms
 
 log = logging.getLogger("rmqstore.commitlog")
 REJOIN_DEADLINE_S = 5.0  # at start-up, a slave waits this long for its master's writer
@@ -139,9 +139,43 @@ def _promotion_kept(args: argparse.Namespace) -> None:
                 was.former_master, was.role)  # fmt: skip
 
 
+def _newer_master_followed(args: argparse.Namespace) -> None:
+    """A writer about to start as a master that finds a master of a later term among its
+    ``--ha-peers`` starts as that one's slave (``args`` changed; see ``peers``)."""
+    try:
+        addresses = peers.parse(args.ha_peers)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+    if args.role == "slave" or args.read_only or not addresses:
+        return
+    layout = StoreLayout.of(args.store)
+    try:
+        mastered = Terms(layout.progress("commitlog-terms")).mastered
+        mine = -1 if mastered is None else mastered
+        newer = peers.newer_master(mine, peers.ask_all(
+            addresses, lambda a: tls.client_channel(a, args)))  # fmt: skip
+        was = promoted.recorded(layout)
+    except peers.PeerConflict as e:
+        raise StartupError(f"not starting as {args.role}: {e}") from None
+    except (ValueError, OSError) as e:
+        raise StartupError(f"cannot read the store's master terms: {e}") from None
+    if newer is None:
+        return
+    if was is not None:  # superseded by the later promotion
+        promoted.forget(layout)
+    log.warning("%s is %s of master term %d, later than %s: starting as its slave (HA %s), "
+                "not as %s as the command line says; the bytes this store holds past that "
+                "term's start go into rmqstore/quarantine/. To make this store the master "
+                "again, promote it back once it has caught up (stop %s, then rmqstore admin "
+                "promote --commitlog <this writer>)", newer.address, newer.role, newer.term,
+                peers.own_term(mine), newer.ha_address, args.role, newer.address)  # fmt: skip
+    args.role, args.ha_master, args.ha_master_commitlog = "slave", newer.ha_address, newer.address
+
+
 def _serve(args: argparse.Namespace) -> int:
     credentials, m_host = preflight(args, calls_writer=False)
     _promotion_kept(args)
+    _newer_master_followed(args)
     if args.read_only and args.role == "slave":
         raise StartupError("--read-only and --role slave do not go together (a slave appends "
                            "its master's bytes)")  # fmt: skip
