@@ -1,9 +1,13 @@
 """``python -m services.commitlog``: run the commitlog writer."""
 
 import argparse
+import functools
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import grpc
 
 from rmqstore import delay, metrics, put_socket, store_shape, tls
 from rmqstore.errors import StoreError, StoreLockedError
@@ -139,6 +143,11 @@ def _promotion_kept(args: argparse.Namespace) -> None:
                 was.former_master, was.role)  # fmt: skip
 
 
+def _peer_channel(args: argparse.Namespace) -> Callable[[str], grpc.Channel]:
+    """Channels to other writers (a master's, peers'): TLS when this writer's flags say so."""
+    return functools.partial(tls.client_channel, args=args)
+
+
 def _newer_master_followed(args: argparse.Namespace) -> None:
     """A writer about to start as a master that finds a master of a later term among its
     ``--ha-peers`` starts as that one's slave (``args`` changed; see ``peers``)."""
@@ -152,8 +161,7 @@ def _newer_master_followed(args: argparse.Namespace) -> None:
     try:
         mastered = Terms(layout.progress("commitlog-terms")).mastered
         mine = -1 if mastered is None else mastered
-        newer = peers.newer_master(mine, peers.ask_all(
-            addresses, lambda a: tls.client_channel(a, args)))  # fmt: skip
+        newer = peers.newer_master(mine, peers.ask_all(addresses, _peer_channel(args)))
         was = promoted.recorded(layout)
     except peers.PeerConflict as e:
         raise StartupError(f"not starting as {args.role}: {e}") from None
@@ -204,7 +212,8 @@ def _serve(args: argparse.Namespace) -> int:
     checked = True
     if isinstance(engine, CommitLogEngine) and config.is_slave and args.ha_master_commitlog:
         try:
-            engine, checked = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S)
+            engine, checked = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S,
+                                     _peer_channel(args))  # fmt: skip
         except (MasterUnknown, NewerThanMaster) as e:
             engine.close()
             raise StartupError(f"cannot follow {config.ha_master}: {e}") from None
@@ -292,14 +301,16 @@ def _serve(args: argparse.Namespace) -> int:
     slave = HaSlave(engine) if isinstance(engine, CommitLogEngine) and config.is_slave else None
     if slave is not None:
         if not checked:
-            slave.check = LateCheck(slave.replica.engine, args.ha_master_commitlog)
+            slave.check = LateCheck(slave.replica.engine, args.ha_master_commitlog,
+                                    _peer_channel(args))  # fmt: skip
         ha_slave.watch(registry, slave)
         slave.start()
     roles = Roles(engine, host, observer, service.run_blocking, slave, replication, delivery,
                   retention)  # fmt: skip
     if slave is not None and args.ha_master_commitlog:
         roles.config_copy = ConfigCopy(slave.replica.engine.layout, topic_store,
-                                       args.ha_master_commitlog, args.config_copy_seconds)
+                                       args.ha_master_commitlog, args.config_copy_seconds,
+                                       _peer_channel(args))  # fmt: skip
         roles.config_copy.start()
     if isinstance(engine, CommitLogEngine):
         servicer.use(roles)

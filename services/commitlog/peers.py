@@ -95,9 +95,7 @@ def ask(address: str, open_channel: Callable[[str], grpc.Channel] = channel,
             stub = commitlog_pb2_grpc.CommitLogStub(ch)
             terms = stub.GetTerms(commitlog_pb2.GetTermsRequest(), timeout=timeout)
             status = stub.GetStatus(commitlog_pb2.GetStatusRequest(), timeout=timeout)
-    except grpc.RpcError as e:
-        code = e.code() if isinstance(e, grpc.Call) else None
-        log.info("the peer %s did not answer (%s): skipped", address, code)
+    except grpc.RpcError:
         return None
     term = terms.terms[-1].term if terms.terms else 0
     return Peer(address, terms.role, term, status.replication.ha_port)
@@ -108,6 +106,9 @@ def ask_all(addresses: list[str], open_channel: Callable[[str], grpc.Channel] = 
     """The peers that answered, asked at once (start-up waits for the slowest only)."""
     if not addresses:
         return []
-    with ThreadPoolExecutor(max_workers=min(8, len(addresses))) as pool:
+    with ThreadPoolExecutor(max_workers=min(17, len(addresses))) as pool:
         got = list(pool.map(lambda a: ask(a, open_channel), addresses))
-    return [p for p in got if p is not None]
+    answered = [p for p in got if p is not None]
+    log.info("peers: %d of %d answered%s", len(answered), len(addresses),
+             "".join(f"; {p.address} {p.role} of master term {p.term}" for p in answered))
+    return answered

@@ -23,12 +23,16 @@ DEADLINE_S = 30.0
 
 
 def _pod_args(writer: dict, ordinal: int, tmp_path: Path, bin_dir: Path, ha_port: int,
-              ) -> list[str]:  # fmt: skip
-    """What pod ``ordinal``'s writer runs, with pod-only values swapped for local ones."""
+              master: str = "") -> list[str]:  # fmt: skip
+    """What pod ``ordinal``'s writer runs, with pod-only values swapped for local ones (the
+    master's writer at ``master``; a master keeps its peers' pod names, which do not resolve
+    here: peers that do not answer are skipped)."""
     args = _exec_line(writer, f"{FULLNAME}-{ordinal}", bin_dir)
     args = _local(args, tmp_path / f"store-{ordinal}", None, procs.free_port())
     swap = {"--ha-port": str(ha_port), "--ha-master": f"127.0.0.1:{ha_port}",
             "--put-socket": str(tmp_path / f"put-{ordinal}.sock")}  # fmt: skip
+    if master:
+        swap |= {"--ha-master-commitlog": master, "--ha-peers": master}
     for flag, value in swap.items():
         if flag in args:
             args[args.index(flag) + 1] = value
@@ -49,13 +53,13 @@ def test_pod_1_follows_pod_0_as_the_chart_starts_them(tmp_path: Path) -> None:
     bin_dir = _fake_python(tmp_path)
     ha_port = procs.free_port()
     master_args = _pod_args(writer, 0, tmp_path, bin_dir, ha_port)
-    slave_args = _pod_args(writer, 1, tmp_path, bin_dir, ha_port)
     assert master_args[master_args.index("--role") + 1] == "sync_master"
-    assert slave_args[slave_args.index("--role") + 1] == "slave"
     started: list[procs.ServiceProcess] = []
     try:
         master = procs.start(master_args[1], *master_args[2:])
         started.append(master)
+        slave_args = _pod_args(writer, 1, tmp_path, bin_dir, ha_port, master.address)
+        assert slave_args[slave_args.index("--role") + 1] == "slave"
         slave = procs.start(slave_args[1], *slave_args[2:])
         started.append(slave)
         to_master = commitlog_pb2_grpc.CommitLogStub(channel(master.address))
