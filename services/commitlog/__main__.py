@@ -1,9 +1,13 @@
 """``python -m services.commitlog``: run the commitlog writer."""
 
 import argparse
+import functools
 import logging
 import sys
+from collections.abc import Callable
 from pathlib import Path
+
+import grpc
 
 from rmqstore import delay, metrics, put_socket, store_shape, tls
 from rmqstore.errors import StoreError, StoreLockedError
@@ -12,7 +16,7 @@ from rmqstore.preflight import preflight
 from rmqstore.server import AsyncService, configure_logging
 from rmqstore.startup import StartupError, run_main
 from rmqstore.v1 import commitlog_pb2, topics_pb2
-from services.commitlog import declared_topics, ha_slave, promoted, topics
+from services.commitlog import declared_topics, ha_slave, peers, promoted, topics
 from services.commitlog.config import (
     DEFAULT_SEGMENT_SIZE,
     WriterConfig,
@@ -31,7 +35,7 @@ from services.commitlog.read_only import ReadOnlyStore
 from services.commitlog.rejoin import LateCheck, MasterUnknown, rejoin
 from services.commitlog.retention import Retention
 from services.commitlog.servicer import CommitLogServicer, add_to_server
-from services.commitlog.terms import NewerThanMaster
+from services.commitlog.terms import NewerThanMaster, Terms
 
 log = logging.getLogger("rmqstore.commitlog")
 REJOIN_DEADLINE_S = 5.0  # at start-up, a slave waits this long for its master's writer
@@ -144,9 +148,47 @@ def _promotion_kept(args: argparse.Namespace) -> None:
                 was.former_master, was.role)  # fmt: skip
 
 
+def _peer_channel(args: argparse.Namespace) -> Callable[[str], grpc.Channel]:
+    """Channels to other writers (a master's, peers'): TLS when this writer's flags say so."""
+    return functools.partial(tls.client_channel, args=args)
+
+
+def _newer_master_followed(args: argparse.Namespace) -> None:
+    """A writer about to start as a master that finds a master of a later term among its
+    ``--ha-peers`` starts as that one's slave (``args`` changed; see ``peers``)."""
+    try:
+        addresses = peers.parse(args.ha_peers)
+    except ValueError as e:
+        raise StartupError(str(e)) from None
+    if args.role == "slave" or args.read_only or not addresses:
+        return
+    layout = StoreLayout.of(args.store)
+    try:
+        mastered = Terms(layout.progress("commitlog-terms")).mastered
+        mine = -1 if mastered is None else mastered
+        newer = peers.newer_master(mine, peers.ask_all(addresses, _peer_channel(args)))
+        was = promoted.recorded(layout)
+    except peers.PeerConflict as e:
+        raise StartupError(f"not starting as {args.role}: {e}") from None
+    except (ValueError, OSError) as e:
+        raise StartupError(f"cannot read the store's master terms: {e}") from None
+    if newer is None:
+        return
+    if was is not None:  # superseded by the later promotion
+        promoted.forget(layout)
+    log.warning("%s is %s of master term %d, later than %s: starting as its slave (HA %s), "
+                "not as %s as the command line says; the bytes this store holds past that "
+                "term's start go into rmqstore/quarantine/. To make this store the master "
+                "again, promote it back once it has caught up (stop %s, then rmqstore admin "
+                "promote --commitlog <this writer>)", newer.address, newer.role, newer.term,
+                peers.own_term(mine), newer.ha_address, args.role, newer.address)  # fmt: skip
+    args.role, args.ha_master, args.ha_master_commitlog = "slave", newer.ha_address, newer.address
+
+
 def _serve(args: argparse.Namespace) -> int:
     credentials, m_host = preflight(args, calls_writer=False)
     _promotion_kept(args)
+    _newer_master_followed(args)
     if args.read_only and args.role == "slave":
         raise StartupError("--read-only and --role slave do not go together (a slave appends "
                            "its master's bytes)")  # fmt: skip
@@ -175,7 +217,8 @@ def _serve(args: argparse.Namespace) -> int:
     checked = True
     if isinstance(engine, CommitLogEngine) and config.is_slave and args.ha_master_commitlog:
         try:
-            engine, checked = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S)
+            engine, checked = rejoin(engine, args.ha_master_commitlog, REJOIN_DEADLINE_S,
+                                     _peer_channel(args))  # fmt: skip
         except (MasterUnknown, NewerThanMaster) as e:
             engine.close()
             raise StartupError(f"cannot follow {config.ha_master}: {e}") from None
@@ -268,14 +311,16 @@ def _serve(args: argparse.Namespace) -> int:
     slave = HaSlave(engine) if isinstance(engine, CommitLogEngine) and config.is_slave else None
     if slave is not None:
         if not checked:
-            slave.check = LateCheck(slave.replica.engine, args.ha_master_commitlog)
+            slave.check = LateCheck(slave.replica.engine, args.ha_master_commitlog,
+                                    _peer_channel(args))  # fmt: skip
         ha_slave.watch(registry, slave)
         slave.start()
     roles = Roles(engine, host, observer, service.run_blocking, slave, replication, delivery,
                   retention)  # fmt: skip
     if slave is not None and args.ha_master_commitlog:
         roles.config_copy = ConfigCopy(slave.replica.engine.layout, topic_store,
-                                       args.ha_master_commitlog, args.config_copy_seconds)
+                                       args.ha_master_commitlog, args.config_copy_seconds,
+                                       _peer_channel(args))  # fmt: skip
         roles.config_copy.start()
     if isinstance(engine, CommitLogEngine):
         servicer.use(roles)

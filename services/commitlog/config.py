@@ -196,6 +196,12 @@ def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") ->
         "consumer offsets, subscription groups) this often (default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
+        "--ha-peers", default="", metavar="HOST:PORT,...",
+        help="a master's peers: the writer gRPC addresses of the other members of its broker "
+        "group; at start, one of them that is a master of a later master term makes this "
+        "writer start as its slave instead (peers that do not answer are skipped)",
+    )  # fmt: skip
+    p.add_argument(
         "--demote", action="store_true",
         help="with --role slave: start as a slave although a promotion made this store a "
         "master (it restarts as that master otherwise; the record is forgotten)",
@@ -224,5 +230,6 @@ def replication_args(args: argparse.Namespace, ha_port: int) -> list[str]:
     ]  # fmt: skip
     out += ["--ha-master", args.ha_master] if args.ha_master else []
     out += ["--demote"] if args.demote else []
+    out += ["--ha-peers", args.ha_peers] if args.ha_peers else []
     return out + (["--ha-master-commitlog", args.ha_master_commitlog]
                   if args.ha_master_commitlog else [])  # fmt: skip

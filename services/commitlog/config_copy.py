@@ -17,6 +17,7 @@ Each file keeps its one writer:
 
 import logging
 import threading
+from collections.abc import Callable
 
 import grpc
 
@@ -71,7 +72,9 @@ class ConfigCopy:
     """Copies the master's configuration every ``interval_s`` until ``close``."""
 
     def __init__(self, layout: StoreLayout, topic_store: TopicStore, master_commitlog: str,
-                 interval_s: float = INTERVAL_S) -> None:  # fmt: skip
+                 interval_s: float = INTERVAL_S,
+                 open_channel: Callable[[str], grpc.Channel] = channel) -> None:  # fmt: skip
+        self.open_channel = open_channel  # TLS when the writer's flags configure it
         self.layout = layout
         self.topics = topic_store
         self.address = master_commitlog
@@ -90,7 +93,7 @@ class ConfigCopy:
             self._thread.join(10)
 
     def _run(self) -> None:
-        with channel(self.address) as ch:
+        with self.open_channel(self.address) as ch:
             stub = commitlog_pb2_grpc.CommitLogStub(ch)
             while not self._stop.is_set():
                 try:

@@ -130,6 +130,8 @@ class CommitLogEngine(Dispatching):
         )
         self.epochs = Epochs(self.layout.progress("commitlog-epochs"))
         self.terms = Terms(self.layout.progress("commitlog-terms"))
+        if not cfg.is_slave:
+            self.terms.master_now()
         if not self.last_exit_clean or r.corruption or not self.epochs.history:
             self.epochs.begin(r.end)
         if not cfg.is_slave:

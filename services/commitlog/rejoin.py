@@ -21,6 +21,7 @@ a check that finds a cut to make then keeps the slave from following and says to
 
 import logging
 import time
+from collections.abc import Callable
 
 import grpc
 
@@ -46,12 +47,13 @@ class MasterIsSlave(MasterUnknown):
     """The writer named as the master is a slave itself."""
 
 
-def master_terms(address: str, deadline_s: float = 0) -> list[Term]:
+def master_terms(address: str, deadline_s: float = 0,
+                 open_channel: Callable[[str], grpc.Channel] = channel) -> list[Term]:
     """The master writer's terms; retried until ``deadline_s`` has passed."""
     until = time.monotonic() + deadline_s
     while True:
         try:
-            with channel(address) as ch:
+            with open_channel(address) as ch:
                 got = commitlog_pb2_grpc.CommitLogStub(ch).GetTerms(
                     commitlog_pb2.GetTermsRequest(), timeout=RPC_TIMEOUT_S)
         except grpc.RpcError as e:
@@ -91,13 +93,14 @@ def cut_commitlog(config: WriterConfig, offset: int, reason: str) -> int:
         segments.close()
 
 
-def rejoin(engine: CommitLogEngine, master_commitlog: str, deadline_s: float
+def rejoin(engine: CommitLogEngine, master_commitlog: str, deadline_s: float,
+           open_channel: Callable[[str], grpc.Channel] = channel
            ) -> tuple[CommitLogEngine, bool]:  # fmt: skip
     """Check ``engine``'s history against its master's: the engine to serve (a new one if its
     log was cut) and whether the check was made (False: the master's writer did not answer)."""
     config = engine.config
     try:
-        theirs = master_terms(master_commitlog, deadline_s)
+        theirs = master_terms(master_commitlog, deadline_s, open_channel)
     except MasterIsSlave:
         raise
     except MasterUnknown as e:
@@ -126,7 +129,9 @@ class LateCheck:
     """The check of a slave whose master's writer did not answer at start-up, made before
     each connection (``HaSlave.check``) until it has passed."""
 
-    def __init__(self, engine: CommitLogEngine, master_commitlog: str) -> None:
+    def __init__(self, engine: CommitLogEngine, master_commitlog: str,
+                 open_channel: Callable[[str], grpc.Channel] = channel) -> None:
+        self.open_channel = open_channel
         self.engine = engine
         self.address = master_commitlog
         self.passed = False
@@ -135,7 +140,7 @@ class LateCheck:
         if self.passed:
             return ""
         try:
-            theirs = master_terms(self.address)
+            theirs = master_terms(self.address, 0, self.open_channel)
             cut = diverges_at(self.engine.terms.history, theirs, self.engine.max_offset)
         except (MasterUnknown, NewerThanMaster) as e:
             return f"not following {self.engine.config.ha_master} yet: {e}"

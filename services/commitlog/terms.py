@@ -11,6 +11,11 @@ moved into the quarantine before the slave follows.
 
 Unlike writer epochs (``epochs.py``: a store's own unclean restarts, for its builders),
 terms are shared by the nodes of one replica set. The history is a small JSON file.
+
+Beside it, each store keeps the last term it was a **master** in (``mastered``: written when
+it opens as a master or is promoted; none while it was only ever a slave). A slave shares
+its master's terms, so only this tells a former master that followed the newer master
+(and so holds its term) from that newer master itself (``peers.py``).
 """
 
 import json
@@ -29,6 +34,11 @@ class Terms:
             self.history = [(int(t), int(o)) for t, o in json.loads(path.read_text())]
         except FileNotFoundError:
             self.history = []
+        self.mastered_path = path.with_name(path.name + ".mastered")
+        try:
+            self.mastered: int | None = int(self.mastered_path.read_text())
+        except FileNotFoundError:
+            self.mastered = None
 
     @property
     def current(self) -> int:
@@ -38,7 +48,14 @@ class Terms:
         """A promotion: start term ``current + 1`` at ``start_offset`` (durably)."""
         self.history.append((self.current + 1, start_offset))
         self._save()
+        self.master_now()
         return self.current
+
+    def master_now(self) -> None:
+        """This store takes puts in its current term (durably)."""
+        if self.mastered != self.current:
+            self.mastered = self.current
+            replace_file(self.mastered_path, str(self.current).encode())
 
     def adopt(self, history: list[Term]) -> None:
         """Take a master's history as this slave's own (its log is a prefix of the master's)."""

@@ -23,6 +23,15 @@ from tests.helm.test_chart import KUBE_VERSIONS, SERVICE_MODULES, _lint
 FULLNAME = f"{RELEASE}-rmqstore"
 HEADLESS = f"{FULLNAME}-headless"
 MASTER = f"{FULLNAME}-0.{HEADLESS}.{NAMESPACE}.svc:10912"
+
+
+def _writer_at(ordinal: int) -> str:
+    return f"{FULLNAME}-{ordinal}.{HEADLESS}.{NAMESPACE}.svc:8100"
+
+
+def _peers(ordinal: int) -> str:
+    """The --ha-peers of pod ``ordinal``: the writers of ordinals 0..16 but its own."""
+    return ",".join(_writer_at(i) for i in range(17) if i != ordinal)
 MODES = {"async": "async_master", "sync": "sync_master"}
 
 
@@ -57,8 +66,10 @@ def test_lint_is_clean_with_slaves(mode: str) -> None:
 
 
 @pytest.mark.parametrize("values", [{"slaves": -1}, {"slaves": "2"}, {"mode": "semi"},
-                                    {"haPort": 0}, {"slave": 1}],
-                         ids=["negative", "string", "bad-mode", "port-zero", "misspelt-key"])
+                                    {"haPort": 0}, {"slave": 1}, {"master": -1},
+                                    {"master": "1"}, {"master": []}],
+                         ids=["negative", "string", "bad-mode", "port-zero", "misspelt-key",
+                              "master-negative", "master-string", "master-empty-list"])
 def test_lint_refuses_bad_replication_values(values: dict) -> None:
     report = _lint({"replication": values})
     assert "/replication" in "".join(report["errors"])
@@ -94,11 +105,56 @@ def test_pod_0_is_the_master_and_the_others_its_slaves(mode: str, tmp_path: Path
     bin_dir = _fake_python(tmp_path)
     master = _exec_line(writer, f"{FULLNAME}-0", bin_dir)
     assert master[:2] == ["-m", "services.commitlog"]
-    assert master[-4:] == ["--role", MODES[mode], "--ha-port", "10912"]
-    assert master[:-4] == writer["args"]  # every other flag as rendered
+    assert master[-6:] == ["--role", MODES[mode], "--ha-port", "10912", "--ha-peers", _peers(0)]
+    assert master[:-6] == writer["args"]  # every other flag as rendered
     for ordinal in (1, 2, 10):
         slave = _exec_line(writer, f"{FULLNAME}-{ordinal}", bin_dir)
-        assert slave == [*writer["args"], "--role", "slave", "--ha-master", MASTER]
+        assert slave == [*writer["args"], "--role", "slave", "--ha-master", MASTER,
+                         "--ha-master-commitlog", _writer_at(0), "--ha-peers", _peers(ordinal)]
+
+
+def test_replication_master_moves_the_master_role_and_the_clients(tmp_path: Path) -> None:
+    """After a switchover to pod 1, ``replication.master: 1``: pod 1's writer starts as the
+    master, the others as its slaves, the client Service and the name-server registration
+    follow it."""
+    objects = render({"replication": {"slaves": 2, "mode": "sync", "master": 1}})
+    containers = _containers(objects)
+    bin_dir = _fake_python(tmp_path)
+    writer = containers["commitlog"]
+    master = _exec_line(writer, f"{FULLNAME}-1", bin_dir)
+    assert master[-6:] == ["--role", "sync_master", "--ha-port", "10912", "--ha-peers",
+                           _peers(1)]  # fmt: skip
+    pod_1 = f"{FULLNAME}-1.{HEADLESS}.{NAMESPACE}.svc:10912"
+    for ordinal in (0, 2):
+        slave = _exec_line(writer, f"{FULLNAME}-{ordinal}", bin_dir)
+        assert slave[-8:] == ["--role", "slave", "--ha-master", pod_1, "--ha-master-commitlog",
+                              _writer_at(1), "--ha-peers", _peers(ordinal)]  # fmt: skip
+    client = named(objects, "Service", FULLNAME)["spec"]
+    assert client["selector"]["statefulset.kubernetes.io/pod-name"] == f"{FULLNAME}-1"
+    remoting = containers["remoting"]
+    assert "--namesrv" in _exec_line(remoting, f"{FULLNAME}-1", bin_dir)
+    assert "--namesrv" not in _exec_line(remoting, f"{FULLNAME}-0", bin_dir)
+
+
+def test_replication_master_per_broker() -> None:
+    values = {"brokers": 2, "namesrv": {"enabled": True},
+              "replication": {"slaves": 1, "master": [0, 1]}}
+    services = {s["metadata"]["name"]: s["spec"] for s in by_kind(render(values), "Service")}
+    for i, ordinal in enumerate([0, 1]):
+        broker = f"{FULLNAME}-broker-{i}"
+        assert services[broker]["selector"]["statefulset.kubernetes.io/pod-name"] == \
+            f"{broker}-{ordinal}"
+
+
+def test_replication_master_out_of_range_is_refused() -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match="replication.master is 3, but the broker's pods "
+                                             "are 0..2"):  # fmt: skip
+        render({"replication": {"slaves": 2, "master": 3}})
+    with pytest.raises(helm.HelmError, match="lists 1 ordinal"):
+        render({"brokers": 2, "namesrv": {"enabled": True},
+                "replication": {"slaves": 1, "master": [1]}})
 
 
 def test_every_pod_runs_the_same_services() -> None:
@@ -124,7 +180,8 @@ def test_clients_reach_the_master_and_slaves_reach_it_on_the_headless_service() 
     assert headless["publishNotReadyAddresses"] is True  # a slave finds a starting master
     assert "statefulset.kubernetes.io/pod-name" not in headless["selector"]
     policy = named(objects, "NetworkPolicy", FULLNAME)["spec"]
-    [ha_rule] = [r for r in policy["ingress"] if r["ports"] == [{"port": "ha", "protocol": "TCP"}]]
+    [ha_rule] = [r for r in policy["ingress"] if r["ports"] == [
+        {"port": "ha", "protocol": "TCP"}, {"port": "grpc-writer", "protocol": "TCP"}]]
     assert ha_rule["from"] == [{"podSelector": {"matchLabels": policy["podSelector"]
                                                 ["matchLabels"]}}]
 

@@ -178,7 +178,8 @@ app.kubernetes.io/part-of: rmqstore
 {{- end }}
 
 {{/*
-The remoting broker's command when the broker has slaves: only pod 0 registers with the name
+The remoting broker's command when the broker has slaves: only the master pod
+(replication.master, pod 0 by default) registers with the name
 servers (the remoting broker registers as brokerId 0, the master; a slave registering too
 would replace the master's address in the routes). On a slave it listens unregistered and
 its writer refuses sends, naming the master.
@@ -188,20 +189,20 @@ its writer refuses sends, naming the master.
 {{- end }}
 
 {{/* The same for a service that announces itself in the name servers' KV configuration (the
-proxy and the query service of a broker in a cluster): only pod 0 is given --namesrv, so a
+proxy and the query service of a broker in a cluster): only the master pod is given --namesrv, so a
 slave never replaces its master's entry. Call with (dict "root" $ "name" CONTAINER). */}}
 {{- define "rmqstore.masterRegistersCommand" -}}
 - sh
 - -c
 - >-
-  if [ "${POD_NAME##*-}" = 0 ];
+  if [ "${POD_NAME##*-}" = {{ include "rmqstore.masterOrdinal" .root }} ];
   then exec python "$@" --namesrv {{ include "rmqstore.namesrvAddress" .root | quote }};
   else exec python "$@"; fi
 - {{ .name }}
 {{- end }}
 
 {{/* A cluster member's announcement: --namesrv on its args, or with slaves the command that
-gives it on pod 0 only. Call with (dict "root" $ "container" DICT); changes DICT. */}}
+gives it on the master pod only. Call with (dict "root" $ "container" DICT); changes DICT. */}}
 {{- define "rmqstore.announce" -}}
 {{- $c := .container }}
 {{- if include "rmqstore.replicated" .root }}
@@ -335,7 +336,7 @@ server).
     {{- end }}
 {{- end }}
 
-{{/* Claim of the broker's pod 0, its master (the rebuild Job's default). */}}
+{{/* Claim of the broker's master pod (pod 0 unless replication.master moved it): the rebuild Job's default. */}}
 {{- define "rmqstore.claimName" -}}
 {{- default (printf "data-%s" (include "rmqstore.masterPod" .)) .Values.rebuild.existingClaim }}
 {{- end }}
@@ -376,29 +377,65 @@ true
 {{- if gt (int .Values.replicas) 0 }}{{ add 1 (int .Values.replication.slaves) }}{{ else }}0{{ end -}}
 {{- end }}
 
-{{/* The master: pod 0, by its name (the label Kubernetes gives every StatefulSet pod). */}}
-{{- define "rmqstore.masterPod" -}}
-{{- printf "%s-0" (include "rmqstore.brokerFullname" .) }}
+{{/* The master's ordinal in the broker's StatefulSet: replication.master, one number for
+every broker or a list of one per broker (by index); 0 unless a switchover moved it. */}}
+{{- define "rmqstore.masterOrdinal" -}}
+{{- $m := .Values.replication.master -}}
+{{- if kindIs "slice" $m -}}
+{{- if ne (len $m) (int .Values.brokers) }}
+{{- fail (printf "replication.master lists %d ordinal(s): give one per broker (brokers is %d), or one number for all" (len $m) (int .Values.brokers)) }}
+{{- end -}}
+{{- $i := 0 -}}
+{{- if .broker }}{{ $i = int .broker.index }}{{ end -}}
+{{- $m = index $m $i -}}
+{{- end -}}
+{{- if gt (int $m) (int .Values.replication.slaves) }}
+{{- fail (printf "replication.master is %d, but the broker's pods are 0..%d (replication.slaves is %d)" (int $m) (int .Values.replication.slaves) (int .Values.replication.slaves)) }}
+{{- end -}}
+{{- int $m -}}
 {{- end }}
 
-{{/* Where a slave finds its master's HA port: pod 0 through the headless Service. */}}
+{{/* The master pod's name (the label Kubernetes gives every StatefulSet pod). */}}
+{{- define "rmqstore.masterPod" -}}
+{{- printf "%s-%s" (include "rmqstore.brokerFullname" .) (include "rmqstore.masterOrdinal" .) }}
+{{- end }}
+
+{{/* A pod of the broker through the headless Service, at PORT: (list $ ORDINAL PORT). */}}
+{{- define "rmqstore.podAddress" -}}
+{{- $ := index . 0 -}}
+{{- printf "%s-%v.%s.%s.svc:%d" (include "rmqstore.brokerFullname" $) (index . 1) (include "rmqstore.headlessName" $) $.Release.Namespace (int (index . 2)) }}
+{{- end }}
+
+{{/* Where a slave finds its master's HA port: the master pod through the headless Service. */}}
 {{- define "rmqstore.haMaster" -}}
-{{- printf "%s.%s.%s.svc:%d" (include "rmqstore.masterPod" .) (include "rmqstore.headlessName" .) .Release.Namespace (int .Values.replication.haPort) }}
+{{- include "rmqstore.podAddress" (list . (include "rmqstore.masterOrdinal" .) .Values.replication.haPort) }}
 {{- end }}
 
 {{/*
 The writer's command when the broker has slaves: a shell picks the role by the pod's ordinal
-(0: the master, taking slaves on haPort; any other: a slave of pod 0) and execs python with
-the container's args and the role's flags.
+(replication.master: the master, taking slaves on haPort; any other: a slave of it, checking
+its history against the master's writer before following) and execs python with the
+container's args and the role's flags. Every pod's writer is given the other pods' writers
+as --ha-peers: one started as the master that finds a master of a later term among them (a
+pod promoted by hand) starts as its slave instead (docs/replication.md, "On Kubernetes").
+The peers are ordinals 0..16 (replication.slaves is at most 16 in values.schema.json), not
+the pods there are, so that scaling the slaves restarts no running pod; a pod that does not
+exist does not resolve and is skipped at once.
 */}}
 {{- define "rmqstore.writerRoleCommand" -}}
 {{- $role := ternary "sync_master" "async_master" (eq .Values.replication.mode "sync") -}}
+{{- $master := include "rmqstore.masterOrdinal" . -}}
+{{- $writer := include "rmqstore.podAddress" (list . "$i" .Values.commitlog.grpcPort) -}}
 - sh
 - -c
 - >-
-  if [ "${POD_NAME##*-}" = 0 ];
-  then exec python "$@" --role {{ $role }} --ha-port {{ int .Values.replication.haPort }};
-  else exec python "$@" --role slave --ha-master {{ include "rmqstore.haMaster" . }}; fi
+  o="${POD_NAME##*-}"; peers="";
+  for i in {{ range until 17 }}{{ . }} {{ end }}; do
+  [ "$i" = "$o" ] || peers="${peers:+$peers,}{{ $writer }}"; done;
+  if [ "$o" = {{ $master }} ];
+  then exec python "$@" --role {{ $role }} --ha-port {{ int .Values.replication.haPort }} --ha-peers "$peers";
+  else exec python "$@" --role slave --ha-master {{ include "rmqstore.haMaster" . }}
+  --ha-master-commitlog {{ include "rmqstore.podAddress" (list . $master .Values.commitlog.grpcPort) }} --ha-peers "$peers"; fi
 - writer
 {{- end }}
 

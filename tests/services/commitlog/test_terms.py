@@ -37,3 +37,15 @@ def test_terms_persist_and_adopt(tmp_path):
     assert Terms(tmp_path / "terms").history == [(1, 4096)]
     t.adopt([(1, 4096), (2, 8192)])
     assert Terms(tmp_path / "terms").current == 2
+
+
+def test_the_last_term_mastered_persists_and_adopting_leaves_it(tmp_path):
+    path = tmp_path / "commitlog-terms"
+    t = Terms(path)
+    assert t.mastered is None  # never a master
+    t.master_now()
+    assert Terms(path).mastered == 0
+    t.adopt([(1, 5000)])  # it followed a master promoted later
+    assert Terms(path).current == 1 and Terms(path).mastered == 0
+    t.begin(9000)  # promoted back
+    assert Terms(path).mastered == 2
