@@ -149,3 +149,35 @@ def test_a_peer_restarted_while_idle_answers_the_first_lookup_after(cluster):
     answer = _ask(stub)  # over a new stream: the old one ended with b's restart
     assert not answer.partial, answer
     assert len(answer.messages) == 10
+
+
+def test_a_stalled_peer_is_a_timeout_within_the_deadline_and_answers_again_after(cluster):
+    _namesrv, brokers = cluster
+    a, b = brokers
+    stub = _stub(a)
+    _until_all_ok(stub)
+    assert b.query is not None
+    b.query.proc.send_signal(signal.SIGSTOP)
+    try:
+        answer = stub.QueryByKey(query_pb2.QueryByKeyRequest(
+            topic="T", key="k", max_results=100, scope=query_pb2.SCOPE_CLUSTER), timeout=2)
+    finally:
+        b.query.proc.send_signal(signal.SIGCONT)
+    assert answer.partial
+    assert _statuses(answer) == {"broker-a": query_pb2.ANSWER_OK,
+                                 "broker-b": query_pb2.ANSWER_TIMEOUT}  # fmt: skip
+    assert len(answer.messages) == 5
+    pages, cursor = [], ""  # another query: the late answer of b must not be taken for its
+    while True:
+        page = stub.QueryByKey(query_pb2.QueryByKeyRequest(
+            topic="T", key="k", max_results=2, cursor=cursor, scope=query_pb2.SCOPE_CLUSTER),
+            timeout=60)  # fmt: skip
+        assert not page.partial and len(page.messages) <= 2
+        pages.append(page)
+        if not page.truncated:
+            break
+        cursor = page.cursor
+    got = [(b, m.store_timestamp) for p in pages
+           for b, m in zip(p.message_brokers, p.messages, strict=True)]  # fmt: skip
+    assert got == [(NAMES[t % 10], t) for t in sorted(
+        (1000 + 10 * j + i for i in range(2) for j in range(5)), reverse=True)]
