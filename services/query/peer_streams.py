@@ -3,10 +3,11 @@ long-lived ``PeerStream`` calls, one lookup at a time on each (a unary call's se
 lookup), up to ``streams`` per peer; past that, or for a while after a peer refuses the
 stream (one that predates it), over unary ``QueryByKey`` / ``QueryById`` calls.
 
-A failure reads as a unary call's would (``grpc.aio.AioRpcError``, ``TimeoutError``), so a
-peer that stops mid-lookup is reported unreachable. A stream found broken on its first use
-since it last answered (the peer restarted in between) is replaced by a new one at once, so
-a peer that is back answers the next lookup.
+A failure reads as a unary call's would (``grpc.aio.AioRpcError``), so a peer that stops
+mid-lookup is reported unreachable; the caller bounds the time (``ClusterLookup`` runs an
+ask under its deadline, and a stream whose lookup is cancelled is closed, never reused). A
+stream found broken on its first use since it last answered (the peer restarted in between)
+is replaced by a new one at once, so a peer that is back answers the next lookup.
 """
 
 import asyncio
@@ -107,33 +108,32 @@ class PeerStreams:
 
     async def _over(self, link: _PeerLink, stream: _Stream, wrapped: query_pb2.PeerRequest,
                     request: Any, timeout: float) -> Any:  # fmt: skip
-        async with asyncio.timeout(timeout):
-            while True:
-                try:
-                    reply = await stream.ask(wrapped)
-                except (grpc.aio.AioRpcError, _Ended) as e:
-                    link.discard(stream)
-                    code = e.code() if isinstance(e, grpc.aio.AioRpcError) else None
-                    if code == grpc.StatusCode.UNIMPLEMENTED:  # a peer without the stream
-                        link.unary_until = time.monotonic() + STREAM_RETRY_S
-                        return await self._unary(link, request, timeout)
-                    retry = stream.used and (code == grpc.StatusCode.UNAVAILABLE or code is None)
-                    fresh = link.checkout() if retry else None
-                    if fresh is None:
-                        if code is None:
-                            raise _failed(grpc.StatusCode.UNAVAILABLE,
-                                          "the peer closed its stream") from None  # fmt: skip
-                        raise
-                    stream = fresh
-                    continue
-                except BaseException:  # timed out or cancelled: its answer would come late
-                    link.discard(stream)
+        while True:  # bounded by the caller (ClusterLookup runs it under its deadline)
+            try:
+                reply = await stream.ask(wrapped)
+            except (grpc.aio.AioRpcError, _Ended) as e:
+                link.discard(stream)
+                code = e.code() if isinstance(e, grpc.aio.AioRpcError) else None
+                if code == grpc.StatusCode.UNIMPLEMENTED:  # a peer without the stream
+                    link.unary_until = time.monotonic() + STREAM_RETRY_S
+                    return await self._unary(link, request, timeout)
+                retry = stream.used and (code == grpc.StatusCode.UNAVAILABLE or code is None)
+                fresh = link.checkout() if retry else None
+                if fresh is None:
+                    if code is None:
+                        raise _failed(grpc.StatusCode.UNAVAILABLE,
+                                      "the peer closed its stream") from None  # fmt: skip
                     raise
-                link.checkin(stream)
-                if reply.status_code:
-                    code = _CODES.get(reply.status_code, grpc.StatusCode.UNKNOWN)
-                    raise _failed(code, reply.error)
-                return reply.by_key if reply.HasField("by_key") else reply.by_id
+                stream = fresh
+                continue
+            except BaseException:  # timed out or cancelled: its answer would come late
+                link.discard(stream)
+                raise
+            link.checkin(stream)
+            if reply.status_code:
+                code = _CODES.get(reply.status_code, grpc.StatusCode.UNKNOWN)
+                raise _failed(code, reply.error)
+            return reply.by_key if reply.HasField("by_key") else reply.by_id
 
     @staticmethod
     async def _unary(link: _PeerLink, request: Any, timeout: float) -> Any:
