@@ -181,3 +181,26 @@ def test_a_stalled_peer_is_a_timeout_within_the_deadline_and_answers_again_after
            for b, m in zip(p.message_brokers, p.messages, strict=True)]  # fmt: skip
     assert got == [(NAMES[t % 10], t) for t in sorted(
         (1000 + 10 * j + i for i in range(2) for j in range(5)), reverse=True)]
+
+
+def test_concurrent_lookups_each_get_their_own_answers(cluster):
+    """Up to three times as many lookups at once as a peer has streams (those past them go
+    over unary calls): each gets its own answer, none partial."""
+    _namesrv, brokers = cluster
+    stub = _stub(brokers[0])
+    _until_all_ok(stub)
+    every = [m.store_timestamp for m in _ask(stub).messages]
+    results: dict[int, list[int]] = {}
+
+    def ask(limit: int) -> None:
+        answer = stub.QueryByKey(query_pb2.QueryByKeyRequest(
+            topic="T", key="k", max_results=limit, scope=query_pb2.SCOPE_CLUSTER), timeout=60)
+        assert not answer.partial, answer.brokers
+        results[limit] = [m.store_timestamp for m in answer.messages]
+
+    threads = [threading.Thread(target=ask, args=(limit,)) for limit in range(1, 13)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert results == {limit: every[:limit] for limit in range(1, 13)}
