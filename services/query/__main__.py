@@ -22,6 +22,7 @@ from services.query.app import QueryApp
 from services.query.budget import BudgetLimits
 from services.query.cluster_lookup import ClusterLookup
 from services.query.metrics import QueryObserver
+from services.query.peer_streams import PeerStreams
 from services.query.record_source import GrpcRecordSource
 from services.query.servicer import QueryServicer
 from services.query.writer_watch import WriterWatch
@@ -80,7 +81,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer) -> PeerBook:
+async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer
+                        ) -> tuple[PeerBook, PeerStreams]:  # fmt: skip
     """The servicer's cluster-wide lookups over the members the name servers list."""
     try:
         namesrvs = parse_namesrv(args.namesrv)
@@ -90,21 +92,17 @@ async def _join_cluster(args: argparse.Namespace, servicer: QueryServicer) -> Pe
     layout = StoreLayout.of(args.store)
     book = PeerBook(namesrvs, "query", args.cluster_name, me,
                     store_hosts=lambda: store_hosts.recorded(layout))  # fmt: skip
-    stubs: dict[str, query_pb2_grpc.QueryStub] = {}
+    peers = PeerStreams(lambda address: tls.aio_client_channel(address, args))
 
     def ask(peer: Peer, request: Any, timeout: float) -> Awaitable[Any]:
-        local = isinstance(request, query_pb2.QueryByKeyRequest)
         if peer.name == me.name:  # a coroutine: run once the peers' calls are made
-            return servicer.local_by_key(request) if local else servicer.local_by_id(request)
-        stub = stubs.get(peer.address)
-        if stub is None:
-            stub = stubs[peer.address] = query_pb2_grpc.QueryStub(
-                tls.aio_client_channel(peer.address, args))
-        call = stub.QueryByKey if local else stub.QueryById
-        return call(request, timeout=timeout)  # under way from here, ends by its deadline
+            if isinstance(request, query_pb2.QueryByKeyRequest):
+                return servicer.local_by_key(request)
+            return servicer.local_by_id(request)
+        return peers.ask(peer, request, timeout)
 
     servicer.cluster = ClusterLookup(book.peers, ask)
-    return book
+    return book, peers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -148,7 +146,7 @@ def _serve(args: argparse.Namespace) -> int:
     registry = metrics.new_registry("query")
     metrics_server = metrics.start_metrics_server(args.metrics_port, registry, m_host)
     servicer = app.servicer(QueryObserver(registry))
-    book = service.call(_join_cluster(args, servicer)) if args.namesrv else None
+    book, peers = service.call(_join_cluster(args, servicer)) if args.namesrv else (None, None)
     service.add(
         query_pb2_grpc.add_QueryServicer_to_server,
         servicer,
@@ -166,6 +164,8 @@ def _serve(args: argparse.Namespace) -> int:
         await source.close()
         if book is not None:
             await book.close()
+        if peers is not None:
+            await peers.close()
 
     def stop() -> None:
         service.stop(then=close_all)

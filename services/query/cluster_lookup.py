@@ -117,16 +117,18 @@ def decode_cursor(text: str, qhash: bytes) -> State:
 
 async def _ask_all(ask: Ask, jobs: list[tuple[Peer, Any]], timeout: float) -> list[Answer]:
     """Every broker's answer, in the order of ``jobs``. All are asked before any is awaited:
-    a gRPC call is under way once made (and ends by its own deadline), a coroutine (this
-    broker's own part) runs as a task meanwhile, after the calls have gone out."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
+    a gRPC call is under way once made (and ends by its own deadline), a coroutine (a peer
+    asked over its stream, this broker's own part) runs as a task meanwhile, bounded by the
+    same deadline inside the task (no ``wait_for``: a future, a timer and a loop turn less
+    per broker)."""
+    deadline = asyncio.get_running_loop().time() + timeout
     made = [ask(peer, request, timeout) for peer, request in jobs]
-    pending = [asyncio.ensure_future(a) if asyncio.iscoroutine(a) else a for a in made]
+    pending = [asyncio.ensure_future(_bounded(a, deadline)) if asyncio.iscoroutine(a) else a
+               for a in made]  # fmt: skip
     answers: list[Answer] = []
     try:
         for (peer, _request), waiting in zip(jobs, pending, strict=True):
-            answers.append(await _answer(peer, waiting, timeout, deadline - loop.time()))
+            answers.append(await _answer(peer, waiting, timeout))
     except BaseException:  # cancelled: nothing left running
         for waiting in pending[len(answers) :]:
             cancel = getattr(waiting, "cancel", None)
@@ -136,11 +138,14 @@ async def _ask_all(ask: Ask, jobs: list[tuple[Peer, Any]], timeout: float) -> li
     return answers
 
 
-async def _answer(peer: Peer, waiting: Awaitable[Any], timeout: float, left: float) -> Answer:
+async def _bounded(coro: Awaitable[Any], deadline: float) -> Any:
+    async with asyncio.timeout_at(deadline):
+        return await coro
+
+
+async def _answer(peer: Peer, waiting: Awaitable[Any], timeout: float) -> Answer:
     """One broker's answer, its failure named."""
     try:
-        if isinstance(waiting, asyncio.Future):
-            return Answer(peer, response=await asyncio.wait_for(waiting, max(left, 0.0)))
         return Answer(peer, response=await waiting)
     except TimeoutError:
         return Answer(peer, query_pb2.ANSWER_TIMEOUT, f"no answer within {timeout:.1f} s")

@@ -10,7 +10,7 @@ from typing import Any
 from rmqstore.errors import InvalidArgumentError, NoClusterError, StoreError
 from rmqstore.formats import commitlog
 from rmqstore.formats.msgid import offset_msg_id
-from rmqstore.server import grpc_errors
+from rmqstore.server import grpc_errors, status_code
 from rmqstore.v1 import query_pb2, query_pb2_grpc
 from services.query.cluster_lookup import ClusterAnswer, ClusterLookup, fanout_timeout
 from services.query.lookup import KeyLookup
@@ -126,19 +126,19 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
             return response
         return await self.local_by_key(request)
 
-    async def local_by_key(self, request: Any) -> query_pb2.QueryByKeyResponse:
+    async def local_by_key(self, request: Any, into: Any = None) -> query_pb2.QueryByKeyResponse:
+        """This broker's own answer (built in ``into`` when given: no copy)."""
         res = await self.keys.by_key(
             request.topic, request.key, request.begin_timestamp, request.end_timestamp,
             request.max_results, request.cursor, request.below_phy_offset,
         )
         self.observer.key_walk("key", res.hops, len(res.records), res.truncated,
                                res.budget_exhausted)
-        response = query_pb2.QueryByKeyResponse(
-            truncated=res.truncated,
-            cursor=res.cursor,
-            budget_exhausted=res.budget_exhausted,
-            chain_hops=res.hops,
-        )
+        response = query_pb2.QueryByKeyResponse() if into is None else into
+        response.truncated = res.truncated
+        response.cursor = res.cursor
+        response.budget_exhausted = res.budget_exhausted
+        response.chain_hops = res.hops
         add_stored_messages(response.messages, res.records)
         return response
 
@@ -153,11 +153,36 @@ class QueryServicer(query_pb2_grpc.QueryServicer):
             return response
         return await self.local_by_id(request)
 
-    async def local_by_id(self, request: Any) -> query_pb2.QueryByIdResponse:
+    async def local_by_id(self, request: Any, into: Any = None) -> query_pb2.QueryByIdResponse:
         recs = await self.keys.by_id(request.id, request.topic)
-        response = query_pb2.QueryByIdResponse()
+        response = query_pb2.QueryByIdResponse() if into is None else into
         add_stored_messages(response.messages, recs)
         return response
+
+    async def PeerStream(self, requests, context):  # noqa: N802
+        """A peer's parts of cluster-wide lookups, one at a time, each observed as a call."""
+        async for request in requests:
+            kind = request.WhichOneof("request")
+            t0 = time.perf_counter()
+            reply = query_pb2.PeerReply()
+            try:
+                if kind == "by_key":
+                    reply.by_key.SetInParent()  # present even when empty
+                    await self.local_by_key(request.by_key, reply.by_key)
+                elif kind == "by_id":
+                    reply.by_id.SetInParent()
+                    await self.local_by_id(request.by_id, reply.by_id)
+                else:
+                    raise InvalidArgumentError("a peer request asks nothing")
+                outcome = _outcome(reply.by_key if kind == "by_key" else reply.by_id)
+            except StoreError as e:
+                reply = query_pb2.PeerReply()
+                reply.status_code = status_code(e).value[0]
+                reply.error = str(e)
+                outcome = e.grpc_status.lower()
+            self.observer.answered("key" if kind == "by_key" else "id", outcome,
+                                   time.perf_counter() - t0)  # fmt: skip
+            yield reply
 
     @grpc_errors
     @_observed("queue")
