@@ -20,7 +20,6 @@ from pathlib import Path
 
 import grpc
 
-from rmqstore.commitlog_reads import CommitlogReads
 from rmqstore.formats.consume_queue import UNIT_SIZE
 from rmqstore.queue_files import QueueFiles
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
@@ -35,6 +34,7 @@ from services.query.pull import (
     physical_memory,
 )
 from services.query.queue_reader import PRE_BLANK_SIZE
+from services.remoting.pull_files import PullFiles
 
 READ_TIMEOUT_S = 30.0
 REFUSED = (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND,
@@ -55,8 +55,8 @@ class Found:
 
 class PullReads:
     def __init__(self, store: Path, writer: commitlog_pb2_grpc.CommitLogStub) -> None:
-        self.queues = QueueFiles(store)
-        self.files = CommitlogReads(store)
+        self.queues = QueueFiles(store)  # long polling's looks at one unit
+        self.files = PullFiles(store)
         self.writer = writer
         self.in_memory_span = int(physical_memory() * MEMORY_RATIO)
         self._end = (0, -END_TTL_S)  # (commitlog's end, monotonic time asked)
@@ -94,12 +94,13 @@ class PullReads:
         """The pull's status and offsets, and the records it takes (``wanted``; the status
         NO_MATCHED_MESSAGE until they are read), from the consume queue alone; ``cl_max``:
         the commitlog's end."""
-        qf = self.queues
-        if not qf.has_files(topic, queue):  # the queue's segments listed: used just below
+        pf = self.files
+        segs = pf.queue(topic, queue)
+        if not segs.starts:  # no segment file (the queue's directory listed just now)
             return Found("NO_MATCHED_LOGIC_QUEUE", 0)
-        cl_min = self.files.min_offset(fresh=True)
-        mx = qf.max_offset(topic, queue, fresh=False)
-        mn = qf.first_present(topic, queue, cl_min, fresh=False)
+        cl_min = pf.commitlog_min()
+        mx = pf.max_offset(topic, queue, segs)
+        mn = pf.first_present(segs, cl_min, mx)
         if mx == 0:
             return Found("NO_MESSAGE_IN_QUEUE", 0, mn, mx)
         if offset < mn:
@@ -108,19 +109,17 @@ class PullReads:
             return Found("OFFSET_OVERFLOW_ONE", offset, mn, mx)
         if offset > mx:
             return Found("OFFSET_OVERFLOW_BADLY", mn if mn == 0 else mx, mn, mx)
-        cap = qf.capacity(topic, queue)
+        cap = len(segs.maps[0]) // UNIT_SIZE
         scan = max(MAX_SCAN_BYTES, max_messages * UNIT_SIZE) // UNIT_SIZE
         every = tags.tags is None
         if every:  # no unit from the minimum on is filtered out or gone: the batch is these
             scan = min(scan, max_messages)
-        phys, sizes, codes = qf.columns(
-            topic, queue, offset, min(scan, mx - offset, cap - offset % cap)
-        )
-        if not phys:  # the segment holding the offset was removed
+        units = pf.units(segs, offset, min(scan, mx - offset, cap - offset % cap))
+        if not units:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
         wanted: list[tuple[int, int]] = []
         total, gone, i = 0, 0, 0
-        for phy, size, code in zip(phys, sizes, codes, strict=True):
+        for phy, size, code in units:
             if wanted:  # RocketMQ's isTheBatchFull
                 on_disk = cl_max - phy > self.in_memory_span
                 max_b, max_c = ((ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT) if on_disk
@@ -141,7 +140,7 @@ class PullReads:
     async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | None]:
         """The records' bytes from the files; those the files cannot give from the writer,
         whose refusal of an offset (not a record: removed meanwhile) is None."""
-        got = self.files.raw(wanted)
+        got = self.files.records(wanted)
         missing = [i for i, r in enumerate(got) if r is None]
         raws = await self._from_writer([wanted[i][0] for i in missing])
         for i, raw in zip(missing, raws, strict=True):
