@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from services.query.pull import TagFilter
 from services.remoting import topics as T
 from services.remoting.clients import Clients
 from services.remoting.offsets import GroupOffsets, OffsetsUnavailable
-from services.remoting.pull_reads import PullReads
+from services.remoting.pull_reads import Found, PullReads
 
 log = logging.getLogger("rmqstore.remoting")
 RC = R.ResponseCode
@@ -51,6 +51,7 @@ MAX_SUSPEND_S = 60.0
 LINGER_S = 60.0  # the dispatch stream stays open this long after the last held pull
 POSITION_TTL_S = 120.0
 MAX_POSITIONS = 100_000  # queues the lag metric follows at most
+MAX_FILTERS = 10_000  # subscription expressions kept parsed
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -263,6 +264,7 @@ class Puller:
         self.pulled = 0  # messages handed out
         # (group, topic, queue) -> (offset pulled from, queue's end, when): the lag metric
         self.positions: dict[tuple[str, str, int], tuple[int, int, float]] = {}
+        self._filters: dict[str, TagFilter] = {}  # expression -> parsed
 
     def lag_by_group(self) -> dict[tuple[str, str], int]:
         """Per (group, topic): the queue ends minus the offsets pulled from, over the queues
@@ -295,9 +297,23 @@ class Puller:
                 return str(sub.get("subString") or "*")
         return None
 
-    async def pull(self, conn: Connection, req: R.Command) -> R.Command:
+    def pull(self, conn: Connection, req: R.Command) -> R.Command | Awaitable[R.Command]:
+        """The answer at once when it needs no wait (the topic's configuration cached, no
+        commit to pass on, the commitlog's end known and every record in the files, and not
+        a pull to hold), else the coroutine that makes it."""
         h = parse_header(req)
+        answer = self._now(req, h)
+        if answer is None:
+            return self._later(conn, req, h)
+        self._answered(h, answer)
+        return answer
+
+    async def _later(self, conn: Connection, req: R.Command, h: PullHeader) -> R.Command:
         answer = await self._pull(req, h, conn.closed)
+        self._answered(h, answer)
+        return answer
+
+    def _answered(self, h: PullHeader, answer: R.Command) -> None:
         self.on_pull(h.group, answer.code)
         end = answer.field("maxOffset")
         if end is not None:
@@ -306,10 +322,35 @@ class Puller:
                 self.lag_by_group()  # drops the stale ones
                 while len(self.positions) > MAX_POSITIONS:  # then the first followed
                     del self.positions[next(iter(self.positions))]
+
+    def _now(self, req: R.Command, h: PullHeader) -> R.Command | None:
+        config = self.topics.cached(h.topic)
+        if config is None or h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            return None
+        expression = self._admitted(req, h, config)
+        if not isinstance(expression, str):
+            return expression  # refused
+        offset, count = max(h.offset, 0), max(1, min(h.max_msgs, 1024))
+        found = self.reads.pull_now(h.topic, h.queue_id, offset, count, self._tags(expression))
+        if found is None:
+            return None
+        answer = self._answer(req, h, found)
+        if answer.code == RC.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0:
+            return None  # held: the coroutine looks again and waits
         return answer
 
-    async def _pull(self, req: R.Command, h: PullHeader, gone: asyncio.Event) -> R.Command:
-        config = await self.topics.get(h.topic)
+    def _tags(self, expression: str) -> TagFilter:
+        tags = self._filters.get(expression)
+        if tags is None:
+            if len(self._filters) >= MAX_FILTERS:
+                self._filters.clear()
+            tags = self._filters[expression] = TagFilter.parse(expression)
+        return tags
+
+    def _admitted(self, req: R.Command, h: PullHeader, config: T.TopicConfig | None
+                  ) -> R.Command | str:  # fmt: skip
+        """The tag expression to filter by, or the answer refusing the pull (no such topic,
+        no permission, a queue outside the topic, SQL92, no subscription)."""
         if config is None:
             return R.response_to(
                 req, RC.TOPIC_NOT_EXIST,
@@ -336,13 +377,19 @@ class Puller:
                 req, RC.SUBSCRIPTION_NOT_EXIST,
                 remark=f"the consumer's subscription not exist, group: {h.group}",
             )  # fmt: skip
+        return expression
+
+    async def _pull(self, req: R.Command, h: PullHeader, gone: asyncio.Event) -> R.Command:
+        expression = self._admitted(req, h, await self.topics.get(h.topic))
+        if not isinstance(expression, str):
+            return expression  # refused
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
             try:  # once, before the first look (not again when a held pull looks again)
                 await self.offsets.commit(h.group, h.topic, h.queue_id, h.commit_offset)
             except OffsetsUnavailable as e:
                 log.warning("pull's commit of %s@%s queue %d: %s", h.topic, h.group,
                             h.queue_id, e)  # fmt: skip
-        tags = TagFilter.parse(expression)
+        tags = self._tags(expression)
         hold = h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0
         deadline = asyncio.get_running_loop().time() + h.suspend_s
         suspended = False
@@ -389,6 +436,9 @@ class Puller:
         found = await self.reads.pull(
             h.topic, h.queue_id, max(h.offset, 0), max(1, min(h.max_msgs, 1024)), tags
         )
+        return self._answer(req, h, found), found.max_offset
+
+    def _answer(self, req: R.Command, h: PullHeader, found: Found) -> R.Command:
         code = status_code(found.status, h.offset)
         body = b""
         if code == RC.SUCCESS:
@@ -400,4 +450,4 @@ class Puller:
             "minOffset": str(found.min_offset),
             "maxOffset": str(found.max_offset),
         }
-        return R.response_to(req, code, ext=ext, body=body, remark=found.status), found.max_offset
+        return R.response_to(req, code, ext=ext, body=body, remark=found.status)

@@ -11,6 +11,7 @@ written, or units zeroed by a cut, are read through the mapping as they are writ
 file listed but not mappable (gone meanwhile) makes the next use list again.
 """
 
+import bisect
 import mmap
 import os
 import struct
@@ -171,20 +172,26 @@ class PullFiles:
                 return out
         return []
 
-    def records(self, wanted: Sequence[tuple[int, int]]) -> list[bytes | None]:
-        """The records' bytes at these (commitlog offset, size) pairs, from the commitlog's
-        segments as listed now; None for each the files cannot give (not there, or not that
-        record: ask the writer)."""
-        cl = self._commitlog
-        self._segments.refresh(cl)
-        starts, maps = cl.starts, cl.maps
-        out: list[bytes | None] = []
-        i, start, mm, end = -1, 0, memoryview(b""), 0
+    def records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
+        """The records' bytes at these (commitlog offset, size) pairs (views of the mapped
+        segments: joined into the answer at once), from the commitlog's segments as last
+        listed (``commitlog_min``), listed again once when one is not there; None for each
+        the files cannot give (not there, or not that record: ask the writer)."""
+        out = self._records(wanted)
+        if None in out:  # a segment made since the listing?
+            self._segments.refresh(self._commitlog)
+            missing = [i for i, r in enumerate(out) if r is None]
+            for i, r in zip(missing, self._records([wanted[i] for i in missing]), strict=True):
+                out[i] = r
+        return out
+
+    def _records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
+        starts, maps = self._commitlog.starts, self._commitlog.maps
+        out: list[memoryview | None] = []
+        start, mm, end = 0, memoryview(b""), 0
         for phy, size in wanted:
             if not start <= phy < end:
-                i = len(starts) - 1
-                while i >= 0 and starts[i] > phy:
-                    i -= 1
+                i = bisect.bisect_right(starts, phy) - 1
                 if i < 0:
                     out.append(None)
                     end = 0
@@ -193,7 +200,7 @@ class PullFiles:
                 end = start + len(mm)
             a = phy - start
             if size > 0 and a + size <= len(mm) and is_record_at(mm, a, phy, size):
-                out.append(mm[a : a + size].tobytes())
+                out.append(mm[a : a + size])
             else:
                 out.append(None)
         return out

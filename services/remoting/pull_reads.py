@@ -48,7 +48,7 @@ class Found:
     next_offset: int
     min_offset: int = 0
     max_offset: int = 0
-    records: list[bytes] = field(default_factory=list)
+    records: list[bytes | memoryview] = field(default_factory=list)  # views of mapped files
     wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
     gone: int = 0  # matching units whose record is below the commitlog's minimum
 
@@ -75,17 +75,29 @@ class PullReads:
         """Whether the queue's unit at ``offset`` is written (one ``pread``)."""
         return self.queues.written(topic, queue, offset)
 
+    def pull_now(
+        self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter
+    ) -> Found | None:
+        """``pull`` when it needs no wait: None when the writer would have to be asked (the
+        commitlog's end is due, or a record the files cannot give)."""
+        end, when = self._end
+        if time.monotonic() - when >= END_TTL_S:
+            return None
+        found = self.scan(topic, queue, offset, max_messages, tags, end)
+        if found.wanted:
+            got = self.files.records(found.wanted)
+            if None in got:
+                return None
+            found.records = got  # type: ignore[assignment]  # no None in it
+        return _settled(found)
+
     async def pull(
         self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter
     ) -> Found:
         found = self.scan(topic, queue, offset, max_messages, tags, await self._commitlog_end())
         if found.wanted:
             found.records = [r for r in await self._records(found.wanted) if r is not None]
-        if found.records:
-            found.status = "FOUND"
-        elif found.wanted or found.gone:
-            found.status = "MESSAGE_WAS_REMOVING"
-        return found
+        return _settled(found)
 
     def scan(
         self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter,
@@ -137,10 +149,10 @@ class PullReads:
             total += size
         return Found("NO_MATCHED_MESSAGE", offset + i, mn, mx, wanted=wanted, gone=gone)
 
-    async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | None]:
+    async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | memoryview | None]:
         """The records' bytes from the files; those the files cannot give from the writer,
         whose refusal of an offset (not a record: removed meanwhile) is None."""
-        got = self.files.records(wanted)
+        got: list[bytes | memoryview | None] = list(self.files.records(wanted))
         missing = [i for i, r in enumerate(got) if r is None]
         raws = await self._from_writer([wanted[i][0] for i in missing])
         for i, raw in zip(missing, raws, strict=True):
@@ -162,3 +174,13 @@ class PullReads:
             return [r for o in offsets for r in await self._from_writer([o])]  # which one
         raws = list(answer.records)
         return [r or None for r in raws] if len(raws) == len(offsets) else [None] * len(offsets)
+
+
+def _settled(found: Found) -> Found:
+    """The status once the records are read: FOUND, or MESSAGE_WAS_REMOVING when the units
+    matched but no record was there."""
+    if found.records:
+        found.status = "FOUND"
+    elif found.wanted or found.gone:
+        found.status = "MESSAGE_WAS_REMOVING"
+    return found
