@@ -164,11 +164,11 @@ class PullFiles:
             if start <= at < start + len(mm):
                 a = at - start
                 b = min(len(mm), a + count * UNIT_SIZE)
-                out = []
-                for unit in UNIT.iter_unpack(mm[a : b - (b - a) % UNIT_SIZE]):
-                    if unit[0] < 0 or unit[1] <= 0:
-                        break
-                    out.append(unit)
+                out = list(UNIT.iter_unpack(mm[a : b - (b - a) % UNIT_SIZE]))
+                if out and (out[-1][0] < 0 or out[-1][1] <= 0):  # not all written
+                    for j, unit in enumerate(out):
+                        if unit[0] < 0 or unit[1] <= 0:
+                            return out[:j]
                 return out
         return []
 
@@ -199,7 +199,7 @@ class PullFiles:
                 start, mm = starts[i], maps[i]
                 end = start + len(mm)
             a = phy - start
-            if size > 0 and a + size <= len(mm) and is_record_at(mm, a, phy, size):
+            if a + size <= end - start and is_record_at(mm, a, phy, size):
                 out.append(mm[a : a + size])
             else:
                 out.append(None)

@@ -130,14 +130,16 @@ class PullReads:
         if not units:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
         wanted: list[tuple[int, int]] = []
-        total, gone, i = 0, 0, 0
+        total, gone, i, n = 0, 0, 0, 0
+        far = cl_max - self.in_memory_span  # a record below is "on disk"
         for phy, size, code in units:
-            if wanted:  # RocketMQ's isTheBatchFull
-                on_disk = cl_max - phy > self.in_memory_span
-                max_b, max_c = ((ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT) if on_disk
-                                else (IN_MEMORY_MAX_BYTES, IN_MEMORY_MAX_COUNT))  # fmt: skip
-                n = len(wanted)
-                if n >= max_messages or total + size > max_b or n >= max_c:
+            if n:  # RocketMQ's isTheBatchFull
+                if n >= max_messages:
+                    break
+                if phy < far:
+                    if total + size > ON_DISK_MAX_BYTES or n >= ON_DISK_MAX_COUNT:
+                        break
+                elif total + size > IN_MEMORY_MAX_BYTES or n >= IN_MEMORY_MAX_COUNT:
                     break
             i += 1
             if not every and not tags.matches_code(code):
@@ -147,6 +149,7 @@ class PullReads:
                 continue
             wanted.append((phy, size))
             total += size
+            n += 1
         return Found("NO_MATCHED_MESSAGE", offset + i, mn, mx, wanted=wanted, gone=gone)
 
     async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | memoryview | None]:
