@@ -76,7 +76,7 @@ def test_units_and_records_written_after_the_mapping_and_new_segments(tmp_path):
     assert files.queue("T", 0).starts == [] and _bounds(files) == (0, 0)
     first = store.append()
     assert _bounds(files) == (0, 1)
-    assert files.records([first]) == [store.cl.joinpath(segment_name(0)).read_bytes()[:first[1]]]
+    assert files.records([first]) == [store.cl.joinpath(segment_name(0)).read_bytes()[: first[1]]]
     while store.end < CL_SEGMENT + 1:  # into new queue segments and a new commitlog segment
         store.append()
     n = len(store.units)
