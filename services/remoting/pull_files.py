@@ -29,7 +29,7 @@ from services.query.mapped_files import FilePath, MappedFiles
 UNIT = cq.UNIT
 UNIT_SIZE = cq.UNIT_SIZE
 _SIZE_OFFSET = struct.Struct(">qi")  # a unit's commitlog offset and size (its validity)
-MAX_QUEUES = 65_536  # queues whose listing is kept
+MAX_QUEUES = 16_384  # queues kept listed and mapped (a mapping is one of the process's maps)
 
 
 def _mapped(_path: FilePath, mm: mmap.mmap) -> memoryview:
@@ -71,6 +71,11 @@ class MappedSegments:
             maps.append(mm)
         segs.starts, segs.maps, segs.paths, segs.complete = starts, maps, paths, complete
 
+    def forget(self, segs: Segments) -> None:
+        """Drop the mappings of ``segs`` (a pull still using one keeps it)."""
+        self._files.forget(segs.paths)
+        segs.starts, segs.maps, segs.paths, segs.complete = [], [], [], False
+
     def close(self) -> None:
         self._files.close()
 
@@ -101,8 +106,8 @@ class PullFiles:
         segs = self._queues.get(key)
         if segs is None:
             segs = Segments(Listing(str(self.layout.queue_dir(topic, queue))))
-            if len(self._queues) >= MAX_QUEUES:  # the oldest goes (its mappings stay)
-                del self._queues[next(iter(self._queues))]
+            if len(self._queues) >= MAX_QUEUES:  # the oldest goes, and its mappings
+                self._segments.forget(self._queues.pop(next(iter(self._queues))))
             self._queues[key] = segs
         self._segments.refresh(segs)
         return segs

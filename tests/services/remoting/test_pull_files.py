@@ -10,6 +10,7 @@ from rmqstore.formats import commitlog
 from rmqstore.formats import consume_queue as cq
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import segment_name
+from services.remoting import pull_files
 from services.remoting.pull_files import PullFiles
 
 PER_FILE = 4  # units per consume-queue segment
@@ -133,3 +134,19 @@ def test_a_record_not_there_is_none(tmp_path):
     phy, size = store.append()
     assert files.records([(phy, size + 1), (phy + 1, size), (phy, 0)]) == [None] * 3
     assert files.records([(CL_SEGMENT * 5, size)]) == [None]  # no segment holds it
+
+
+def test_queues_past_the_limit_are_unmapped_and_mapped_again(tmp_path, monkeypatch):
+    monkeypatch.setattr(pull_files, "MAX_QUEUES", 2)
+    layout = StoreLayout.of(tmp_path)
+    for q in range(3):
+        layout.queue_dir("T", q).mkdir(parents=True)
+        unit = cq.encode(cq.CqUnit(100 * q, 10, 0))
+        (layout.queue_dir("T", q) / segment_name(0)).write_bytes(unit + bytes(3 * cq.UNIT_SIZE))
+    files = PullFiles(tmp_path)
+    first = files.queue("T", 0)
+    files.queue("T", 1)
+    files.queue("T", 2)  # the third: queue 0 goes, its mappings dropped
+    assert first.maps == [] and files.max_offset("T", 0, first) == 0
+    again = files.queue("T", 0)
+    assert again is not first and files.units(again, 0, 4) == [(0, 10, 0)]
