@@ -310,7 +310,7 @@ class Puller:
         body = b""
         if code == RC.SUCCESS:
             body = b"".join(found.records)
-            self.pulled += len(found.records)
+            self.pulled += found.count
         ext = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(found.next_offset),

@@ -190,6 +190,36 @@ class PullFiles:
                 out[i] = r
         return out
 
+    def runs(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview] | None:
+        """The records at these (commitlog offset, size) pairs as views of the mapped
+        segments, one view for each run of records adjacent in the commitlog; None when one
+        is not there as ``records`` reads it (then ask ``records``)."""
+        starts, maps = self._commitlog.starts, self._commitlog.maps
+        out: list[memoryview] = []
+        start, mm, end = 0, memoryview(b""), 0
+        run, at = -1, -1  # the current run in ``mm``: [run, at)
+        for phy, size in wanted:
+            if not start <= phy < end:
+                i = bisect.bisect_right(starts, phy) - 1
+                if i < 0:
+                    return None
+                if run >= 0:
+                    out.append(mm[run:at])
+                    run = -1
+                start, mm = starts[i], maps[i]
+                end = start + len(mm)
+            a = phy - start
+            if a + size > end - start or not is_record_at(mm, a, phy, size):
+                return None
+            if a != at:
+                if run >= 0:
+                    out.append(mm[run:at])
+                run = a
+            at = a + size
+        if run >= 0:
+            out.append(mm[run:at])
+        return out
+
     def _records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
         starts, maps = self._commitlog.starts, self._commitlog.maps
         out: list[memoryview | None] = []

@@ -1,6 +1,6 @@
 """What a 4.x pull finds, read from the store's files on this machine: the queue's consume-queue
-units (``rmqstore.queue_files``) and the records' bytes (``rmqstore.commitlog_reads``), with
-the writer asked only for records the files cannot give. No call to the query service and
+units and the records' bytes, through mappings of the segments (``pull_files``), with the
+writer asked only for records the files cannot give. No call to the query service and
 no record decoded: a unit's tags code filters, its size counts towards the batch.
 
 RocketMQ 4.9's ``getMessage`` rules (spec §9.4), as the query service's ``Pull`` keeps them:
@@ -48,7 +48,9 @@ class Found:
     next_offset: int
     min_offset: int = 0
     max_offset: int = 0
-    records: list[bytes | memoryview] = field(default_factory=list)  # views of mapped files
+    # the records' bytes, to be joined: a piece per record, or per run of adjacent records
+    records: list[bytes | memoryview] = field(default_factory=list)
+    count: int = 0  # records in them
     wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
     gone: int = 0  # matching units whose record is below the commitlog's minimum
 
@@ -85,10 +87,10 @@ class PullReads:
             return None
         found = self.scan(topic, queue, offset, max_messages, tags, end)
         if found.wanted:
-            got = self.files.records(found.wanted)
-            if None in got:
+            runs = self.files.runs(found.wanted)
+            if runs is None:
                 return None
-            found.records = got  # type: ignore[assignment]  # no None in it
+            found.records, found.count = list(runs), len(found.wanted)
         return _settled(found)
 
     async def pull(
@@ -97,6 +99,7 @@ class PullReads:
         found = self.scan(topic, queue, offset, max_messages, tags, await self._commitlog_end())
         if found.wanted:
             found.records = [r for r in await self._records(found.wanted) if r is not None]
+            found.count = len(found.records)
         return _settled(found)
 
     def scan(
@@ -182,7 +185,7 @@ class PullReads:
 def _settled(found: Found) -> Found:
     """The status once the records are read: FOUND, or MESSAGE_WAS_REMOVING when the units
     matched but no record was there."""
-    if found.records:
+    if found.count:
         found.status = "FOUND"
     elif found.wanted or found.gone:
         found.status = "MESSAGE_WAS_REMOVING"

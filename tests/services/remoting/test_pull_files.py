@@ -150,3 +150,22 @@ def test_queues_past_the_limit_are_unmapped_and_mapped_again(tmp_path, monkeypat
     assert first.maps == [] and files.max_offset("T", 0, first) == 0
     again = files.queue("T", 0)
     assert again is not first and files.units(again, 0, 4) == [(0, 10, 0)]
+
+
+def test_runs_of_adjacent_records_in_one_view(tmp_path):
+    store = Store(tmp_path)
+    files = PullFiles(tmp_path)
+    while store.end < CL_SEGMENT + 1:  # the last record in the second segment
+        store.append()
+    files.commitlog_min()
+    units = store.units
+    whole = [files.records([u])[0] for u in units]
+    runs = files.runs([units[0], units[1], units[3], units[-2], units[-1]])
+    assert runs is not None and [bytes(r) for r in runs] == [
+        bytes(whole[0]) + bytes(whole[1]),
+        bytes(whole[3]),
+        bytes(whole[-2]),
+        bytes(whole[-1]),
+    ]
+    assert files.runs([units[0], (units[1][0], units[1][1] + 1)]) is None  # not that record
+    assert files.runs([]) == []
