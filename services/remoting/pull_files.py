@@ -19,8 +19,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rmqstore.commitlog_reads import is_record_at
+from rmqstore.commitlog_reads import MAGICS, RECORD_HEAD, is_record_at
 from rmqstore.formats import consume_queue as cq
+from rmqstore.formats.commitlog import HEAD_SIZE
 from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name
 from services.query.listing import Listing
@@ -198,6 +199,7 @@ class PullFiles:
         out: list[memoryview] = []
         start, mm, end = 0, memoryview(b""), 0
         run, at = -1, -1  # the current run in ``mm``: [run, at)
+        head = RECORD_HEAD.unpack_from
         for phy, size in wanted:
             if not start <= phy < end:
                 i = bisect.bisect_right(starts, phy) - 1
@@ -209,7 +211,10 @@ class PullFiles:
                 start, mm = starts[i], maps[i]
                 end = start + len(mm)
             a = phy - start
-            if a + size > end - start or not is_record_at(mm, a, phy, size):
+            if a + size > end - start or size < HEAD_SIZE:
+                return None
+            total, magic, head_phy = head(mm, a)  # is_record_at's test, inline: per record
+            if total != size or head_phy != phy or magic not in MAGICS:
                 return None
             if a != at:
                 if run >= 0:
