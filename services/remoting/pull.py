@@ -5,20 +5,18 @@ What a pull finds (RocketMQ's store statuses, tag codes filtered, RocketMQ's bat
 read from the store's consume-queue and commitlog files (``pull_reads``); the body is those
 records exactly as the commit log holds them. A pull that finds nothing new (PULL_NOT_FOUND)
 with long polling allowed is held until a message for its queue is stored or
-``suspendTimeoutMillis`` passes: ``Arrivals`` follows the writer's dispatch stream (one stream
-for the whole broker, opened at the writer's end when a pull is first held and closed
-``LINGER_S`` after the last one ended, so a broker that only takes sends costs the writer
-nothing) and wakes the pulls held on a queue when a record for it is appended; a woken pull
-waits for the queue's unit to be written (its builder follows the same stream a step behind),
-looking at that one unit after short pauses. Every pull runs as its own task, so held pulls
-never hold up a connection's other requests.
+``suspendTimeoutMillis`` passes: ``pull_arrivals.Arrivals`` wakes the pulls held on a queue
+when the writer appends a record for it; a woken pull waits for the queue's unit to be
+written (its builder follows the same stream a step behind), looking at that one unit after
+short pauses. A pull that needs no wait (the topic's configuration cached, no commit to pass
+on, every record in the files, nothing to hold) is answered at once; the others run as their
+own task, so held pulls never hold up a connection's other requests.
 """
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,19 +24,16 @@ import grpc
 
 from rmqstore.formats import remoting as R
 from rmqstore.remoting_net import Connection
-from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from rmqstore.v1 import commitlog_pb2_grpc
 from services.query.pull import TagFilter
 from services.remoting import topics as T
 from services.remoting.clients import Clients
 from services.remoting.offsets import GroupOffsets, OffsetsUnavailable
-from services.remoting.pull_reads import PullReads
+from services.remoting.pull_arrivals import Arrivals
+from services.remoting.pull_reads import Found, PullReads
 
 log = logging.getLogger("rmqstore.remoting")
 RC = R.ResponseCode
-QUERY_TIMEOUT_S = 30.0
-SUBSCRIBER = "remoting-pulls"  # the dispatch stream's subscriber name (no builder: no acks kept)
-RESUBSCRIBE_S = 1.0  # after the dispatch stream failed
-ACK_EVERY_S = 5.0  # how often the stream's position is acknowledged (the writer's lag metric)
 # after a wake-up the consume queue may not hold the new unit yet (its builder is a step
 # behind the writer's dispatch): the pull looks at that unit (one pread) after each of these
 # pauses until it is written
@@ -48,9 +43,9 @@ CATCH_UP_S = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.015, 0.03, 0.05, 0.1, 0.2)
 # pull's timeout, never a loss)
 FRESH_CATCH_UP_S = (*CATCH_UP_S, 0.5, 1.0)
 MAX_SUSPEND_S = 60.0
-LINGER_S = 60.0  # the dispatch stream stays open this long after the last held pull
 POSITION_TTL_S = 120.0
 MAX_POSITIONS = 100_000  # queues the lag metric follows at most
+MAX_FILTERS = 10_000  # subscription expressions kept parsed
 
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
@@ -73,133 +68,6 @@ def status_code(status: str, offset: int) -> int:
     if status in EMPTY:  # a queue with nothing: moved unless the consumer is at 0 already
         return RC.PULL_NOT_FOUND if offset == 0 else RC.PULL_OFFSET_MOVED
     return RC.PULL_OFFSET_MOVED  # OFFSET_TOO_SMALL, OFFSET_OVERFLOW_BADLY
-
-
-class Arrivals:
-    """Wakes pulls held on a (topic, queue) when the writer appends a record for it."""
-
-    def __init__(self, writer: commitlog_pb2_grpc.CommitLogStub) -> None:
-        self.writer = writer
-        self._events: dict[tuple[str, int], asyncio.Event] = {}
-        self.arrived: dict[tuple[str, int], int] = {}  # queue -> one past the last offset seen
-        self._follower: asyncio.Task | None = None
-        self._tender: asyncio.Task | None = None
-        self.streaming = False
-        self.position = -1  # where the stream is (the next batch's offset)
-        self.waiting = 0  # pulls held now
-        self._idle_since = 0.0  # loop time the last held pull ended
-
-    def event(self, topic: str, queue_id: int) -> asyncio.Event:
-        """Set at the queue's next arrival: take it before the pull looks, so that a message
-        stored between the look and the wait still wakes it."""
-        key = (topic, queue_id)
-        ev = self._events.get(key)
-        if ev is None or ev.is_set():
-            ev = self._events[key] = asyncio.Event()
-        return ev
-
-    def hold(self) -> bool:
-        """A pull is held: the stream is opened unless it is open. True when it was not
-        streaming yet: what was stored just before it opened does not come through it, so
-        the pull looks again a few times (``CATCH_UP_S``)."""
-        self.waiting += 1
-        if self._follower is None or self._follower.done():
-            self._follower = asyncio.ensure_future(self._follow())
-            return True
-        return not self.streaming
-
-    def release(self) -> None:
-        self.waiting -= 1
-        if self.waiting == 0:
-            self._idle_since = asyncio.get_running_loop().time()
-
-    def start(self) -> None:
-        self._tender = asyncio.ensure_future(self._tend())
-
-    async def close(self) -> None:
-        for task in (self._tender, self._follower):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-
-    async def _tend(self) -> None:
-        """Every ``ACK_EVERY_S``: acknowledge the stream's position when it moved, so the
-        writer's lag for this subscriber stays true (its alerts watch every subscriber); close
-        the stream ``LINGER_S`` after the last held pull."""
-        acked = -1
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(ACK_EVERY_S)
-            follower = self._follower
-            idle = self.waiting == 0 and loop.time() - self._idle_since > LINGER_S
-            if idle and follower is not None and not follower.done():
-                follower.cancel()
-                continue
-            position = self.position
-            if not self.streaming or position < 0 or position == acked:
-                continue
-            try:
-                await self.writer.Ack(
-                    commitlog_pb2.AckRequest(subscriber=SUBSCRIBER, durable_offset=position),
-                    timeout=QUERY_TIMEOUT_S,
-                )
-                acked = position
-            except grpc.aio.AioRpcError as e:
-                log.debug("acknowledging the dispatch stream's position failed: %s", e.details())
-
-    async def _follow(self) -> None:
-        try:
-            await self._follow_from_end()
-        finally:
-            self.streaming = False
-
-    async def _follow_from_end(self) -> None:
-        position = -1
-        while True:
-            try:
-                if position < 0:
-                    offsets = await self.writer.GetOffsets(
-                        commitlog_pb2.GetOffsetsRequest(), timeout=QUERY_TIMEOUT_S
-                    )
-                    position = offsets.max_offset
-                position = await self._stream(position)
-            except asyncio.CancelledError:
-                raise
-            except grpc.aio.AioRpcError as e:
-                self.streaming = False
-                if e.code() == grpc.StatusCode.OUT_OF_RANGE:
-                    position = -1  # the commitlog was cut or trimmed: start at its end again
-                log.debug("dispatch stream for long polling ended: %s", e.details())
-                self._wake_all()  # held pulls look again rather than sleep on a dead stream
-                await asyncio.sleep(RESUBSCRIBE_S)
-
-    async def _stream(self, position: int) -> int:
-        call = self.writer.Subscribe(
-            commitlog_pb2.SubscribeRequest(subscriber=SUBSCRIBER, from_offset=position)
-        )
-        self.streaming = True
-        self.position = position
-        try:
-            async for batch in call:
-                for topic, q, o in zip(
-                    batch.topic, batch.queue_id, batch.queue_offset, strict=False
-                ):
-                    key = (topic, q)
-                    if o + 1 > self.arrived.get(key, 0):
-                        self.arrived[key] = o + 1
-                    ev = self._events.pop(key, None)
-                    if ev is not None:
-                        ev.set()
-                position = self.position = batch.next_offset
-        finally:
-            call.cancel()
-        return position
-
-    def _wake_all(self) -> None:
-        for ev in self._events.values():
-            ev.set()
-        self._events.clear()
 
 
 async def _first(a: asyncio.Event, b: asyncio.Event, timeout: float) -> None:
@@ -263,6 +131,7 @@ class Puller:
         self.pulled = 0  # messages handed out
         # (group, topic, queue) -> (offset pulled from, queue's end, when): the lag metric
         self.positions: dict[tuple[str, str, int], tuple[int, int, float]] = {}
+        self._filters: dict[str, TagFilter] = {}  # expression -> parsed
 
     def lag_by_group(self) -> dict[tuple[str, str], int]:
         """Per (group, topic): the queue ends minus the offsets pulled from, over the queues
@@ -295,9 +164,23 @@ class Puller:
                 return str(sub.get("subString") or "*")
         return None
 
-    async def pull(self, conn: Connection, req: R.Command) -> R.Command:
+    def pull(self, conn: Connection, req: R.Command) -> R.Command | Awaitable[R.Command]:
+        """The answer at once when it needs no wait (the topic's configuration cached, no
+        commit to pass on, the commitlog's end known and every record in the files, and not
+        a pull to hold), else the coroutine that makes it."""
         h = parse_header(req)
+        answer = self._now(req, h)
+        if answer is None:
+            return self._later(conn, req, h)
+        self._answered(h, answer)
+        return answer
+
+    async def _later(self, conn: Connection, req: R.Command, h: PullHeader) -> R.Command:
         answer = await self._pull(req, h, conn.closed)
+        self._answered(h, answer)
+        return answer
+
+    def _answered(self, h: PullHeader, answer: R.Command) -> None:
         self.on_pull(h.group, answer.code)
         end = answer.field("maxOffset")
         if end is not None:
@@ -306,10 +189,35 @@ class Puller:
                 self.lag_by_group()  # drops the stale ones
                 while len(self.positions) > MAX_POSITIONS:  # then the first followed
                     del self.positions[next(iter(self.positions))]
+
+    def _now(self, req: R.Command, h: PullHeader) -> R.Command | None:
+        config = self.topics.cached(h.topic)
+        if config is None or h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            return None
+        expression = self._admitted(req, h, config)
+        if not isinstance(expression, str):
+            return expression  # refused
+        offset, count = max(h.offset, 0), max(1, min(h.max_msgs, 1024))
+        found = self.reads.pull_now(h.topic, h.queue_id, offset, count, self._tags(expression))
+        if found is None:
+            return None
+        answer = self._answer(req, h, found)
+        if answer.code == RC.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0:
+            return None  # held: the coroutine looks again and waits
         return answer
 
-    async def _pull(self, req: R.Command, h: PullHeader, gone: asyncio.Event) -> R.Command:
-        config = await self.topics.get(h.topic)
+    def _tags(self, expression: str) -> TagFilter:
+        tags = self._filters.get(expression)
+        if tags is None:
+            if len(self._filters) >= MAX_FILTERS:
+                self._filters.clear()
+            tags = self._filters[expression] = TagFilter.parse(expression)
+        return tags
+
+    def _admitted(self, req: R.Command, h: PullHeader, config: T.TopicConfig | None
+                  ) -> R.Command | str:  # fmt: skip
+        """The tag expression to filter by, or the answer refusing the pull (no such topic,
+        no permission, a queue outside the topic, SQL92, no subscription)."""
         if config is None:
             return R.response_to(
                 req, RC.TOPIC_NOT_EXIST,
@@ -336,13 +244,19 @@ class Puller:
                 req, RC.SUBSCRIPTION_NOT_EXIST,
                 remark=f"the consumer's subscription not exist, group: {h.group}",
             )  # fmt: skip
+        return expression
+
+    async def _pull(self, req: R.Command, h: PullHeader, gone: asyncio.Event) -> R.Command:
+        expression = self._admitted(req, h, await self.topics.get(h.topic))
+        if not isinstance(expression, str):
+            return expression  # refused
         if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
             try:  # once, before the first look (not again when a held pull looks again)
                 await self.offsets.commit(h.group, h.topic, h.queue_id, h.commit_offset)
             except OffsetsUnavailable as e:
                 log.warning("pull's commit of %s@%s queue %d: %s", h.topic, h.group,
                             h.queue_id, e)  # fmt: skip
-        tags = TagFilter.parse(expression)
+        tags = self._tags(expression)
         hold = h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0
         deadline = asyncio.get_running_loop().time() + h.suspend_s
         suspended = False
@@ -389,15 +303,18 @@ class Puller:
         found = await self.reads.pull(
             h.topic, h.queue_id, max(h.offset, 0), max(1, min(h.max_msgs, 1024)), tags
         )
+        return self._answer(req, h, found), found.max_offset
+
+    def _answer(self, req: R.Command, h: PullHeader, found: Found) -> R.Command:
         code = status_code(found.status, h.offset)
         body = b""
         if code == RC.SUCCESS:
             body = b"".join(found.records)
-            self.pulled += len(found.records)
+            self.pulled += found.count
         ext = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(found.next_offset),
             "minOffset": str(found.min_offset),
             "maxOffset": str(found.max_offset),
         }
-        return R.response_to(req, code, ext=ext, body=body, remark=found.status), found.max_offset
+        return R.response_to(req, code, ext=ext, body=body, remark=found.status)

@@ -1,6 +1,6 @@
 """What a 4.x pull finds, read from the store's files on this machine: the queue's consume-queue
-units (``rmqstore.queue_files``) and the records' bytes (``rmqstore.commitlog_reads``), with
-the writer asked only for records the files cannot give. No call to the query service and
+units and the records' bytes, through mappings of the segments (``pull_files``), with the
+writer asked only for records the files cannot give. No call to the query service and
 no record decoded: a unit's tags code filters, its size counts towards the batch.
 
 RocketMQ 4.9's ``getMessage`` rules (spec §9.4), as the query service's ``Pull`` keeps them:
@@ -20,7 +20,6 @@ from pathlib import Path
 
 import grpc
 
-from rmqstore.commitlog_reads import CommitlogReads
 from rmqstore.formats.consume_queue import UNIT_SIZE
 from rmqstore.queue_files import QueueFiles
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
@@ -35,6 +34,7 @@ from services.query.pull import (
     physical_memory,
 )
 from services.query.queue_reader import PRE_BLANK_SIZE
+from services.remoting.pull_files import PullFiles
 
 READ_TIMEOUT_S = 30.0
 REFUSED = (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND,
@@ -48,15 +48,17 @@ class Found:
     next_offset: int
     min_offset: int = 0
     max_offset: int = 0
-    records: list[bytes] = field(default_factory=list)
+    # the records' bytes, to be joined: a piece per record, or per run of adjacent records
+    records: list[bytes | memoryview] = field(default_factory=list)
+    count: int = 0  # records in them
     wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
     gone: int = 0  # matching units whose record is below the commitlog's minimum
 
 
 class PullReads:
     def __init__(self, store: Path, writer: commitlog_pb2_grpc.CommitLogStub) -> None:
-        self.queues = QueueFiles(store)
-        self.files = CommitlogReads(store)
+        self.queues = QueueFiles(store)  # long polling's looks at one unit
+        self.files = PullFiles(store)
         self.writer = writer
         self.in_memory_span = int(physical_memory() * MEMORY_RATIO)
         self._end = (0, -END_TTL_S)  # (commitlog's end, monotonic time asked)
@@ -75,17 +77,30 @@ class PullReads:
         """Whether the queue's unit at ``offset`` is written (one ``pread``)."""
         return self.queues.written(topic, queue, offset)
 
+    def pull_now(
+        self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter
+    ) -> Found | None:
+        """``pull`` when it needs no wait: None when the writer would have to be asked (the
+        commitlog's end is due, or a record the files cannot give)."""
+        end, when = self._end
+        if time.monotonic() - when >= END_TTL_S:
+            return None
+        found = self.scan(topic, queue, offset, max_messages, tags, end)
+        if found.wanted:
+            runs = self.files.runs(found.wanted)
+            if runs is None:
+                return None
+            found.records, found.count = list(runs), len(found.wanted)
+        return _settled(found)
+
     async def pull(
         self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter
     ) -> Found:
         found = self.scan(topic, queue, offset, max_messages, tags, await self._commitlog_end())
         if found.wanted:
             found.records = [r for r in await self._records(found.wanted) if r is not None]
-        if found.records:
-            found.status = "FOUND"
-        elif found.wanted or found.gone:
-            found.status = "MESSAGE_WAS_REMOVING"
-        return found
+            found.count = len(found.records)
+        return _settled(found)
 
     def scan(
         self, topic: str, queue: int, offset: int, max_messages: int, tags: TagFilter,
@@ -94,12 +109,13 @@ class PullReads:
         """The pull's status and offsets, and the records it takes (``wanted``; the status
         NO_MATCHED_MESSAGE until they are read), from the consume queue alone; ``cl_max``:
         the commitlog's end."""
-        qf = self.queues
-        if not qf.has_files(topic, queue):  # the queue's segments listed: used just below
+        pf = self.files
+        segs = pf.queue(topic, queue)
+        if not segs.starts:  # no segment file (the queue's directory listed just now)
             return Found("NO_MATCHED_LOGIC_QUEUE", 0)
-        cl_min = self.files.min_offset(fresh=True)
-        mx = qf.max_offset(topic, queue, fresh=False)
-        mn = qf.first_present(topic, queue, cl_min, fresh=False)
+        cl_min = pf.commitlog_min()
+        mx = pf.max_offset(topic, queue, segs)
+        mn = pf.first_present(segs, cl_min, mx)
         if mx == 0:
             return Found("NO_MESSAGE_IN_QUEUE", 0, mn, mx)
         if offset < mn:
@@ -108,25 +124,25 @@ class PullReads:
             return Found("OFFSET_OVERFLOW_ONE", offset, mn, mx)
         if offset > mx:
             return Found("OFFSET_OVERFLOW_BADLY", mn if mn == 0 else mx, mn, mx)
-        cap = qf.capacity(topic, queue)
+        cap = len(segs.maps[0]) // UNIT_SIZE
         scan = max(MAX_SCAN_BYTES, max_messages * UNIT_SIZE) // UNIT_SIZE
         every = tags.tags is None
         if every:  # no unit from the minimum on is filtered out or gone: the batch is these
             scan = min(scan, max_messages)
-        phys, sizes, codes = qf.columns(
-            topic, queue, offset, min(scan, mx - offset, cap - offset % cap)
-        )
-        if not phys:  # the segment holding the offset was removed
+        units = pf.units(segs, offset, min(scan, mx - offset, cap - offset % cap))
+        if not units:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
         wanted: list[tuple[int, int]] = []
-        total, gone, i = 0, 0, 0
-        for phy, size, code in zip(phys, sizes, codes, strict=True):
-            if wanted:  # RocketMQ's isTheBatchFull
-                on_disk = cl_max - phy > self.in_memory_span
-                max_b, max_c = ((ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT) if on_disk
-                                else (IN_MEMORY_MAX_BYTES, IN_MEMORY_MAX_COUNT))  # fmt: skip
-                n = len(wanted)
-                if n >= max_messages or total + size > max_b or n >= max_c:
+        total, gone, i, n = 0, 0, 0, 0
+        far = cl_max - self.in_memory_span  # a record below is "on disk"
+        for phy, size, code in units:
+            if n:  # RocketMQ's isTheBatchFull
+                if n >= max_messages:
+                    break
+                if phy < far:
+                    if total + size > ON_DISK_MAX_BYTES or n >= ON_DISK_MAX_COUNT:
+                        break
+                elif total + size > IN_MEMORY_MAX_BYTES or n >= IN_MEMORY_MAX_COUNT:
                     break
             i += 1
             if not every and not tags.matches_code(code):
@@ -136,12 +152,13 @@ class PullReads:
                 continue
             wanted.append((phy, size))
             total += size
+            n += 1
         return Found("NO_MATCHED_MESSAGE", offset + i, mn, mx, wanted=wanted, gone=gone)
 
-    async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | None]:
+    async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | memoryview | None]:
         """The records' bytes from the files; those the files cannot give from the writer,
         whose refusal of an offset (not a record: removed meanwhile) is None."""
-        got = self.files.raw(wanted)
+        got: list[bytes | memoryview | None] = list(self.files.records(wanted))
         missing = [i for i, r in enumerate(got) if r is None]
         raws = await self._from_writer([wanted[i][0] for i in missing])
         for i, raw in zip(missing, raws, strict=True):
@@ -163,3 +180,13 @@ class PullReads:
             return [r for o in offsets for r in await self._from_writer([o])]  # which one
         raws = list(answer.records)
         return [r or None for r in raws] if len(raws) == len(offsets) else [None] * len(offsets)
+
+
+def _settled(found: Found) -> Found:
+    """The status once the records are read: FOUND, or MESSAGE_WAS_REMOVING when the units
+    matched but no record was there."""
+    if found.count:
+        found.status = "FOUND"
+    elif found.wanted or found.gone:
+        found.status = "MESSAGE_WAS_REMOVING"
+    return found

@@ -85,6 +85,13 @@ class Topics:
         self.stub = topics_pb2_grpc.TopicsStub(channel)
         self._cache: dict[str, tuple[float, TopicConfig]] = {}
 
+    def cached(self, name: str) -> TopicConfig | None:
+        """The topic's configuration when ``get`` has it without asking, else None."""
+        if name == DEFAULT_TOPIC:
+            return DEFAULT
+        hit = self._cache.get(name)
+        return hit[1] if hit is not None and time.monotonic() - hit[0] < CACHE_S else None
+
     async def get(self, name: str) -> TopicConfig | None:
         """The topic's configuration, None when it does not exist (TBW102 always does)."""
         if name == DEFAULT_TOPIC:

@@ -74,7 +74,7 @@ def test_batch_limits_in_messages_and_bytes_and_one_segment(tmp_path):
 def test_records_retention_deleted_and_a_queue_cut(tmp_path):
     where = _store(tmp_path, ["a"] * 12)
     reads = _reads(tmp_path)
-    assert [r for r in reads.files.raw(where) if r is None] == []
+    assert [r for r in reads.files.records(where) if r is None] == []
     # retention: the commitlog now starts above the first five records (a new segment there)
     layout = StoreLayout.of(tmp_path)
     cl_min = where[5][0]
@@ -83,7 +83,7 @@ def test_records_retention_deleted_and_a_queue_cut(tmp_path):
     (layout.commitlog_dir / segment_name(cl_min)).write_bytes(old[cl_min:])
     low = reads.scan("T", 0, 2, 32, ALL, FAR)
     assert (low.status, low.next_offset, low.min_offset) == ("OFFSET_TOO_SMALL", 5, 5)
-    assert reads.files.raw(where[:1]) == [None]  # its bytes are gone
+    assert reads.files.records(where[:1]) == [None]  # its bytes are gone
     # the consume queue's first segment removed by its builder: its minimum moves on
     (layout.queue_dir("T", 0) / segment_name(0)).unlink()
     assert reads.scan("T", 0, 8, 32, ALL, FAR).min_offset == 8

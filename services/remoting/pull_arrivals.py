@@ -1,0 +1,148 @@
+"""Long polling's wake-ups for 4.x pulls (``services.remoting.pull``): the writer's dispatch
+stream, followed while pulls are held (one stream for the whole broker, opened at the writer's
+end when a pull is first held and closed ``LINGER_S`` after the last one ended, so a broker
+that only takes sends costs the writer nothing), wakes the pulls held on a queue when a record
+for it is appended.
+"""
+
+import asyncio
+import contextlib
+import logging
+
+import grpc
+
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+
+log = logging.getLogger("rmqstore.remoting")
+QUERY_TIMEOUT_S = 30.0
+SUBSCRIBER = "remoting-pulls"  # the dispatch stream's subscriber name (no builder: no acks kept)
+RESUBSCRIBE_S = 1.0  # after the dispatch stream failed
+ACK_EVERY_S = 5.0  # how often the stream's position is acknowledged (the writer's lag metric)
+LINGER_S = 60.0  # the dispatch stream stays open this long after the last held pull
+
+
+class Arrivals:
+    """Wakes pulls held on a (topic, queue) when the writer appends a record for it."""
+
+    def __init__(self, writer: commitlog_pb2_grpc.CommitLogStub) -> None:
+        self.writer = writer
+        self._events: dict[tuple[str, int], asyncio.Event] = {}
+        self.arrived: dict[tuple[str, int], int] = {}  # queue -> one past the last offset seen
+        self._follower: asyncio.Task | None = None
+        self._tender: asyncio.Task | None = None
+        self.streaming = False
+        self.position = -1  # where the stream is (the next batch's offset)
+        self.waiting = 0  # pulls held now
+        self._idle_since = 0.0  # loop time the last held pull ended
+
+    def event(self, topic: str, queue_id: int) -> asyncio.Event:
+        """Set at the queue's next arrival: take it before the pull looks, so that a message
+        stored between the look and the wait still wakes it."""
+        key = (topic, queue_id)
+        ev = self._events.get(key)
+        if ev is None or ev.is_set():
+            ev = self._events[key] = asyncio.Event()
+        return ev
+
+    def hold(self) -> bool:
+        """A pull is held: the stream is opened unless it is open. True when it was not
+        streaming yet: what was stored just before it opened does not come through it, so
+        the pull looks again a few times (``CATCH_UP_S``)."""
+        self.waiting += 1
+        if self._follower is None or self._follower.done():
+            self._follower = asyncio.ensure_future(self._follow())
+            return True
+        return not self.streaming
+
+    def release(self) -> None:
+        self.waiting -= 1
+        if self.waiting == 0:
+            self._idle_since = asyncio.get_running_loop().time()
+
+    def start(self) -> None:
+        self._tender = asyncio.ensure_future(self._tend())
+
+    async def close(self) -> None:
+        for task in (self._tender, self._follower):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _tend(self) -> None:
+        """Every ``ACK_EVERY_S``: acknowledge the stream's position when it moved, so the
+        writer's lag for this subscriber stays true (its alerts watch every subscriber); close
+        the stream ``LINGER_S`` after the last held pull."""
+        acked = -1
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(ACK_EVERY_S)
+            follower = self._follower
+            idle = self.waiting == 0 and loop.time() - self._idle_since > LINGER_S
+            if idle and follower is not None and not follower.done():
+                follower.cancel()
+                continue
+            position = self.position
+            if not self.streaming or position < 0 or position == acked:
+                continue
+            try:
+                await self.writer.Ack(
+                    commitlog_pb2.AckRequest(subscriber=SUBSCRIBER, durable_offset=position),
+                    timeout=QUERY_TIMEOUT_S,
+                )
+                acked = position
+            except grpc.aio.AioRpcError as e:
+                log.debug("acknowledging the dispatch stream's position failed: %s", e.details())
+
+    async def _follow(self) -> None:
+        try:
+            await self._follow_from_end()
+        finally:
+            self.streaming = False
+
+    async def _follow_from_end(self) -> None:
+        position = -1
+        while True:
+            try:
+                if position < 0:
+                    offsets = await self.writer.GetOffsets(
+                        commitlog_pb2.GetOffsetsRequest(), timeout=QUERY_TIMEOUT_S
+                    )
+                    position = offsets.max_offset
+                position = await self._stream(position)
+            except asyncio.CancelledError:
+                raise
+            except grpc.aio.AioRpcError as e:
+                self.streaming = False
+                if e.code() == grpc.StatusCode.OUT_OF_RANGE:
+                    position = -1  # the commitlog was cut or trimmed: start at its end again
+                log.debug("dispatch stream for long polling ended: %s", e.details())
+                self._wake_all()  # held pulls look again rather than sleep on a dead stream
+                await asyncio.sleep(RESUBSCRIBE_S)
+
+    async def _stream(self, position: int) -> int:
+        call = self.writer.Subscribe(
+            commitlog_pb2.SubscribeRequest(subscriber=SUBSCRIBER, from_offset=position)
+        )
+        self.streaming = True
+        self.position = position
+        try:
+            async for batch in call:
+                for topic, q, o in zip(
+                    batch.topic, batch.queue_id, batch.queue_offset, strict=False
+                ):
+                    key = (topic, q)
+                    if o + 1 > self.arrived.get(key, 0):
+                        self.arrived[key] = o + 1
+                    ev = self._events.pop(key, None)
+                    if ev is not None:
+                        ev.set()
+                position = self.position = batch.next_offset
+        finally:
+            call.cancel()
+        return position
+
+    def _wake_all(self) -> None:
+        for ev in self._events.values():
+            ev.set()
+        self._events.clear()

@@ -1,0 +1,249 @@
+"""The store's consume-queue and commitlog segment files as a 4.x pull reads them: mapped
+read-only and kept mapped, so a pull costs no ``open``, ``listdir`` or ``pread`` while the
+files stay as they are.
+
+A directory's listing is checked on every use with one ``stat`` (``Listing``: listed again
+when the directory changed), so a segment retention removed, a queue the builder cut back
+to nothing, or a new segment is seen by the very pull after it, as a fresh listing would
+see it. Segments are created at full size and linked into place, then written in place
+(``MappedFiles``: a file replaced under its name is mapped again), so units and records
+written, or units zeroed by a cut, are read through the mapping as they are written. A
+file listed but not mappable (gone meanwhile) makes the next use list again.
+"""
+
+import bisect
+import mmap
+import os
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rmqstore.commitlog_reads import MAGICS, RECORD_HEAD, is_record_at
+from rmqstore.formats import consume_queue as cq
+from rmqstore.formats.commitlog import HEAD_SIZE
+from rmqstore.layout import StoreLayout
+from rmqstore.segments import parse_segment_name
+from services.query.listing import Listing
+from services.query.mapped_files import FilePath, MappedFiles
+
+UNIT = cq.UNIT
+UNIT_SIZE = cq.UNIT_SIZE
+_SIZE_OFFSET = struct.Struct(">qi")  # a unit's commitlog offset and size (its validity)
+MAX_QUEUES = 16_384  # queues kept listed and mapped (a mapping is one of the process's maps)
+
+
+def _mapped(_path: FilePath, mm: mmap.mmap) -> memoryview:
+    return memoryview(mm)
+
+
+@dataclass
+class Segments:
+    """A directory of segment files: (start, mapping) by start, as last listed."""
+
+    listing: Listing
+    starts: list[int] = field(default_factory=list)
+    maps: list[memoryview] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    complete: bool = False  # every segment listed was mapped
+
+
+class MappedSegments:
+    """Directories of segment files, each listed again only when it changed."""
+
+    def __init__(self) -> None:
+        self._files: MappedFiles[memoryview] = MappedFiles(_mapped)
+
+    def refresh(self, segs: Segments) -> None:
+        """Bring ``segs`` up to date with its directory: one ``stat`` while unchanged."""
+        if not segs.listing.refresh() and segs.complete:
+            return
+        named = sorted((start, name) for name in segs.listing.names or ()
+                       if (start := parse_segment_name(name)) is not None)  # fmt: skip
+        paths = [os.path.join(segs.listing.dir, name) for _, name in named]
+        self._files.forget(set(segs.paths) - set(paths))
+        starts, maps, complete = [], [], True
+        for (start, _), path in zip(named, paths, strict=True):
+            mm = self._files.get(path)
+            if mm is None:
+                complete = False
+                continue
+            starts.append(start)
+            maps.append(mm)
+        segs.starts, segs.maps, segs.paths, segs.complete = starts, maps, paths, complete
+
+    def forget(self, segs: Segments) -> None:
+        """Drop the mappings of ``segs`` (a pull still using one keeps it)."""
+        self._files.forget(segs.paths)
+        segs.starts, segs.maps, segs.paths, segs.complete = [], [], [], False
+
+    def close(self) -> None:
+        self._files.close()
+
+
+def _valid(mm: memoryview, index: int) -> bool:
+    """Whether the unit at ``index`` of a consume-queue segment is written."""
+    at = index * UNIT_SIZE
+    if at + UNIT_SIZE > len(mm):
+        return False
+    phy, size = _SIZE_OFFSET.unpack_from(mm, at)
+    return phy >= 0 and size > 0
+
+
+class PullFiles:
+    """A store's consume queues and commitlog, mapped (see the module's docstring)."""
+
+    def __init__(self, store: Path) -> None:
+        self.layout = StoreLayout.of(store)
+        self._segments = MappedSegments()
+        self._commitlog = Segments(Listing(str(self.layout.commitlog_dir)))
+        self._queues: dict[tuple[str, int], Segments] = {}
+        # (topic, queue) -> (last segment's start, units valid in it) as ``max_offset`` saw
+        self._ends: dict[tuple[str, int], tuple[int, int]] = {}
+
+    def queue(self, topic: str, queue: int) -> Segments:
+        """The queue's segments, brought up to date (none: no directory, or no file)."""
+        key = (topic, queue)
+        segs = self._queues.get(key)
+        if segs is None:
+            segs = Segments(Listing(str(self.layout.queue_dir(topic, queue))))
+            if len(self._queues) >= MAX_QUEUES:  # the oldest goes, and its mappings
+                self._segments.forget(self._queues.pop(next(iter(self._queues))))
+            self._queues[key] = segs
+        self._segments.refresh(segs)
+        return segs
+
+    def commitlog_min(self) -> int:
+        """The commitlog's oldest segment's start (0 without segments), as listed now."""
+        self._segments.refresh(self._commitlog)
+        return self._commitlog.starts[0] if self._commitlog.starts else 0
+
+    def max_offset(self, topic: str, queue: int, segs: Segments) -> int:
+        """One past the queue's last written unit (the last segment's data ends at its first
+        unwritten unit); from the end seen last when it still holds (two probes)."""
+        if not segs.starts:
+            return 0
+        start, mm = segs.starts[-1], segs.maps[-1]
+        lo, hi = 0, len(mm) // UNIT_SIZE
+        seen = self._ends.get((topic, queue))
+        if seen and seen[0] == start and 0 < seen[1] <= hi and _valid(mm, seen[1] - 1):
+            lo = seen[1]
+            if lo < hi and not _valid(mm, lo):  # not grown
+                hi = lo
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if _valid(mm, mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        self._ends[(topic, queue)] = (start, lo)
+        return start // UNIT_SIZE + lo
+
+    @staticmethod
+    def first_present(segs: Segments, commitlog_min: int, max_offset: int) -> int:
+        """The queue's first offset whose unit points at or above ``commitlog_min``
+        (``rmqstore.queue_files.QueueFiles.first_present``'s rule); ``max_offset`` when
+        every unit points below."""
+        if not segs.starts:
+            return 0
+        if commitlog_min <= 0:
+            return segs.starts[0] // UNIT_SIZE
+        for start, mm in zip(segs.starts, segs.maps, strict=True):
+            lo, hi = 0, len(mm) // UNIT_SIZE
+            while lo < hi:
+                mid = (lo + hi) // 2
+                phy, size = _SIZE_OFFSET.unpack_from(mm, mid * UNIT_SIZE)
+                if phy >= 0 and size > 0 and phy < commitlog_min:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo < len(mm) // UNIT_SIZE:
+                return start // UNIT_SIZE + lo
+        return max_offset
+
+    @staticmethod
+    def units(segs: Segments, offset: int, count: int) -> list[tuple[int, int, int]]:
+        """Up to ``count`` written units (commitlog offset, size, tags code) from queue offset
+        ``offset`` on, within the segment holding it; none when no listed segment holds it."""
+        at = offset * UNIT_SIZE
+        for start, mm in zip(segs.starts, segs.maps, strict=True):
+            if start <= at < start + len(mm):
+                a = at - start
+                b = min(len(mm), a + count * UNIT_SIZE)
+                out = list(UNIT.iter_unpack(mm[a : b - (b - a) % UNIT_SIZE]))
+                if out and (out[-1][0] < 0 or out[-1][1] <= 0):  # not all written
+                    for j, unit in enumerate(out):
+                        if unit[0] < 0 or unit[1] <= 0:
+                            return out[:j]
+                return out
+        return []
+
+    def records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
+        """The records' bytes at these (commitlog offset, size) pairs (views of the mapped
+        segments: joined into the answer at once), from the commitlog's segments as last
+        listed (``commitlog_min``), listed again once when one is not there; None for each
+        the files cannot give (not there, or not that record: ask the writer)."""
+        out = self._records(wanted)
+        if None in out:  # a segment made since the listing?
+            self._segments.refresh(self._commitlog)
+            missing = [i for i, r in enumerate(out) if r is None]
+            for i, r in zip(missing, self._records([wanted[i] for i in missing]), strict=True):
+                out[i] = r
+        return out
+
+    def runs(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview] | None:
+        """The records at these (commitlog offset, size) pairs as views of the mapped
+        segments, one view for each run of records adjacent in the commitlog; None when one
+        is not there as ``records`` reads it (then ask ``records``)."""
+        starts, maps = self._commitlog.starts, self._commitlog.maps
+        out: list[memoryview] = []
+        start, mm, end = 0, memoryview(b""), 0
+        run, at = -1, -1  # the current run in ``mm``: [run, at)
+        head = RECORD_HEAD.unpack_from
+        for phy, size in wanted:
+            if not start <= phy < end:
+                i = bisect.bisect_right(starts, phy) - 1
+                if i < 0:
+                    return None
+                if run >= 0:
+                    out.append(mm[run:at])
+                    run = -1
+                start, mm = starts[i], maps[i]
+                end = start + len(mm)
+            a = phy - start
+            if a + size > end - start or size < HEAD_SIZE:
+                return None
+            total, magic, head_phy = head(mm, a)  # is_record_at's test, inline: per record
+            if total != size or head_phy != phy or magic not in MAGICS:
+                return None
+            if a != at:
+                if run >= 0:
+                    out.append(mm[run:at])
+                run = a
+            at = a + size
+        if run >= 0:
+            out.append(mm[run:at])
+        return out
+
+    def _records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
+        starts, maps = self._commitlog.starts, self._commitlog.maps
+        out: list[memoryview | None] = []
+        start, mm, end = 0, memoryview(b""), 0
+        for phy, size in wanted:
+            if not start <= phy < end:
+                i = bisect.bisect_right(starts, phy) - 1
+                if i < 0:
+                    out.append(None)
+                    end = 0
+                    continue
+                start, mm = starts[i], maps[i]
+                end = start + len(mm)
+            a = phy - start
+            if a + size <= end - start and is_record_at(mm, a, phy, size):
+                out.append(mm[a : a + size])
+            else:
+                out.append(None)
+        return out
+
+    def close(self) -> None:
+        self._segments.close()
