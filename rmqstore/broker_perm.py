@@ -6,9 +6,10 @@ one writer, behind the ``Topics`` service's Get/SetBrokerPermission); the remoti
 sets it (``UPDATE_BROKER_CONFIG``), clears the write bit of the topics it registers while it
 is read-only and refuses sends; the proxy lists its queues READ in QueryRoute and refuses
 sends. Both read it through ``PermissionReader``, which asks the writer again at most every
-``CACHE_S``.
+``CACHE_S`` (and the remoting broker before every registration).
 """
 
+import asyncio
 import json
 import logging
 import threading
@@ -80,21 +81,34 @@ class PermissionFile:
 
 
 class PermissionReader:
-    """The broker's permission as the writer holds it, read again at most every ``CACHE_S``;
-    while the writer cannot be asked, the last value read (read-write before any)."""
+    """The broker's permission as the writer holds it. ``current()`` answers from memory and
+    reads it again in the background once it is ``CACHE_S`` old (one read at a time, however
+    many callers; the first call waits for it); while the writer cannot be asked, the last
+    value read (read-write before any). ``refresh()`` reads it now."""
 
     def __init__(self, channel: grpc.aio.Channel, cache_s: float = CACHE_S) -> None:
         self.stub = topics_pb2_grpc.TopicsStub(channel)
         self.cache_s = cache_s
         self.perm = READ_WRITE
         self._read_at: float | None = None
+        self._reading: asyncio.Task[None] | None = None
         self._failing = False  # logged once until the writer answers again
 
-    async def get(self) -> int:
-        now = time.monotonic()
-        if self._read_at is None or now - self._read_at >= self.cache_s:
-            await self.refresh()
+    async def current(self) -> int:
+        if self._reading is None and (
+                self._read_at is None or time.monotonic() - self._read_at >= self.cache_s):
+            self._reading = asyncio.ensure_future(self._read())
+        if self._read_at is None and self._reading is not None:
+            await asyncio.shield(self._reading)
         return self.perm
+
+    async def _read(self) -> None:
+        try:
+            await self.refresh()
+        except grpc.aio.AioRpcError:
+            pass  # logged; the last value holds
+        finally:
+            self._reading = None
 
     async def refresh(self) -> int:
         """Ask the writer now; raises ``grpc.aio.AioRpcError`` when it cannot be asked."""
@@ -110,13 +124,6 @@ class PermissionReader:
             raise
         self.perm, self._read_at, self._failing = got.perm, time.monotonic(), False
         return self.perm
-
-    async def current(self) -> int:
-        """``get`` without raising: the last value while the writer cannot be asked."""
-        try:
-            return await self.get()
-        except grpc.aio.AioRpcError:
-            return self.perm
 
     async def set(self, perm: int) -> int:
         got = await self.stub.SetBrokerPermission(topics_pb2.BrokerPermission(perm=perm),

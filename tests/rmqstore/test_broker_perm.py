@@ -41,9 +41,10 @@ def test_the_reader_asks_the_writer_and_keeps_the_last_value(tmp_path) -> None:
     async def main() -> None:
         async with grpc.aio.insecure_channel(writer.address) as channel:
             reader = B.PermissionReader(channel, cache_s=0)
-            assert await reader.get() == B.READ_WRITE
+            assert await reader.current() == B.READ_WRITE
             assert await reader.set(B.READ_ONLY) == B.READ_ONLY
-            assert await B.PermissionReader(channel).get() == B.READ_ONLY
+            assert await B.PermissionReader(channel).current() == B.READ_ONLY  # first: waits
+            assert await B.PermissionReader(channel).refresh() == B.READ_ONLY
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await reader.set(5)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
@@ -51,6 +52,8 @@ def test_the_reader_asks_the_writer_and_keeps_the_last_value(tmp_path) -> None:
             stale = B.PermissionReader(gone, cache_s=0)
             stale.perm = B.READ_ONLY
             assert await stale.current() == B.READ_ONLY
+            with pytest.raises(grpc.aio.AioRpcError):
+                await stale.refresh()
 
     try:
         asyncio.run(main())
@@ -61,7 +64,7 @@ def test_the_reader_asks_the_writer_and_keeps_the_last_value(tmp_path) -> None:
 
     async def reopened() -> None:
         async with grpc.aio.insecure_channel(again.address) as channel:
-            assert await B.PermissionReader(channel).get() == B.READ_ONLY
+            assert await B.PermissionReader(channel).current() == B.READ_ONLY
 
     try:
         asyncio.run(reopened())
