@@ -8,7 +8,9 @@ RocketMQ 4.9 re-registers at once). ``GET_BROKER_CONFIG`` answers the permission
 cluster as Java properties.
 """
 
+import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 import grpc
@@ -91,4 +93,6 @@ class BrokerConfig:
     async def get(self, conn: Connection, req: R.Command) -> R.Command:
         perm = await self.permission.current()
         text = f"brokerClusterName={self.cluster}\nbrokerName={self.name}\n{KEY}={perm}\n"
-        return R.response_to(req, body=text.encode())
+        version = json.dumps({"counter": 0, "timestamp": int(time.time() * 1000)},
+                             separators=(",", ":"))  # the header's (required) data version
+        return R.response_to(req, ext={"version": version}, body=text.encode())

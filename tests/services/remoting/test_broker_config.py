@@ -43,3 +43,21 @@ def test_other_keys_and_values_are_refused_before_the_writer_is_asked() -> None:
     ]
     assert answers[4].remark is not None and answers[4].remark.startswith(
         "brokerPermission not changed: ")  # the writer cannot be asked
+
+
+def test_get_broker_config_answers_java_properties() -> None:
+    async def main() -> R.Command:
+        async def register_now() -> None:
+            pass
+
+        async with grpc.aio.insecure_channel("127.0.0.1:1") as nobody:
+            reader = PermissionReader(nobody)
+            reader.perm = 4  # the last value read, kept while the writer cannot be asked
+            config = BrokerConfig("C", "b", reader, register_now)
+            cmd = R.Command(code=R.RequestCode.GET_BROKER_CONFIG)
+            return await config.get(None, cmd)  # type: ignore[arg-type]
+
+    answer = asyncio.run(main())
+    assert answer.code == R.ResponseCode.SUCCESS and answer.ext and "version" in answer.ext
+    assert parse_properties(answer.body) == {"brokerClusterName": "C", "brokerName": "b",
+                                             "brokerPermission": "4"}  # fmt: skip
