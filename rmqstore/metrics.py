@@ -116,6 +116,12 @@ class WriterMetrics:
             "End of the last record known durable.",
             registry=r,
         )
+        self.broker_permission = Gauge(
+            "rmqstore_writer_broker_permission",
+            "The broker's permission (RocketMQ's brokerPermission): 6 read-write, 4 read-only "
+            "(drained: producers are refused, consumers still read).",
+            registry=r,
+        )
         self.flush_latency = Histogram(
             "rmqstore_writer_flush_duration_seconds",
             "Duration of one commitlog flush (msync/fsync of dirty pages).",

@@ -1,5 +1,6 @@
 """``rmqstore admin promote``: a switchover, run against the slave's writer
-(``docs/replication.md``, "Switchover, step by step").
+(``docs/replication.md``, "Switchover, step by step"); ``rmqstore admin set-perm`` drains a
+broker (``set_perm``).
 
 ``promote`` turns a slave into a master at runtime: refused (exit 1, nothing changed) while
 the slave's master still answers on its HA port unless ``--force``; it prints the new master
@@ -13,6 +14,7 @@ import grpc
 
 from rmqstore import tls
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
+from services.cli import set_perm
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, CliError
 
 DEFAULT_WRITER = "127.0.0.1:8100"
@@ -42,7 +44,7 @@ def run_promote(args: argparse.Namespace) -> int:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("admin", help="operate a replica set (promote a slave)")
+    p = sub.add_parser("admin", help="operate brokers (promote a slave, drain a broker)")
     verbs = p.add_subparsers(dest="verb", required=True, metavar="VERB")
     v = verbs.add_parser("promote", help="turn a caught-up slave into the master, at runtime")
     v.add_argument("--commitlog", default=DEFAULT_WRITER, help="the slave's writer address")
@@ -55,3 +57,4 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.add_argument("--json", action="store_true", help="print the result as one JSON object")
     tls.add_tls_flags(v)
     v.set_defaults(run=run_promote)
+    set_perm.register(verbs)

@@ -9,7 +9,8 @@ Exit codes (documented for users in ``docs/cli.md``):
 ==  ==========================================================================================
 0   success
 1   nothing found, or only part of the work was done (the output says how far it got), or
-    ``admin promote`` refused (nothing changed)
+    ``admin promote`` refused (nothing changed), or ``admin set-perm`` named a broker no
+    name server knows
 2   usage or input error: a bad flag, value, address or input file; nothing was sent
 3   a server could not be reached or failed, or a service of ``serve`` failed or died
 ==  ==========================================================================================

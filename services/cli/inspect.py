@@ -11,8 +11,9 @@ Kinds (detected from the path, or forced with ``--kind``):
                    file size (RocketMQ's defaults, or its 1 slot : 4 entries ratio).
 * ``checkpoint``   the ``checkpoint`` file.
 * ``store``        a store directory: segments, min/max offset, queues, index files, checkpoint,
-                   delayed delivery per level and retention (``inspect_background``), and the
-                   byte ranges recovery cut and kept in ``rmqstore/quarantine/``.
+                   delayed delivery per level and retention (``inspect_background``), the
+                   broker's permission (read-only while drained), and the byte ranges
+                   recovery cut and kept in ``rmqstore/quarantine/``.
 
 Files are only ever opened read-only. Human-readable output by default, JSON lines with
 ``--json``. Exit status: 0, 1 when a commitlog segment holds a corrupt record, 2 on bad input.
@@ -30,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rmqstore import quarantine, times
+from rmqstore import broker_perm, quarantine, times
 from rmqstore.dispatch import tags_code
 from rmqstore.errors import CorruptRecordError, InvalidArgumentError, StoreError
 from rmqstore.formats import checkpoint as ck
@@ -313,12 +314,22 @@ def inspect_store(root: Path, slots: int | None, entries: int | None) -> Iterato
             yield checkpoint_row(buf, root / "checkpoint")
     yield from delivery_rows(root)
     yield retention_row(root)
+    yield permission_row(root)
     yield {"type": "markers", "abort": (root / "abort").exists(),
            "lock": (root / "lock").exists()}
     for r in quarantine.ranges(StoreLayout.of(root)):  # bytes recovery cut and kept aside
         yield {"type": "quarantined", "phyOffset": r.offset, "end": r.end, "size": r.size,
                "segment": r.segment, "file": str(quarantine.path_of(StoreLayout.of(root), r)),
                "reason": r.reason, "cutAt": _time(r.at)}
+
+
+def permission_row(root: Path) -> Row:
+    """The broker's permission (``config/brokerPermission.json``; none: read-write)."""
+    try:
+        perm = broker_perm.PermissionFile(root, read_only=True).perm
+    except (ValueError, OSError) as e:
+        return {"type": "broker", "permission": None, "error": str(e)}
+    return {"type": "broker", "permission": perm, "state": broker_perm.NAMES[perm]}
 
 
 # -- output --------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 
 from rmqstore import delay, metrics, put_socket, store_shape, tls
+from rmqstore.broker_perm import PermissionFile
 from rmqstore.errors import StoreError, StoreLockedError
 from rmqstore.layout import StoreLayout
 from rmqstore.preflight import preflight
@@ -232,6 +233,7 @@ def _serve(args: argparse.Namespace) -> int:
             Path(args.store), args.queues_per_topic, args.read_only,
             in_use=(lambda: opened.queue_table) if isinstance(opened, CommitLogEngine) else dict,
         )  # fmt: skip
+        permission = PermissionFile(Path(args.store), args.read_only)
     except (StoreError, ValueError, OSError) as e:
         engine.close()
         raise StartupError(f"cannot open the store {args.store}: {e}") from None
@@ -259,6 +261,7 @@ def _serve(args: argparse.Namespace) -> int:
             retention = Retention(engine)
         registry = metrics.new_registry("commitlog")
         observer = WriterObserver(engine, registry, delivery, retention, replication)
+        observer.permission = permission
         metrics_server = metrics.start_metrics_server(
             args.metrics_port, registry, m_host)
         # calls run on one event loop; each builder's dispatch stream waits for records in a
@@ -278,7 +281,7 @@ def _serve(args: argparse.Namespace) -> int:
     )
     service.add(
         topics.add_to_server,
-        topics.TopicsServicer(topic_store, service.run_blocking),
+        topics.TopicsServicer(topic_store, service.run_blocking, permission),
         topics_pb2.DESCRIPTOR,
         "Topics",
     )

@@ -7,6 +7,7 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from rmqstore import quarantine
+from rmqstore.broker_perm import PermissionFile
 from rmqstore.metrics import WriterMetrics, on_scrape
 from rmqstore.metrics_background import BackgroundMetrics
 from services.commitlog.delivery import DeliveryService
@@ -25,6 +26,7 @@ class WriterObserver:
         self.engine = engine
         self.delivery, self.retention = delivery, retention
         self.replication = replication
+        self.permission: PermissionFile | None = None  # the broker's, when the writer serves it
         self._slaves_seen: set[str] = set()
         self._flushes_seen = 0
         self._bytes_seen = 0
@@ -122,6 +124,8 @@ class WriterObserver:
         m.min_offset.set(e.min_offset)
         m.max_offset.set(e.max_offset)
         m.flushed_offset.set(e.flushed_offset)
+        if self.permission is not None:
+            m.broker_permission.set(self.permission.perm)
         segs = len(e.segments.segments)
         m.segments.set(segs)
         m.commitlog_disk_bytes.set(segs * e.config.segment_size)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from rmqstore import durable
+from rmqstore.broker_perm import PermissionFile
 from rmqstore.errors import InvalidArgumentError, NotFoundError, ReadOnlyError
 from rmqstore.formats import topics_json
 from rmqstore.formats.topics_json import TopicConfig, TopicTable
@@ -222,9 +223,10 @@ def to_proto(t: TopicConfig, created: bool = False) -> topics_pb2.TopicConfig:
 
 
 class TopicsServicer(topics_pb2_grpc.TopicsServicer):
-    def __init__(self, store: TopicStore, run_blocking) -> None:
+    def __init__(self, store: TopicStore, run_blocking, permission: PermissionFile) -> None:
         self.store = store
         self.run_blocking = run_blocking
+        self.permission = permission
 
     @grpc_errors
     async def CreateTopic(self, request, context):  # noqa: N802
@@ -256,3 +258,12 @@ class TopicsServicer(topics_pb2_grpc.TopicsServicer):
     async def DeleteTopic(self, request, context):  # noqa: N802
         deleted = await self.run_blocking(self.store.delete, request.name)
         return topics_pb2.DeleteTopicReply(deleted=deleted)
+
+    @grpc_errors
+    async def GetBrokerPermission(self, request, context):  # noqa: N802
+        return topics_pb2.BrokerPermission(perm=self.permission.perm)
+
+    @grpc_errors
+    async def SetBrokerPermission(self, request, context):  # noqa: N802
+        perm = await self.run_blocking(self.permission.set, request.perm)
+        return topics_pb2.BrokerPermission(perm=perm)

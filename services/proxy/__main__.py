@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from rmqstore import metrics, metrics_proxy, tls
+from rmqstore.broker_perm import PermissionReader
 from rmqstore.cluster_members import Peer, PeerBook
 from rmqstore.errors import StoreLockedError
 from rmqstore.remoting_net import parse_namesrv
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         )  # fmt: skip
         servicer = MessagingServicer(
             config, TopicBook(channel, config.auto_create_topics), appender,
-            Router(config.broker_name, config.advertise, others), proxy_metrics,
+            Router(config.broker_name, config.advertise, others, PermissionReader(channel)),
+            proxy_metrics,
         )  # fmt: skip
         if args.store:
             consume = ConsumeConfig(

@@ -5,6 +5,8 @@ other live brokers, each at its own proxy's address."""
 import ipaddress
 from typing import Protocol
 
+from rmqstore import broker_perm
+from rmqstore.broker_perm import PermissionReader
 from rmqstore.formats.topics_json import TopicConfig
 from rmqstore.rocketmq import definition_pb2 as pb
 
@@ -57,21 +59,29 @@ class OtherBrokers(Protocol):
 
 
 class Router:
-    def __init__(self, broker_name: str, advertise: str,
-                 others: OtherBrokers | None = None) -> None:  # fmt: skip
+    """``permission``: the broker's (``rmqstore.broker_perm``); none: read-write."""
+
+    def __init__(self, broker_name: str, advertise: str, others: OtherBrokers | None = None,
+                 permission: PermissionReader | None = None) -> None:  # fmt: skip
         self.broker = pb.Broker(name=broker_name, id=0, endpoints=endpoints(advertise))
         self.others = others
+        self.permission = permission
 
-    def queues(self, topic: TopicConfig) -> list[pb.MessageQueue]:
-        """This broker's queues of ``topic``."""
+    async def writable(self) -> bool:
+        """Whether this broker takes sends (not drained)."""
+        return self.permission is None or broker_perm.writable(await self.permission.current())
+
+    def queues(self, topic: TopicConfig, writable: bool = True) -> list[pb.MessageQueue]:
+        """This broker's queues of ``topic`` (``writable``: the broker's permission)."""
         return broker_queues(topic.name, self.broker, topic.read_queue_nums,
-                             topic.write_queue_nums, topic.readable, topic.writable,
+                             topic.write_queue_nums, topic.readable, topic.writable and writable,
                              accepted_types(topic))  # fmt: skip
 
     async def cluster_queues(self, topic: TopicConfig) -> list[pb.MessageQueue]:
         """This broker's queues and those of every other live broker of the cluster, each
-        with its own proxy's endpoints (clients dial them; nothing is forwarded)."""
-        mine = self.queues(topic)
+        with its own proxy's endpoints (clients dial them; nothing is forwarded). A drained
+        broker's queues are READ: producers leave them, consumers go on reading them."""
+        mine = self.queues(topic, await self.writable())
         if self.others is None:
             return mine
         others = await self.others.queues(topic.name, accepted_types(topic))

@@ -180,6 +180,9 @@ class MessagingServicer(ConsumerRpcs, service_pb2_grpc.MessagingServiceServicer)
             client_id = self._caller(context, "SendMessage")
             if not request.messages:
                 raise BusinessError(pb.BAD_REQUEST, "no message to send")
+            if not await self.router.writable():  # drained: as RocketMQ 5's NO_PERMISSION
+                raise BusinessError(pb.FORBIDDEN, f"broker {self.config.broker_name} is "
+                                    "read-only (drained): send to another broker")  # fmt: skip
         except BusinessError as e:
             return spb.SendMessageResponse(status=self._refused("SendMessage", e))
         peer, now = peer_host(context.peer()), now_ms()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rmqstore import access_keys, metrics, tls
 from rmqstore.appender import Appender
+from rmqstore.broker_perm import PermissionReader
 from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.remoting import RequestCode
 from rmqstore.metrics_remoting import ConsumerGroupMetrics, RemotingMetrics
@@ -21,6 +22,7 @@ from rmqstore.startup import StartupError, check_port_free, run_main, split_addr
 from rmqstore.v1 import groups_pb2_grpc
 from services.remoting import registration
 from services.remoting.broker import Broker, BrokerInfo
+from services.remoting.broker_config import BrokerConfig
 from services.remoting.clients import Clients
 from services.remoting.consumer_admin import ConsumerAdmin, SignedStub
 from services.remoting.consumer_groups import ConsumerGroups
@@ -208,9 +210,17 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     groups = ConsumerGroups(clients, topics, topics_changed, watcher=group_metrics,
                             registry=registry)  # fmt: skip
     broker.handlers.update(groups.handlers())
-    broker.handlers[C.CONSUMER_SEND_MSG_BACK] = SendBack(
+    send_back = broker.handlers[C.CONSUMER_SEND_MSG_BACK] = SendBack(
         appender, topics, read, topics_changed, group_metrics, groups.retry_max_times
     )
+    permission = sender.permission = send_back.permission = PermissionReader(writer)
+
+    async def register_now() -> None:
+        if "r" in holder:
+            await holder["r"].register_all()
+
+    config = BrokerConfig(args.cluster_name, args.broker_name, permission, register_now)
+    broker.handlers.update(config.handlers())
     for code in (C.SEND_MESSAGE, C.SEND_MESSAGE_V2):
         broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
                                                   group_metrics)  # fmt: skip
@@ -253,7 +263,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
         info.broker_addr,
         args.cluster_name,
         args.ha_address or f"{broker_ip}:{bound + 1}",
-        broker.topic_table,
+        config.registered(broker.topic_table),
         args.register_interval,
     )
     holder["r"] = reg

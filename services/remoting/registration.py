@@ -52,6 +52,9 @@ class Registration:
         self.registered = 0  # successful registrations (tests, metrics)
         self._task: asyncio.Task[None] | None = None
         self._soon = asyncio.Event()
+        # one round at a time: a round that read the topics before a change never lands after
+        # the one that read them after it (a drained broker's perms, ``broker_config``)
+        self._lock = asyncio.Lock()
 
     async def _body(self) -> bytes:
         self.counter += 1
@@ -66,13 +69,14 @@ class Registration:
         return json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
 
     async def register_all(self, oneway: bool = False) -> None:
-        try:
-            body = await self._body()
-        except Exception as e:  # the writer's topics unavailable: next round
-            log.warning("registration skipped: %s", e)
-            return
-        ext = {**self.header, "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}  # UtilAll.crc32
-        await asyncio.gather(*(self._register(c, ext, body, oneway) for c in self.clients))
+        async with self._lock:
+            try:
+                body = await self._body()
+            except Exception as e:  # the writer's topics unavailable: next round
+                log.warning("registration skipped: %s", e)
+                return
+            ext = {**self.header, "bodyCrc32": str(zlib.crc32(body) & 0x7FFFFFFF)}
+            await asyncio.gather(*(self._register(c, ext, body, oneway) for c in self.clients))
 
     async def _register(
         self, client: RemotingClient, ext: dict[str, str], body: bytes, oneway: bool

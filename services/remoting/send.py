@@ -17,6 +17,7 @@ from typing import Any
 
 from rmqstore import appender as A
 from rmqstore.appender import Appender, Plain, Record, Stored
+from rmqstore.broker_perm import PermissionReader, writable
 from rmqstore.formats import properties as P
 from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import Host
@@ -253,6 +254,7 @@ class Sender:
         self.pending = 0
         self.stored = 0  # messages stored (runtime info's TPS)
         self.transactions: Transactions | None = None  # none: prepared sends are refused
+        self.permission: PermissionReader | None = None  # the broker's (a drain refuses sends)
 
     def msg_id(self, phy_offset: int) -> str:
         return offset_msg_id(self.store_host.ip, self.store_host.port, phy_offset)
@@ -268,6 +270,10 @@ class Sender:
     async def _send(self, born_host: str, request: R.Command) -> R.Command:
         h = parse_header(request)
         T.check_name(h.topic)
+        if self.permission is not None and not writable(await self.permission.current()):
+            raise SendRefused(
+                RC.NO_PERMISSION, f"the broker[{self.broker_name}] sending message is forbidden"
+            )
         batch = request.code == R.RequestCode.SEND_BATCH_MESSAGE
         prepared = h.sys_flag & TRANSACTION_TYPES == TRANSACTION_PREPARED
         if prepared and (self.transactions is None or batch):

@@ -26,6 +26,7 @@ import grpc
 
 from rmqstore import retries
 from rmqstore.appender import Appender, AppendError
+from rmqstore.broker_perm import PermissionReader, writable
 from rmqstore.errors import StoreError
 from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
@@ -108,6 +109,7 @@ class SendBack:
         self.read = read
         self.topics_changed = topics_changed
         self.watcher = watcher
+        self.permission: PermissionReader | None = None  # the broker's: a drain refuses
 
     async def __call__(self, conn: Connection, req: R.Command) -> R.Command:
         offset = req.number("offset")
@@ -120,6 +122,11 @@ class SendBack:
         if retry is None or dead is None:
             why = f"subscription group not exist, {group}"
             return R.response_to(req, RC.SUBSCRIPTION_GROUP_NOT_EXIST, remark=why)
+        if self.permission is not None and not writable(await self.permission.current()):
+            # as 4.9.8: the consumer then sends the retry through its producer, to a broker
+            # that takes sends
+            return R.response_to(req, RC.NO_PERMISSION,
+                                 remark="the broker is read-only: sending message is forbidden")
         raw = b""
         if offset >= 0:
             try:

@@ -16,6 +16,7 @@ from rmqstore.formats import consume_queue as cq
 from rmqstore.formats import index_file as ix
 from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.javahash import index_hash
+from services.cli import inspect as inspect_mod
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -153,6 +154,17 @@ def test_store_directory_summary(golden_store, golden_expected):
     (cp,) = of_type(rs, "checkpoint")
     assert cp["physicMsgTimestamp"] == golden_expected["checkpoint"]["physicMsgTimestamp"]
     assert of_type(rs, "markers") == [{"type": "markers", "abort": False, "lock": False}]
+    assert of_type(rs, "broker") == [{"type": "broker", "permission": 6, "state": "read-write"}]
+
+
+def test_store_summary_shows_a_drained_broker(tmp_path):
+    (tmp_path / "config").mkdir()
+    (tmp_path / "config" / "brokerPermission.json").write_text('{"brokerPermission": 4}')
+    assert inspect_mod.permission_row(tmp_path) == {
+        "type": "broker", "permission": 4, "state": "read-only"}
+    (tmp_path / "config" / "brokerPermission.json").write_text("{")
+    row = inspect_mod.permission_row(tmp_path)
+    assert row["permission"] is None and "brokerPermission.json" in row["error"]
 
 
 @pytest.mark.golden
