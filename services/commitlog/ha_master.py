@@ -51,7 +51,8 @@ FLUSH_SLAVE_TIMEOUT = commitlog_pb2.FLUSH_SLAVE_TIMEOUT
 SLAVE_NOT_AVAILABLE = commitlog_pb2.SLAVE_NOT_AVAILABLE
 STATUS_NAMES = {s: commitlog_pb2.PutStatus.Name(s) for s in commitlog_pb2.PutStatus.values()}
 
-SENDER_IDLE_S = 0.1  # RocketMQ's sender waits up to 100 ms unless a put wakes it
+SENDER_TICK_S = 0.01  # an idle sender looks for new bytes this often (RocketMQ's: 100 ms)
+WAKE_BYTES = 256 << 10  # an async master's puts wake the sender once this much is waiting
 SEND_BURST = 1 << 20  # bytes of frames a sender writes at once before it lets others run
 
 Replica = int | asyncio.Future  # a put's status now, or a future that settles to it
@@ -70,7 +71,7 @@ class SlaveLink:
         self.first_report: int | None = None
         self.acked = -1  # its last report (-1: none yet)
         self.sent = -1  # where the next frame starts (-1: not started)
-        self.since = self.last_read = time.monotonic()
+        self.since = self.last_read = self.last_sent = time.monotonic()
         self.idle: asyncio.Future | None = None  # the sender's, while it has nothing to send
 
     def wake(self) -> None:
@@ -130,9 +131,10 @@ class Replication:
 
     def replicated(self, end: int) -> Replica:
         """A put that ends at ``end`` was appended: its status, or a future that settles to
-        it (sync_master). Wakes the senders."""
+        it (sync_master). Wakes the idle senders: a sync master's at once, an async master's
+        once ``WAKE_BYTES`` wait (else its next tick, within ``SENDER_TICK_S``)."""
         for s in self.slaves:
-            if s.idle is not None:
+            if s.idle is not None and (self.sync or end - s.sent >= WAKE_BYTES):
                 s.wake()
         if not self.sync:
             return PUT_OK
@@ -252,7 +254,7 @@ class Replication:
         size = e.config.segment_size
         loop = asyncio.get_running_loop()
         offset = link.sent = ha.start_offset(first, e.max_offset, size)
-        last_sent = time.monotonic()
+        link.last_sent = time.monotonic()
         while True:
             end = e.max_offset
             if offset < end:
@@ -275,12 +277,12 @@ class Replication:
                 link.sent = offset
                 if offset > self.sent_to.get(link.host, -1):
                     self.sent_to[link.host] = offset
-                last_sent = time.monotonic()
+                link.last_sent = time.monotonic()
                 await conn.drain(budget <= 0)
                 continue
-            if time.monotonic() - last_sent >= ha.HEARTBEAT_INTERVAL_S:
+            if time.monotonic() - link.last_sent >= ha.HEARTBEAT_INTERVAL_S:
                 conn.transport.write(ha.encode_frame_header(offset, 0))
-                last_sent = time.monotonic()
+                link.last_sent = time.monotonic()
                 await conn.drain(False)
                 continue
             link.idle = idle = loop.create_future()  # a put or the connection's tick wakes it
@@ -308,7 +310,8 @@ class Replication:
 class SlaveConnection(asyncio.Protocol):
     """One slave's socket on the loop: its reports are read in the loop's read callback (no
     task wakes per report), the sender task writes to the transport, and a tick every
-    ``SENDER_IDLE_S`` wakes an idle sender and drops a slave silent for 20 s."""
+    ``SENDER_TICK_S`` wakes an idle sender that has bytes or a heartbeat to send and drops a
+    slave silent for 20 s."""
 
     def __init__(self, replication: Replication) -> None:
         self.replication = replication
@@ -330,7 +333,7 @@ class SlaveConnection(asyncio.Protocol):
         self.replication.slaves.add(link)
         self.replication._connections.add(self)
         log.info("slave %s connected", link.address)
-        self._tick = asyncio.get_running_loop().call_later(SENDER_IDLE_S, self._on_tick)
+        self._tick = asyncio.get_running_loop().call_later(SENDER_TICK_S, self._on_tick)
 
     def data_received(self, data: bytes) -> None:
         """Only whole 8-byte values count, and of several only the last one (spec §1)."""
@@ -355,12 +358,14 @@ class SlaveConnection(asyncio.Protocol):
             self.end(f"sending failed: {err}")
 
     def _on_tick(self) -> None:
-        link = self.link
-        if time.monotonic() - link.last_read >= ha.IDLE_TIMEOUT_S:
+        link, now = self.link, time.monotonic()
+        if now - link.last_read >= ha.IDLE_TIMEOUT_S:
             self.end(f"nothing read for {ha.IDLE_TIMEOUT_S:g} s")
             return
-        link.wake()
-        self._tick = asyncio.get_running_loop().call_later(SENDER_IDLE_S, self._on_tick)
+        if link.idle is not None and (self.replication.engine.max_offset > link.sent
+                                      or now - link.last_sent >= ha.HEARTBEAT_INTERVAL_S):
+            link.wake()
+        self._tick = asyncio.get_running_loop().call_later(SENDER_TICK_S, self._on_tick)
 
     async def drain(self, turn: bool) -> None:
         """Until the transport takes more (its buffer is over the high-water mark); with
