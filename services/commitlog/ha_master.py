@@ -3,14 +3,14 @@
 Slaves connect to ``--ha-port`` (``rmqstore/formats/ha.py`` has the bytes,
 ``/spec/rocketmq-ha.md`` the rules). The master sends transfer frames
 cut from the segment files: at most 32 KiB, never across a file end, up to what has been
-written (blank end-of-file fillers included), a heartbeat after 5 s without sending. A sender
-with nothing to send idles up to 100 ms unless a put wakes it.
+written (blank end-of-file fillers included), a heartbeat after 5 s without sending.
 
 Per connection, one protocol object reads the slave's offset reports (the first is its start
-point, later ones acknowledge) in the loop's read callback, and one task sends. A put only
-settles the sender's idle future (once per loop turn, however many puts it held), and the
-sender joins every frame it has (views of the segment map, copied once) into one ``write``:
-one system call per wake-up instead of one per 32 KiB frame, and no task switch per report.
+point, later ones acknowledge) in the loop's read callback (no task wakes per report), and one
+task sends. An idle sender is woken by a tick every 10 ms when there is something to send, by
+a sync master's put at once, and by an async master's puts once 256 KiB wait; it then joins
+every frame it has (views of the segment map, copied once) into one ``write``: one system
+call per wake-up, not one per 32 KiB frame nor one wake-up per put.
 
 Everything runs on the writer's one event loop, as the puts do: an acknowledgement settles
 the futures of the sync-master puts it covers in the callback that read it, with no thread in
