@@ -392,6 +392,7 @@ class SlaveConnection(asyncio.Protocol):
 
     def stop(self) -> asyncio.Task | None:
         """Close at once (the master stops); the sender, cancelled, to await."""
+        self.why = "this master stopped replicating"
         self.transport.abort()
         self._gone()
         return self._sender
