@@ -1,11 +1,16 @@
 """The master side of RocketMQ 4.9's replication ("HA") protocol, on the writer's event loop.
 
 Slaves connect to ``--ha-port`` (``rmqstore/formats/ha.py`` has the bytes,
-``/spec/rocketmq-ha.md`` the rules). Per connection, one task reads the slave's offset
-reports (the first is its start point, later ones acknowledge) and one sends transfer frames
+``/spec/rocketmq-ha.md`` the rules). The master sends transfer frames
 cut from the segment files: at most 32 KiB, never across a file end, up to what has been
-written (blank end-of-file fillers included), a heartbeat after 5 s without sending. A sender
-with nothing to send idles up to 100 ms unless a put wakes it.
+written (blank end-of-file fillers included), a heartbeat after 5 s without sending.
+
+Per connection, one protocol object reads the slave's offset reports (the first is its start
+point, later ones acknowledge) in the loop's read callback (no task wakes per report), and one
+task sends. An idle sender is woken by a tick every 10 ms when there is something to send, by
+a sync master's put at once, and by an async master's puts once 256 KiB wait; it then joins
+every frame it has (views of the segment map, copied once) into one ``write``: one system
+call per wake-up, not one per 32 KiB frame nor one wake-up per put.
 
 Everything runs on the writer's one event loop, as the puts do: an acknowledgement settles
 the futures of the sync-master puts it covers in the callback that read it, with no thread in
@@ -30,7 +35,7 @@ import heapq
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from rmqstore.errors import StoreError, UnavailableError
@@ -46,8 +51,8 @@ FLUSH_SLAVE_TIMEOUT = commitlog_pb2.FLUSH_SLAVE_TIMEOUT
 SLAVE_NOT_AVAILABLE = commitlog_pb2.SLAVE_NOT_AVAILABLE
 STATUS_NAMES = {s: commitlog_pb2.PutStatus.Name(s) for s in commitlog_pb2.PutStatus.values()}
 
-SENDER_IDLE_S = 0.1  # RocketMQ's sender waits up to 100 ms unless a put wakes it
-READ_CHUNK = 4096
+SENDER_TICK_S = 0.01  # an idle sender looks for new bytes this often (RocketMQ's: 100 ms)
+WAKE_BYTES = 256 << 10  # an async master's puts wake the sender once this much is waiting
 SEND_BURST = 1 << 20  # bytes of frames a sender writes at once before it lets others run
 
 Replica = int | asyncio.Future  # a put's status now, or a future that settles to it
@@ -66,8 +71,16 @@ class SlaveLink:
         self.first_report: int | None = None
         self.acked = -1  # its last report (-1: none yet)
         self.sent = -1  # where the next frame starts (-1: not started)
-        self.since = time.monotonic()
-        self.wake = asyncio.Event()
+        self.since = self.last_read = self.last_sent = time.monotonic()
+        self.idle: asyncio.Future | None = None  # the sender's, while it has nothing to send
+
+    def wake(self) -> None:
+        """New bytes (or a tick): an idle sender looks again."""
+        idle = self.idle
+        if idle is not None:
+            self.idle = None
+            if not idle.done():
+                idle.set_result(None)
 
 
 class Replication:
@@ -95,7 +108,7 @@ class Replication:
         self.sent_to: dict[str, int] = {}  # per slave IP, the highest offset sent (this process)
         self.waited: Callable[[float], None] = lambda _s: None  # sync-put wait time, seconds
         self._server: asyncio.AbstractServer | None = None
-        self._tasks: set[asyncio.Task] = set()
+        self._connections: set[SlaveConnection] = set()
 
     # -- puts ----------------------------------------------------------------------------
     @property
@@ -118,9 +131,11 @@ class Replication:
 
     def replicated(self, end: int) -> Replica:
         """A put that ends at ``end`` was appended: its status, or a future that settles to
-        it (sync_master). Wakes the senders."""
+        it (sync_master). Wakes the idle senders: a sync master's at once, an async master's
+        once ``WAKE_BYTES`` wait (else its next tick, within ``SENDER_TICK_S``)."""
         for s in self.slaves:
-            s.wake.set()
+            if s.idle is not None and (self.sync or end - s.sent >= WAKE_BYTES):
+                s.wake()
         if not self.sync:
             return PUT_OK
         if not self.slaves or end - self.acked >= self.fallbehind_max:
@@ -160,7 +175,8 @@ class Replication:
     # -- the listener --------------------------------------------------------------------
     async def listen(self, host: str, port: int) -> int:
         """Take slaves on ``host:port`` (0: any free port); the port listened on."""
-        self._server = await asyncio.start_server(self._serve, host, port)
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: SlaveConnection(self), host, port)
         self.port = self._server.sockets[0].getsockname()[1]
         # (not "listening on": that line is the gRPC address, which scripts look for)
         log.info("%s: slaves may connect to the HA port %s:%d", self.role, host, self.port)
@@ -169,93 +185,31 @@ class Replication:
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(BaseException):
-                await task
+        senders = [c.stop() for c in list(self._connections)]
+        for sender in senders:
+            if sender is not None:
+                with contextlib.suppress(BaseException):
+                    await sender
         for _end, _seq, fut, _t0 in self._waiters:
             if not fut.done():
                 fut.set_result(FLUSH_SLAVE_TIMEOUT)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        peer = writer.get_extra_info("peername")
-        link = SlaveLink(f"{peer[0]}:{peer[1]}" if peer else "?")
-        self.slaves.add(link)
-        log.info("slave %s connected", link.address)
-        sender: asyncio.Task | None = None
-        why = "closed by the slave"
-        refused = ""
-        try:
-            buf = bytearray()
-            first = await self._first_report(reader, buf)
-            if first is None:
+    def report(self, conn: "SlaveConnection", offset: int) -> None:
+        """A slave's report: its start point (the sender starts, or it is refused) or an
+        acknowledgement (one beyond this master's end closes the connection)."""
+        link = conn.link
+        if link.first_report is None:
+            link.first_report = offset
+            conn.refused = self._refusal(link, offset)  # logged there, in one line
+            if conn.refused:
+                conn.end("")
                 return
-            link.first_report = first
-            refused = self._refusal(link, first)  # logged there, in one line
-            if refused:
-                return
-            self.acknowledge(link, first)
-            sender = asyncio.ensure_future(self._send(writer, link, first))
-            sender.add_done_callback(lambda _t: writer.close())  # ends the reading too
-            why = await self._read_acks(reader, link, buf)
-            if sender.done() and not sender.cancelled() and sender.exception():
-                why = f"sending failed: {sender.exception()}"
-        except (ConnectionError, OSError) as e:
-            why = f"connection error: {e}"
-        finally:
-            self.slaves.discard(link)
-            if sender is not None:
-                sender.cancel()
-                with contextlib.suppress(BaseException):
-                    await sender
-            writer.close()
-            self._tasks.discard(task)
-            if not refused:
-                log.info("slave %s disconnected (%s), acknowledged up to %d", link.address, why,
-                         link.acked)  # fmt: skip
-
-    async def _first_report(self, reader: asyncio.StreamReader, buf: bytearray) -> int | None:
-        """The slave's first report (None at end of file or after 20 s of silence): nothing
-        is sent before it. A partial report after it stays in ``buf``."""
-        while True:
-            try:
-                async with asyncio.timeout(ha.IDLE_TIMEOUT_S):
-                    data = await reader.read(READ_CHUNK)
-            except TimeoutError:
-                return None
-            if not data:
-                return None
-            buf += data
-            offset, used = ha.last_report(buf)
-            del buf[:used]
-            if offset is not None:
-                return offset
-
-    async def _read_acks(
-        self, reader: asyncio.StreamReader, link: SlaveLink, buf: bytearray
-    ) -> str:
-        """Read acknowledgements (the last whole 8-byte value of each read counts) until the
-        connection ends; the reason it ended."""
-        while True:
-            try:
-                async with asyncio.timeout(ha.IDLE_TIMEOUT_S):
-                    data = await reader.read(READ_CHUNK)
-            except TimeoutError:
-                return f"nothing read for {ha.IDLE_TIMEOUT_S:g} s"
-            if not data:
-                return "closed by the slave"
-            buf += data
-            offset, used = ha.last_report(buf)
-            del buf[:used]
-            if offset is None:
-                continue
-            if offset > self.engine.max_offset:
-                return (f"it reported offset {offset}, beyond this master's end "
-                        f"{self.engine.max_offset}")  # fmt: skip
+            self.acknowledge(link, offset)
+            conn.start_sending(self._send(conn, link, offset))
+        elif offset > self.engine.max_offset:
+            conn.end(f"it reported offset {offset}, beyond this master's end "
+                     f"{self.engine.max_offset}")  # fmt: skip
+        else:
             self.acknowledge(link, offset)
 
     def _refusal(self, link: SlaveLink, first: int) -> str:
@@ -290,43 +244,49 @@ class Replication:
         log.warning("refused slave %s: %s", link.address, why)
         return why
 
-    async def _send(self, writer: asyncio.StreamWriter, link: SlaveLink, first: int) -> None:
-        """Frames from the start point on, heartbeats when idle."""
+    async def _send(self, conn: "SlaveConnection", link: SlaveLink, first: int) -> None:
+        """Frames from the start point on, heartbeats when idle.
+
+        Every frame there is (up to ``SEND_BURST`` bytes) goes out in one write: the headers
+        and zero-copy views of the segment map joined once. The loop does not run between
+        cutting the views and the write, so retention cannot unmap a file under them."""
         e = self.engine
         size = e.config.segment_size
+        loop = asyncio.get_running_loop()
         offset = link.sent = ha.start_offset(first, e.max_offset, size)
-        last_sent = time.monotonic()
+        link.last_sent = time.monotonic()
         while True:
             end = e.max_offset
             if offset < end:
+                parts: list[bytes | memoryview] = []
                 budget = SEND_BURST  # frames written before the loop serves anything else
                 while offset < end and budget > 0:
-                    n = ha.frame_span(offset, end, size)
                     try:
                         seg = e.segments.find(offset)
-                        pos = offset - seg.start
-                        body = seg.map[pos : pos + n]
                     except (ValueError, StoreError) as err:  # retention deleted it meanwhile
                         raise ConnectionError(f"offset {offset} is no longer on this master: "
                                               f"{err}") from None  # fmt: skip
-                    writer.writelines((ha.encode_frame_header(offset, n), body))
-                    offset = link.sent = offset + n
+                    pos = offset - seg.start
+                    n = ha.frame_span(offset, end, size)
+                    with memoryview(seg.map) as whole:
+                        parts += (ha.encode_frame_header(offset, n), whole[pos : pos + n])
+                    offset += n
                     budget -= n
-                    if offset > self.sent_to.get(link.host, -1):
-                        self.sent_to[link.host] = offset
-                last_sent = time.monotonic()
-                await writer.drain()
+                conn.transport.write(b"".join(parts))
+                del parts  # the views of the maps go with it
+                link.sent = offset
+                if offset > self.sent_to.get(link.host, -1):
+                    self.sent_to[link.host] = offset
+                link.last_sent = time.monotonic()
+                await conn.drain(budget <= 0)
                 continue
-            idle = time.monotonic() - last_sent
-            if idle >= ha.HEARTBEAT_INTERVAL_S:
-                writer.write(ha.encode_frame_header(offset, 0))
-                last_sent = time.monotonic()
-                await writer.drain()
+            if time.monotonic() - link.last_sent >= ha.HEARTBEAT_INTERVAL_S:
+                conn.transport.write(ha.encode_frame_header(offset, 0))
+                link.last_sent = time.monotonic()
+                await conn.drain(False)
                 continue
-            link.wake.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(SENDER_IDLE_S, ha.HEARTBEAT_INTERVAL_S - idle)):
-                    await link.wake.wait()
+            link.idle = idle = loop.create_future()  # a put or the connection's tick wakes it
+            await idle
 
     # -- status ----------------------------------------------------------------------------
     def status(self) -> commitlog_pb2.ReplicationStatus:
@@ -345,6 +305,116 @@ class Replication:
                 for s in sorted(self.slaves, key=lambda s: s.address)
             ],
         )  # fmt: skip
+
+
+class SlaveConnection(asyncio.Protocol):
+    """One slave's socket on the loop: its reports are read in the loop's read callback (no
+    task wakes per report), the sender task writes to the transport, and a tick every
+    ``SENDER_TICK_S`` wakes an idle sender that has bytes or a heartbeat to send and drops a
+    slave silent for 20 s."""
+
+    def __init__(self, replication: Replication) -> None:
+        self.replication = replication
+        self.link = SlaveLink("?")
+        self.transport: asyncio.WriteTransport
+        self.refused = ""
+        self.why = "closed by the slave"
+        self._buf = bytearray()
+        self._sender: asyncio.Task | None = None
+        self._tick: asyncio.TimerHandle | None = None
+        self._paused = False
+        self._resumed: asyncio.Future | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.WriteTransport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.link = link = SlaveLink(f"{peer[0]}:{peer[1]}" if peer else "?")
+        self.replication.slaves.add(link)
+        self.replication._connections.add(self)
+        log.info("slave %s connected", link.address)
+        self._tick = asyncio.get_running_loop().call_later(SENDER_TICK_S, self._on_tick)
+
+    def data_received(self, data: bytes) -> None:
+        """Only whole 8-byte values count, and of several only the last one (spec §1)."""
+        if self.transport.is_closing():  # refused or ended: nothing more counts
+            return
+        link = self.link
+        link.last_read = time.monotonic()
+        buf = self._buf
+        buf += data
+        offset, used = ha.last_report(buf)
+        if offset is None:
+            return
+        del buf[:used]
+        self.replication.report(self, offset)
+
+    def start_sending(self, sending: Coroutine[Any, Any, None]) -> None:
+        self._sender = sender = asyncio.ensure_future(sending)
+        sender.add_done_callback(self._sent)
+
+    def _sent(self, sender: asyncio.Task) -> None:
+        if not sender.cancelled() and (err := sender.exception()) is not None:
+            self.end(f"sending failed: {err}")
+
+    def _on_tick(self) -> None:
+        link, now = self.link, time.monotonic()
+        if now - link.last_read >= ha.IDLE_TIMEOUT_S:
+            self.end(f"nothing read for {ha.IDLE_TIMEOUT_S:g} s")
+            return
+        if link.idle is not None and (self.replication.engine.max_offset > link.sent
+                                      or now - link.last_sent >= ha.HEARTBEAT_INTERVAL_S):
+            link.wake()
+        self._tick = asyncio.get_running_loop().call_later(SENDER_TICK_S, self._on_tick)
+
+    async def drain(self, turn: bool) -> None:
+        """Until the transport takes more (its buffer is over the high-water mark); with
+        ``turn``, at least one loop turn (a sender that used up its burst)."""
+        if self._paused:
+            self._resumed = asyncio.get_running_loop().create_future()
+            await self._resumed
+        elif turn:
+            await asyncio.sleep(0)
+
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._resumed is not None and not self._resumed.done():
+            self._resumed.set_result(None)
+
+    def end(self, why: str) -> None:
+        """Close the connection for ``why`` ('' when refused: logged already)."""
+        if why:
+            self.why = why
+        self.transport.close()
+
+    def stop(self) -> asyncio.Task | None:
+        """Close at once (the master stops); the sender, cancelled, to await."""
+        self.why = "this master stopped replicating"
+        self.transport.abort()
+        self._gone()
+        return self._sender
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if exc is not None and self.why == "closed by the slave":
+            self.why = f"connection error: {exc}"
+        self._gone()
+
+    def _gone(self) -> None:
+        r, link = self.replication, self.link
+        if self not in r._connections:
+            return
+        r._connections.discard(self)
+        r.slaves.discard(link)
+        if self._tick is not None:
+            self._tick.cancel()
+        if self._sender is not None:
+            self._sender.cancel()
+        if not self.refused:
+            log.info("slave %s disconnected (%s), acknowledged up to %d", link.address, self.why,
+                     link.acked)  # fmt: skip
 
 
 def _starts_record(engine: Any, offset: int) -> bool:
