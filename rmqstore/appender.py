@@ -75,7 +75,6 @@ class Plain(NamedTuple):
 
 
 Record = common_pb2.Message | Plain
-Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their bytes
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
 PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
 LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
@@ -88,6 +87,42 @@ class Stored(NamedTuple):
     phy_offset: int
     queue_offset: int
     status: int = 0  # the writer's PutStatus (PUT_OK; under sync_master maybe another)
+
+
+Done = Callable[[list[Stored] | None, BaseException | None], None]  # results, or the error
+
+
+class _Waiter:
+    """What a ``submit`` waits on: settled as a future would be, it calls ``done`` instead of
+    waking a task."""
+
+    __slots__ = ("_appender", "_sender", "_done", "_settled", "before")
+
+    def __init__(self, appender: "Appender", sender: str, done: Done) -> None:
+        self._appender = appender
+        self._sender = sender
+        self._done = done
+        self._settled = False
+        self.before = 0  # puts of the sender waiting before this one
+
+    def done(self) -> bool:
+        return self._settled
+
+    def set_result(self, results: list[Stored]) -> None:
+        if not self._settled:
+            self._settled = True
+            self._appender._left(self._sender, self.before)
+            self._done(results, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        if not self._settled:
+            self._settled = True
+            self._appender._left(self._sender, self.before)
+            self._done(None, error)
+
+
+Settled = asyncio.Future | _Waiter  # what a queued put's results are set on
+Group = tuple[list[Record], Settled, int]  # records, where their results go, their bytes
 
 
 def _error(e: grpc.aio.AioRpcError) -> AppendError:
@@ -182,7 +217,7 @@ class Appender:
         self.gather_s = gather_s  # the longest a batch waits for synchronous senders (above)
         self.merge_below = merge_below  # smaller batches are one writer request (_requests)
         self._recent: dict[str, float] = {}  # sender -> when it last put (with gather_s)
-        self._queued_from: dict[asyncio.Future, str] = {}  # a queued put -> its sender
+        self._queued_from: dict[Settled, str] = {}  # a queued put -> its sender
         self._missing: set[str] = set()  # senders a gathering batch waits for
         self._gathered: asyncio.Future[None] | None = None  # set once none is missing
         self._queued = 0  # messages in the queue
@@ -192,7 +227,7 @@ class Appender:
         self._pipelined = 0  # puts made while their sender had another one waiting
         self._arrivals = 0  # puts ever made by a pipeliner (see below)
         self._pipeliners: dict[str, float] = {}  # sender -> when it last had puts overlap
-        self._lone: set[asyncio.Future] = set()  # queued puts of other senders
+        self._lone: set[Settled] = set()  # queued puts of other senders
         self._streams: dict[int, Any] = dict.fromkeys(range(slots))  # slot -> its put stream
         self._busy = [asyncio.Lock() for _ in range(slots)]  # held while a slot puts
         self._claims = [0] * slots  # puts holding or waiting for each slot
@@ -206,6 +241,29 @@ class Appender:
         asks (puts of one sender that overlap make batches wait to fill up; see above)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        group, slot, before = self._take(messages, sender, future, loop)
+        try:
+            if slot is not None:  # nothing to batch with: straight out, no hop through a task
+                await self._direct(slot, group)
+            return await future
+        finally:
+            self._left(sender, before)
+
+    def submit(self, messages: Sequence[Record], done: Done, *, sender: str = "") -> None:
+        """``put`` without a task of the caller's: ``done(results, None)`` once stored,
+        ``done(None, error)`` once failed (never from inside this call)."""
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(self, sender, done)
+        group, slot, waiter.before = self._take(messages, sender, waiter, loop)
+        if slot is not None:
+            task = asyncio.ensure_future(self._direct(slot, group))
+            self._putting.add(task)
+            task.add_done_callback(self._putting.discard)
+
+    def _take(self, messages: Sequence[Record], sender: str, future: Settled,
+              loop: asyncio.AbstractEventLoop) -> tuple[Group, int | None, int]:  # fmt: skip
+        """A put taken in: its group, queued unless it goes out alone on the slot returned
+        (claimed), and how many puts of its sender were waiting before it."""
         size = sum(len(r.body) if isinstance(r, Plain) else r.ByteSize() for r in messages)
         before = self._waiting.get(sender, 0)
         self._waiting[sender] = before + 1
@@ -223,30 +281,34 @@ class Appender:
         group = (list(messages), future, size)
         if self.gather_s and sender:
             self._recent[sender] = now
+        slot = self._direct_slot(loop)
+        if slot is None:
+            self._queued += len(messages)
+            self._queue.put_nowait(group)
+            if self.gather_s and sender:
+                self._queued_from[future] = sender
+                if sender in self._missing:
+                    self._arrived(sender)
+        else:
+            self._lone.discard(future)
+            self._claims[slot] += 1
+        return group, slot, before
+
+    async def _direct(self, slot: int, group: Group) -> None:
+        """Put ``group`` alone on ``slot`` (claimed by ``_take``)."""
         try:
-            slot = self._direct_slot(loop)
-            if slot is None:
-                self._queued += len(messages)
-                self._queue.put_nowait(group)
-                if self.gather_s and sender:
-                    self._queued_from[future] = sender
-                    if sender in self._missing:
-                        self._arrived(sender)
-            else:  # nothing to batch with: straight out, without a hop through a slot's task
-                self._lone.discard(future)
-                self._claims[slot] += 1
-                try:
-                    async with self._busy[slot]:
-                        await self._put(slot, [group])
-                finally:
-                    self._claims[slot] -= 1
-            return await future
+            async with self._busy[slot]:
+                await self._put(slot, [group])
         finally:
-            self._pipelined -= before > 0
-            if self._waiting[sender] > 1:
-                self._waiting[sender] -= 1
-            else:
-                del self._waiting[sender]
+            self._claims[slot] -= 1
+
+    def _left(self, sender: str, before: int) -> None:
+        """A put of ``sender`` is answered (or given up)."""
+        self._pipelined -= before > 0
+        if self._waiting[sender] > 1:
+            self._waiting[sender] -= 1
+        else:
+            del self._waiting[sender]
 
     def _direct_slot(self, loop: asyncio.AbstractEventLoop) -> int | None:
         """A free slot for a put that would go out alone and at once anyway (nothing queued,

@@ -85,16 +85,23 @@ class Topics:
         self.stub = topics_pb2_grpc.TopicsStub(channel)
         self._cache: dict[str, tuple[float, TopicConfig]] = {}
 
-    async def get(self, name: str) -> TopicConfig | None:
-        """The topic's configuration, None when it does not exist (TBW102 always does)."""
+    def cached(self, name: str) -> TopicConfig | None:
+        """The topic's configuration if known here and fresh, else None (ask ``get``)."""
         if name == DEFAULT_TOPIC:
             return DEFAULT
         hit = self._cache.get(name)
-        now = time.monotonic()
-        if hit is not None and now - hit[0] < CACHE_S:
+        if hit is not None and time.monotonic() - hit[0] < CACHE_S:
             return hit[1]
+        return None
+
+    async def get(self, name: str) -> TopicConfig | None:
+        """The topic's configuration, None when it does not exist (TBW102 always does)."""
+        config: TopicConfig | None = self.cached(name)
+        if config is not None:
+            return config
+        now = time.monotonic()
         try:
-            config: TopicConfig | None = from_proto(
+            config = from_proto(
                 await self.stub.GetTopic(topics_pb2.GetTopicRequest(name=name))
             )
         except grpc.aio.AioRpcError as e:
