@@ -165,20 +165,29 @@ def _requests(groups: list[Group], merge_below: int = 0
     for key, gs in by_key.items():
         records = [r for rs, _f, _n in gs for r in rs]
         if key is None:
-            messages = [r.as_message() if isinstance(r, Plain) else r for r in records]
-            out.append((commitlog_pb2.PutBatchRequest(
-                messages=messages, columnar_results=True, offsets_only=True), gs))  # fmt: skip
+            request = commitlog_pb2.PutBatchRequest(columnar_results=True, offsets_only=True)
+            add = request.messages.add  # built in place: a Message passed in is copied
+            for r in records:
+                if not isinstance(r, Plain):
+                    request.messages.append(r)
+                elif r.born_host_property:
+                    request.messages.append(r.as_message())
+                else:
+                    add(topic=r.topic, queue_id=r.queue_id, body=r.body, tags=r.tags,
+                        keys=r.keys, unique_key=r.unique_key, born_host=r.born_host,
+                        born_timestamp=r.born_timestamp)  # fmt: skip
+            out.append((request, gs))
             continue
         plain: list[Any] = records
         _topic, queue_ids, bodies, tags, keys, uniqs, _born, born_ts, _prop = zip(
             *plain, strict=True)  # fmt: skip
-        columns = commitlog_pb2.MessageColumns(
-            topic=key[0], body_size=[len(b) for b in bodies], bodies=b"".join(bodies),
-            queue_id=queue_ids, unique_key=uniqs, born_host=key[1],
-            tags=tags[:1] if tags.count(tags[0]) == len(tags) else tags,
-            keys=keys[:1] if keys.count(keys[0]) == len(keys) else keys,
-            born_timestamps=born_ts if any(born_ts) else (), born_host_property=key[2],
-        )  # fmt: skip
+        columns = {  # a dict, not a MessageColumns: built in place, not copied
+            "topic": key[0], "body_size": [len(b) for b in bodies], "bodies": b"".join(bodies),
+            "queue_id": queue_ids, "unique_key": uniqs, "born_host": key[1],
+            "tags": tags[:1] if tags.count(tags[0]) == len(tags) else tags,
+            "keys": keys[:1] if keys.count(keys[0]) == len(keys) else keys,
+            "born_timestamps": born_ts if any(born_ts) else (), "born_host_property": key[2],
+        }  # fmt: skip
         out.append((commitlog_pb2.PutBatchRequest(
             columns=columns, columnar_results=True, offsets_only=True), gs))  # fmt: skip
     return out
@@ -187,12 +196,13 @@ def _requests(groups: list[Group], merge_below: int = 0
 def _lone(r: Plain) -> commitlog_pb2.PutBatchRequest:
     """The request of one ``Plain`` message (what ``_requests`` makes of it, made directly)."""
     return commitlog_pb2.PutBatchRequest(
-        columns=commitlog_pb2.MessageColumns(
-            topic=r.topic, body_size=(len(r.body),), bodies=r.body, queue_id=(r.queue_id,),
-            unique_key=(r.unique_key,), born_host=r.born_host, tags=(r.tags,), keys=(r.keys,),
-            born_timestamps=(r.born_timestamp,) if r.born_timestamp else (),
-            born_host_property=r.born_host_property,
-        ),
+        columns={  # a dict, not a MessageColumns: built in place, not copied
+            "topic": r.topic, "body_size": (len(r.body),), "bodies": r.body,
+            "queue_id": (r.queue_id,), "unique_key": (r.unique_key,), "born_host": r.born_host,
+            "tags": (r.tags,), "keys": (r.keys,),
+            "born_timestamps": (r.born_timestamp,) if r.born_timestamp else (),
+            "born_host_property": r.born_host_property,
+        },
         columnar_results=True, offsets_only=True,
     )  # fmt: skip
 
