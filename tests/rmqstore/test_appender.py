@@ -6,7 +6,7 @@ import asyncio
 import grpc
 import pytest
 
-from rmqstore.appender import Appender, AppendError, Plain, _requests
+from rmqstore.appender import Appender, AppendError, Plain
 from tests import procs
 
 pytestmark = pytest.mark.integration
@@ -15,17 +15,6 @@ HOSTS = [f"127.0.0.1:{5000 + i}" for i in range(4)]  # one synchronous sender ea
 
 def _plain(i: int, host: str, topic: str = "GroupT") -> Plain:
     return Plain(topic, i % 4, f"body{i}".encode(), "t", f"k{i}", f"ID{i:04d}", host)
-
-
-def test_small_batches_of_several_senders_merge_into_one_request_only_when_asked() -> None:
-    groups = [([_plain(i, h)], object(), 0) for i, h in enumerate(HOSTS)]
-    assert len(_requests(groups)) == 4  # one columns request per born host
-    [(merged, held)] = _requests(groups, merge_below=16)
-    assert held == groups and not merged.HasField("columns")
-    assert [(m.born_host, m.unique_key) for m in merged.messages] == [
-        (h, f"ID{i:04d}") for i, h in enumerate(HOSTS)
-    ]
-    assert len(_requests(groups, merge_below=4)) == 4  # not fewer than merge_below messages
 
 
 def test_concurrent_synchronous_senders_share_one_writer_request(tmp_path) -> None:
