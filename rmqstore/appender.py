@@ -22,6 +22,7 @@ requests of a batch are written back to back on the stream, then their replies r
 """
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
@@ -133,7 +134,8 @@ class Appender:
         self._gathered: asyncio.Future[None] | None = None  # set once none is missing
         self._queued = 0  # messages in the queue
         self._next_at = 0.0  # loop time before which no batch starts (under load)
-        self._queue: asyncio.Queue[Group] = asyncio.Queue()
+        self._queue: deque[Group] = deque()  # puts waiting for a slot's batch
+        self._getters: deque[asyncio.Future[None]] = deque()  # slots waiting for a put
         self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
         self._pipelined = 0  # puts made while their sender had another one waiting
         self._arrivals = 0  # puts ever made by a pipeliner (see below)
@@ -195,7 +197,12 @@ class Appender:
         slot = self._direct_slot(loop)
         if slot is None:
             self._queued += len(messages)
-            self._queue.put_nowait(group)
+            self._queue.append(group)
+            while self._getters:  # wake one waiting slot (as asyncio.Queue, without its costs)
+                getter = self._getters.popleft()
+                if not getter.done():
+                    getter.set_result(None)
+                    break
             if self.gather_s and sender:
                 self._queued_from[future] = sender
                 if sender in self._missing:
@@ -224,7 +231,7 @@ class Appender:
     def _direct_slot(self, loop: asyncio.AbstractEventLoop) -> int | None:
         """A free slot for a put that would go out alone and at once anyway (nothing queued,
         no pipelining sender waiting), or None."""
-        if not self._queue.empty() or self._pipelined or len(self._recent) > 1:
+        if self._queue or self._pipelined or len(self._recent) > 1:
             return None  # (several synchronous senders: their puts gather, see ``_gather``)
         for slot, claims in enumerate(self._claims):
             if not claims:
@@ -250,7 +257,11 @@ class Appender:
         loop = asyncio.get_running_loop()
         busy = self._busy[slot]
         while True:
-            first = await self._queue.get()
+            while not self._queue:
+                getter = loop.create_future()
+                self._getters.append(getter)
+                await getter
+            first = self._queue.popleft()
             self._queued -= len(first[0])
             lone = bool(self._lone) and first[1] in self._lone
             self._lone.discard(first[1])
@@ -290,8 +301,8 @@ class Appender:
             self._queued_from.pop(first[1], None)
             groups = [first]
             count, size = len(first[0]), first[2]
-            while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
-                g = self._queue.get_nowait()
+            while self._queue and count < self.batch_max and size < BATCH_BYTES:
+                g = self._queue.popleft()
                 self._queued_from.pop(g[1], None)
                 self._lone.discard(g[1])
                 self._queued -= len(g[0])
