@@ -1,7 +1,8 @@
 """Appends through the commitlog writer, batching concurrent sends into ``PutBatch``: what
 the RocketMQ 5 proxy and the 4.x remoting front end share.
 
-Each send waits on a future; one task per batch slot takes whatever has queued up (at most
+Each send waits on a future (``put``), or is called back (``submit``: no task of the
+sender's); one task per batch slot takes whatever has queued up (at most
 ``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
 per batch than a call). At rest a send goes out at once; under load (a batch started less
 than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
