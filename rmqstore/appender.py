@@ -23,6 +23,7 @@ requests of a batch are written back to back on the stream, then their replies r
 """
 
 import asyncio
+import logging
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -34,6 +35,7 @@ from rmqstore.put_requests import requests_of as _requests
 from rmqstore.put_socket import PutConnection
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
+log = logging.getLogger(__name__)
 REFUSED = "refused"  # the writer refused the message (bad input): nothing written
 BUSY = "busy"  # the writer is full or busy
 UNAVAILABLE = "unavailable"  # the writer cannot be reached, or failed the put
@@ -86,16 +88,20 @@ class _Waiter:
         return self._settled
 
     def set_result(self, results: list[Stored]) -> None:
-        if not self._settled:
-            self._settled = True
-            self._appender._left(self._sender, self.before)
-            self._done(results, None)
+        self._settle(results, None)
 
     def set_exception(self, error: BaseException) -> None:
-        if not self._settled:
-            self._settled = True
-            self._appender._left(self._sender, self.before)
-            self._done(None, error)
+        self._settle(None, error)
+
+    def _settle(self, results: list[Stored] | None, error: BaseException | None) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        self._appender._left(self._sender, self.before)
+        try:
+            self._done(results, error)
+        except Exception:  # a bug of the caller's: the other puts of the batch still settle
+            log.exception("a put's callback failed")
 
 
 Settled = asyncio.Future | _Waiter  # what a queued put's results are set on

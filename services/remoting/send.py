@@ -280,13 +280,18 @@ class Sender:
 
         def done(stored: list[Stored] | None, error: BaseException | None) -> None:
             self.pending -= 1
-            if stored is not None:
-                conn.respond(request, self._answer(request, stored, queue_id))
-            elif isinstance(error, SendRefused):
-                conn.respond(request, refused(request, error))
-            else:
-                assert error is not None
-                conn.respond(request, failure_answer(request, error) or error)
+            out: R.Command | BaseException
+            try:
+                if stored is not None:
+                    out = self._answer(request, stored, queue_id)
+                elif isinstance(error, SendRefused):
+                    out = refused(request, error)
+                else:
+                    assert error is not None
+                    out = failure_answer(request, error) or error
+            except Exception as e:  # a bug: the connection logs it, answers "internal error"
+                out = e
+            conn.respond(request, out)
 
         self.appender.submit(records, done, sender=born_host)
         return LATER
