@@ -1,7 +1,8 @@
 """Appends through the commitlog writer, batching concurrent sends into ``PutBatch``: what
 the RocketMQ 5 proxy and the 4.x remoting front end share.
 
-Each send waits on a future; one task per batch slot takes whatever has queued up (at most
+Each send waits on a future (``put``), or is called back (``submit``: no task of the
+sender's); one task per batch slot takes whatever has queued up (at most
 ``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
 per batch than a call). At rest a send goes out at once; under load (a batch started less
 than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
@@ -22,15 +23,19 @@ requests of a batch are written back to back on the stream, then their replies r
 """
 
 import asyncio
+import logging
+from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
 import grpc
 
-from rmqstore.formats import properties as P
+from rmqstore.put_requests import Plain, Record
+from rmqstore.put_requests import requests_of as _requests
 from rmqstore.put_socket import PutConnection
-from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
+log = logging.getLogger(__name__)
 REFUSED = "refused"  # the writer refused the message (bad input): nothing written
 BUSY = "busy"  # the writer is full or busy
 UNAVAILABLE = "unavailable"  # the writer cannot be reached, or failed the put
@@ -49,33 +54,6 @@ class AppendError(Exception):
 ErrorFactory = Callable[[str, str], Exception]
 
 
-class Plain(NamedTuple):
-    """A message with none of what only a ``Message`` carries (properties but __BORNHOST,
-    delay, flags): the writer stores it as the ``Message`` of ``as_message`` would be
-    stored."""
-
-    topic: str
-    queue_id: int
-    body: bytes
-    tags: str
-    keys: str
-    unique_key: str
-    born_host: str
-    born_timestamp: int = 0  # ms; 0: when the writer takes it
-    born_host_property: str = ""  # __BORNHOST (none when empty)
-
-    def as_message(self) -> common_pb2.Message:
-        return common_pb2.Message(
-            topic=self.topic, queue_id=self.queue_id, body=self.body, tags=self.tags,
-            keys=self.keys, unique_key=self.unique_key, born_host=self.born_host,
-            born_timestamp=self.born_timestamp,
-            properties=[common_pb2.Property(name=P.BORN_HOST, value=self.born_host_property)]
-            if self.born_host_property else (),
-        )  # fmt: skip
-
-
-Record = common_pb2.Message | Plain
-Group = tuple[list[Record], asyncio.Future, int]  # records, their future, their bytes
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
 PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
 LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
@@ -90,76 +68,52 @@ class Stored(NamedTuple):
     status: int = 0  # the writer's PutStatus (PUT_OK; under sync_master maybe another)
 
 
+Done = Callable[[list[Stored] | None, BaseException | None], None]  # results, or the error
+
+
+class _Waiter:
+    """What a ``submit`` waits on: settled as a future would be, it calls ``done`` instead of
+    waking a task."""
+
+    __slots__ = ("_appender", "_sender", "_done", "_settled", "before")
+
+    def __init__(self, appender: "Appender", sender: str, done: Done) -> None:
+        self._appender = appender
+        self._sender = sender
+        self._done = done
+        self._settled = False
+        self.before = 0  # puts of the sender waiting before this one
+
+    def done(self) -> bool:
+        return self._settled
+
+    def set_result(self, results: list[Stored]) -> None:
+        self._settle(results, None)
+
+    def set_exception(self, error: BaseException) -> None:
+        self._settle(None, error)
+
+    def _settle(self, results: list[Stored] | None, error: BaseException | None) -> None:
+        if self._settled:
+            return
+        self._settled = True
+        self._appender._left(self._sender, self.before)
+        try:
+            self._done(results, error)
+        except Exception:  # a bug of the caller's: the other puts of the batch still settle
+            log.exception("a put's callback failed")
+
+
+Settled = asyncio.Future | _Waiter  # what a queued put's results are set on
+Group = tuple[list[Record], Settled, int]  # records, where their results go, their bytes
+
+
 def _error(e: grpc.aio.AioRpcError) -> AppendError:
     if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
         return AppendError(REFUSED, e.details() or "refused by the store")
     if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return AppendError(BUSY, e.details() or "store is full or busy")
     return AppendError(UNAVAILABLE, f"store unavailable: {e.details()}")
-
-
-ColumnsKey = tuple[str, str, str]  # what a MessageColumns holds once for all its messages
-
-
-def _columns_key(records: list[Record]) -> ColumnsKey | None:
-    """(topic, born host, __BORNHOST) when every record is ``Plain`` with those."""
-    first = records[0]
-    if not isinstance(first, Plain):
-        return None
-    key = (first.topic, first.born_host, first.born_host_property)
-    for r in records:
-        if not isinstance(r, Plain) or (r.topic, r.born_host, r.born_host_property) != key:
-            return None
-    return key
-
-
-def _requests(groups: list[Group], merge_below: int = 0
-              ) -> list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]]:  # fmt: skip
-    """The writer requests of one batch, each with the groups it holds. A batch of fewer
-    than ``merge_below`` messages that would take several requests (senders of other hosts
-    or topics: synchronous senders' group commit) is one request of ``Message``s: the
-    writer's cost is mostly per request."""
-    if len(groups) == 1 and len(groups[0][0]) == 1 and isinstance(groups[0][0][0], Plain):
-        return [(_lone(groups[0][0][0]), groups)]  # a synchronous sender's: the common case
-    by_key: dict[ColumnsKey | None, list[Group]] = {}
-    for g in groups:
-        by_key.setdefault(_columns_key(g[0]), []).append(g)
-    if len(by_key) > 1 and sum(len(g[0]) for g in groups) < merge_below:
-        by_key = {None: groups}
-    out = []
-    for key, gs in by_key.items():
-        records = [r for rs, _f, _n in gs for r in rs]
-        if key is None:
-            messages = [r.as_message() if isinstance(r, Plain) else r for r in records]
-            out.append((commitlog_pb2.PutBatchRequest(
-                messages=messages, columnar_results=True, offsets_only=True), gs))  # fmt: skip
-            continue
-        plain: list[Any] = records
-        _topic, queue_ids, bodies, tags, keys, uniqs, _born, born_ts, _prop = zip(
-            *plain, strict=True)  # fmt: skip
-        columns = commitlog_pb2.MessageColumns(
-            topic=key[0], body_size=[len(b) for b in bodies], bodies=b"".join(bodies),
-            queue_id=queue_ids, unique_key=uniqs, born_host=key[1],
-            tags=tags[:1] if tags.count(tags[0]) == len(tags) else tags,
-            keys=keys[:1] if keys.count(keys[0]) == len(keys) else keys,
-            born_timestamps=born_ts if any(born_ts) else (), born_host_property=key[2],
-        )  # fmt: skip
-        out.append((commitlog_pb2.PutBatchRequest(
-            columns=columns, columnar_results=True, offsets_only=True), gs))  # fmt: skip
-    return out
-
-
-def _lone(r: Plain) -> commitlog_pb2.PutBatchRequest:
-    """The request of one ``Plain`` message (what ``_requests`` makes of it, made directly)."""
-    return commitlog_pb2.PutBatchRequest(
-        columns=commitlog_pb2.MessageColumns(
-            topic=r.topic, body_size=(len(r.body),), bodies=r.body, queue_id=(r.queue_id,),
-            unique_key=(r.unique_key,), born_host=r.born_host, tags=(r.tags,), keys=(r.keys,),
-            born_timestamps=(r.born_timestamp,) if r.born_timestamp else (),
-            born_host_property=r.born_host_property,
-        ),
-        columnar_results=True, offsets_only=True,
-    )  # fmt: skip
 
 
 class Appender:
@@ -182,17 +136,18 @@ class Appender:
         self.gather_s = gather_s  # the longest a batch waits for synchronous senders (above)
         self.merge_below = merge_below  # smaller batches are one writer request (_requests)
         self._recent: dict[str, float] = {}  # sender -> when it last put (with gather_s)
-        self._queued_from: dict[asyncio.Future, str] = {}  # a queued put -> its sender
+        self._queued_from: dict[Settled, str] = {}  # a queued put -> its sender
         self._missing: set[str] = set()  # senders a gathering batch waits for
         self._gathered: asyncio.Future[None] | None = None  # set once none is missing
         self._queued = 0  # messages in the queue
         self._next_at = 0.0  # loop time before which no batch starts (under load)
-        self._queue: asyncio.Queue[Group] = asyncio.Queue()
+        self._queue: deque[Group] = deque()  # puts waiting for a slot's batch
+        self._getters: deque[asyncio.Future[None]] = deque()  # slots waiting for a put
         self._waiting: dict[str, int] = {}  # sender -> its puts not answered yet
         self._pipelined = 0  # puts made while their sender had another one waiting
         self._arrivals = 0  # puts ever made by a pipeliner (see below)
         self._pipeliners: dict[str, float] = {}  # sender -> when it last had puts overlap
-        self._lone: set[asyncio.Future] = set()  # queued puts of other senders
+        self._lone: set[Settled] = set()  # queued puts of other senders
         self._streams: dict[int, Any] = dict.fromkeys(range(slots))  # slot -> its put stream
         self._busy = [asyncio.Lock() for _ in range(slots)]  # held while a slot puts
         self._claims = [0] * slots  # puts holding or waiting for each slot
@@ -206,6 +161,29 @@ class Appender:
         asks (puts of one sender that overlap make batches wait to fill up; see above)."""
         loop = asyncio.get_running_loop()
         future = loop.create_future()
+        group, slot, before = self._take(messages, sender, future, loop)
+        try:
+            if slot is not None:  # nothing to batch with: straight out, no hop through a task
+                await self._direct(slot, group)
+            return await future
+        finally:
+            self._left(sender, before)
+
+    def submit(self, messages: Sequence[Record], done: Done, *, sender: str = "") -> None:
+        """``put`` without a task of the caller's: ``done(results, None)`` once stored,
+        ``done(None, error)`` once failed (never from inside this call)."""
+        loop = asyncio.get_running_loop()
+        waiter = _Waiter(self, sender, done)
+        group, slot, waiter.before = self._take(messages, sender, waiter, loop)
+        if slot is not None:
+            task = asyncio.ensure_future(self._direct(slot, group))
+            self._putting.add(task)
+            task.add_done_callback(self._putting.discard)
+
+    def _take(self, messages: Sequence[Record], sender: str, future: Settled,
+              loop: asyncio.AbstractEventLoop) -> tuple[Group, int | None, int]:  # fmt: skip
+        """A put taken in: its group, queued unless it goes out alone on the slot returned
+        (claimed), and how many puts of its sender were waiting before it."""
         size = sum(len(r.body) if isinstance(r, Plain) else r.ByteSize() for r in messages)
         before = self._waiting.get(sender, 0)
         self._waiting[sender] = before + 1
@@ -223,35 +201,44 @@ class Appender:
         group = (list(messages), future, size)
         if self.gather_s and sender:
             self._recent[sender] = now
+        slot = self._direct_slot(loop)
+        if slot is None:
+            self._queued += len(messages)
+            self._queue.append(group)
+            while self._getters:  # wake one waiting slot (as asyncio.Queue, without its costs)
+                getter = self._getters.popleft()
+                if not getter.done():
+                    getter.set_result(None)
+                    break
+            if self.gather_s and sender:
+                self._queued_from[future] = sender
+                if sender in self._missing:
+                    self._arrived(sender)
+        else:
+            self._lone.discard(future)
+            self._claims[slot] += 1
+        return group, slot, before
+
+    async def _direct(self, slot: int, group: Group) -> None:
+        """Put ``group`` alone on ``slot`` (claimed by ``_take``)."""
         try:
-            slot = self._direct_slot(loop)
-            if slot is None:
-                self._queued += len(messages)
-                self._queue.put_nowait(group)
-                if self.gather_s and sender:
-                    self._queued_from[future] = sender
-                    if sender in self._missing:
-                        self._arrived(sender)
-            else:  # nothing to batch with: straight out, without a hop through a slot's task
-                self._lone.discard(future)
-                self._claims[slot] += 1
-                try:
-                    async with self._busy[slot]:
-                        await self._put(slot, [group])
-                finally:
-                    self._claims[slot] -= 1
-            return await future
+            async with self._busy[slot]:
+                await self._put(slot, [group])
         finally:
-            self._pipelined -= before > 0
-            if self._waiting[sender] > 1:
-                self._waiting[sender] -= 1
-            else:
-                del self._waiting[sender]
+            self._claims[slot] -= 1
+
+    def _left(self, sender: str, before: int) -> None:
+        """A put of ``sender`` is answered (or given up)."""
+        self._pipelined -= before > 0
+        if self._waiting[sender] > 1:
+            self._waiting[sender] -= 1
+        else:
+            del self._waiting[sender]
 
     def _direct_slot(self, loop: asyncio.AbstractEventLoop) -> int | None:
         """A free slot for a put that would go out alone and at once anyway (nothing queued,
         no pipelining sender waiting), or None."""
-        if not self._queue.empty() or self._pipelined or len(self._recent) > 1:
+        if self._queue or self._pipelined or len(self._recent) > 1:
             return None  # (several synchronous senders: their puts gather, see ``_gather``)
         for slot, claims in enumerate(self._claims):
             if not claims:
@@ -277,7 +264,11 @@ class Appender:
         loop = asyncio.get_running_loop()
         busy = self._busy[slot]
         while True:
-            first = await self._queue.get()
+            while not self._queue:
+                getter = loop.create_future()
+                self._getters.append(getter)
+                await getter
+            first = self._queue.popleft()
             self._queued -= len(first[0])
             lone = bool(self._lone) and first[1] in self._lone
             self._lone.discard(first[1])
@@ -317,8 +308,8 @@ class Appender:
             self._queued_from.pop(first[1], None)
             groups = [first]
             count, size = len(first[0]), first[2]
-            while not self._queue.empty() and count < self.batch_max and size < BATCH_BYTES:
-                g = self._queue.get_nowait()
+            while self._queue and count < self.batch_max and size < BATCH_BYTES:
+                g = self._queue.popleft()
                 self._queued_from.pop(g[1], None)
                 self._lone.discard(g[1])
                 self._queued -= len(g[0])

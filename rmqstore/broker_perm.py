@@ -102,6 +102,15 @@ class PermissionReader:
             await asyncio.shield(self._reading)
         return self.perm
 
+    def known(self) -> int | None:
+        """``current()`` without waiting: None until the first read has ended (then ask
+        ``current``)."""
+        if self._read_at is None:
+            return None
+        if self._reading is None and time.monotonic() - self._read_at >= self.cache_s:
+            self._reading = asyncio.ensure_future(self._read())
+        return self.perm
+
     async def _read(self) -> None:
         try:
             await self.refresh()

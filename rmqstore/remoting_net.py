@@ -3,7 +3,8 @@ name server and the broker's remoting front end share (frames: ``formats/remotin
 
 One ``Connection`` carries requests both ways (``spec`` §1.4): the peer's requests are
 answered concurrently and out of order (a handler that returns a command answers at once; one
-that returns an awaitable is run as a task, so a slow request never holds up the next); our
+that returns an awaitable is run as a task, so a slow request never holds up the next; one
+that returns ``LATER`` answers through ``Connection.respond`` itself, without a task); our
 own requests (``invoke``) are matched to their responses by ``opaque``. A frame that does not
 decode closes only its connection. Oneway requests are never answered.
 """
@@ -22,7 +23,14 @@ from rmqstore.formats import remoting as R
 log = logging.getLogger(__name__)
 
 Answer = R.Command | None
-Handler = Callable[["Connection", R.Command], Answer | Awaitable[Answer]]
+
+
+class Later:
+    """What a handler returns when it will answer through ``Connection.respond`` itself."""
+
+
+LATER = Later()
+Handler = Callable[["Connection", R.Command], Answer | Awaitable[Answer] | Later]
 Observer = Callable[[int, int | None, float], None]  # request code, response code, seconds
 READ_CHUNK = 256 * 1024
 _opaques = itertools.count(1)  # our own requests' opaques, process-wide (as Java's counter)
@@ -79,6 +87,7 @@ class Connection:
         self.closed = asyncio.Event()
         self._pending: dict[int, asyncio.Future[R.Command]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._started: dict[int, float] = {}  # id of a request answered LATER -> when taken
         self.attrs: dict[str, Any] = {}  # what a service keeps about the peer
 
     async def run(self) -> None:
@@ -118,6 +127,10 @@ class Connection:
         except Exception:
             log.exception("request %s from %s failed", R.code_name(cmd.code), self.remote)
             answer = R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR, remark="internal error")
+        if answer is LATER:
+            if self.observe is not None:
+                self._started[id(cmd)] = started
+            return
         if answer is not None and type(answer) is not R.Command and inspect.isawaitable(answer):
             task = asyncio.ensure_future(self._await(cmd, answer, started))
             self._tasks.add(task)
@@ -132,6 +145,18 @@ class Connection:
             log.exception("request %s from %s failed", R.code_name(cmd.code), self.remote)
             result = R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR, remark="internal error")
         self._answer(cmd, result, started)
+
+    def respond(self, cmd: R.Command, answer: Answer | BaseException) -> None:
+        """The answer to a request its handler took ``LATER`` (never from inside that
+        handler's call); an exception is a failure to log and answer as such."""
+        if isinstance(answer, BaseException):
+            log.error("request %s from %s failed", R.code_name(cmd.code), self.remote,
+                      exc_info=answer)  # fmt: skip
+            answer = R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR, remark="internal error")
+        started = 0.0
+        if self.observe is not None:
+            started = self._started.pop(id(cmd), 0.0) or time.perf_counter()
+        self._answer(cmd, answer, started)
 
     def _answer(self, cmd: R.Command, answer: Answer, started: float) -> None:
         if self.observe is not None:
@@ -182,6 +207,7 @@ class Connection:
             if not future.done():
                 future.set_exception(RemotingError(f"connection to {self.remote} closed"))
         self._pending.clear()
+        self._started.clear()
         self.writer.close()
 
 

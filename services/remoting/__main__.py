@@ -223,7 +223,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     broker.handlers.update(config.handlers())
     for code in (C.SEND_MESSAGE, C.SEND_MESSAGE_V2):
         broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
-                                                  group_metrics)  # fmt: skip
+                                                  group_metrics, sender.handle)  # fmt: skip
     if proxy is not None:
         admin = ConsumerAdmin(args.broker_name, clients, topics, registry, query)
         broker.handlers.update(admin.handlers())

@@ -14,12 +14,12 @@ from typing import Any
 
 import grpc
 
-from rmqstore.appender import AppendError
 from rmqstore.formats import remoting as R
-from rmqstore.remoting_net import Answer, Connection, not_supported
+from rmqstore.remoting_net import Answer, Connection, Later, not_supported
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, query_pb2, query_pb2_grpc
 from services.remoting import topics as T
 from services.remoting.clients import Clients
+from services.remoting.failures import failure_answer
 from services.remoting.offsets import GroupOffsets
 from services.remoting.send import Sender
 
@@ -41,7 +41,7 @@ NO_QUEUE = (
     grpc.StatusCode.OUT_OF_RANGE,
 )  # the query service's answers for a queue never written
 
-Handler = Callable[[Connection, R.Command], Answer | Awaitable[Answer]]
+Handler = Callable[[Connection, R.Command], Answer | Awaitable[Answer] | Later]
 
 
 def _refuse_admin(req: R.Command, topic: str) -> R.Command | None:
@@ -107,9 +107,9 @@ class Broker:
         # consumer groups' offsets: kept by the proxy, asked through this (``offsets.py``)
         self.group_offsets = GroupOffsets(None)
         self.handlers: dict[int, Handler] = {
-            C.SEND_MESSAGE: sender.send,
-            C.SEND_MESSAGE_V2: sender.send,
-            C.SEND_BATCH_MESSAGE: sender.send,
+            C.SEND_MESSAGE: sender.handle,
+            C.SEND_MESSAGE_V2: sender.handle,
+            C.SEND_BATCH_MESSAGE: sender.handle,
             C.HEART_BEAT: self.heartbeat,
             C.UNREGISTER_CLIENT: self.unregister_client,
             C.GET_MAX_OFFSET: self.max_offset,
@@ -128,7 +128,7 @@ class Broker:
         if sender.transactions is not None:
             self.handlers[C.END_TRANSACTION] = sender.transactions.end
 
-    def __call__(self, conn: Connection, req: R.Command) -> Answer | Awaitable[Answer]:
+    def __call__(self, conn: Connection, req: R.Command) -> Answer | Awaitable[Answer] | Later:
         handler = self.handlers.get(req.code)
         if handler is None:
             return not_supported(req)
@@ -136,17 +136,18 @@ class Broker:
             answer = handler(conn, req)
         except (ValueError, R.FrameError) as e:
             return R.response_to(req, RC.SYSTEM_ERROR, remark=str(e))
-        if isinstance(answer, R.Command) or answer is None:
+        if isinstance(answer, R.Command | Later) or answer is None:
             return answer
         return self._guard(req, answer)
 
     async def _guard(self, req: R.Command, answer: Awaitable[Answer]) -> Answer:
         try:
             return await answer
-        except (ValueError, R.FrameError, T.TopicError, AppendError) as e:
-            return R.response_to(req, RC.SYSTEM_ERROR, remark=str(e))
-        except grpc.aio.AioRpcError as e:
-            return R.response_to(req, RC.SYSTEM_ERROR, remark=f"store unavailable: {e.details()}")
+        except Exception as e:
+            failed = failure_answer(req, e)
+            if failed is None:
+                raise
+            return failed
 
     def connection_closed(self, conn: Connection) -> None:
         self.clients.connection_closed(conn)

@@ -11,20 +11,22 @@ SLAVE_NOT_AVAILABLE, which a 4.x client counts as stored too) to RocketMQ's resp
 
 import random
 import struct
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from rmqstore import appender as A
 from rmqstore.appender import Appender, Plain, Record, Stored
-from rmqstore.broker_perm import PermissionReader, writable
+from rmqstore.broker_perm import READ_WRITE, PermissionReader, writable
 from rmqstore.formats import properties as P
 from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import Host
 from rmqstore.formats.msgid import offset_msg_id
 from rmqstore.formats.topics_json import TopicConfig
+from rmqstore.remoting_net import LATER, Later
 from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.remoting import topics as T
+from services.remoting.failures import failure_answer
 from services.remoting.transactions import Transactions
 
 RC = R.ResponseCode
@@ -259,6 +261,45 @@ class Sender:
     def msg_id(self, phy_offset: int) -> str:
         return offset_msg_id(self.store_host.ip, self.store_host.port, phy_offset)
 
+    def handle(self, conn: Any, request: R.Command) -> R.Command | Awaitable[R.Command] | Later:
+        """A send, answered without a task where it can be: to a topic known here, it is put
+        through ``Appender.submit`` and answered from its callback (``LATER``); a topic to
+        ask the writer about (or create) and a transaction's half go the way of ``send``."""
+        born_host = conn.remote
+        try:
+            h = parse_header(request)
+            T.check_name(h.topic)
+            config = self.topics.cached(h.topic)
+            perm = self.permission.known() if self.permission is not None else READ_WRITE
+            if config is None or perm is None or self._prepared(h, request):
+                return self.send(conn, request)
+            self._check_writable(perm)
+            queue_id = self._queue(h, config, born_host)
+            records = self._records(h, request, queue_id, born_host)
+            self._admit()
+        except SendRefused as e:
+            return refused(request, e)
+        except T.TopicError as e:
+            return refused(request, SendRefused(RC.SYSTEM_ERROR, str(e)))
+
+        def done(stored: list[Stored] | None, error: BaseException | None) -> None:
+            self.pending -= 1
+            out: R.Command | BaseException
+            try:
+                if stored is not None:
+                    out = self._answer(request, stored, queue_id)
+                elif isinstance(error, SendRefused):
+                    out = refused(request, error)
+                else:
+                    assert error is not None
+                    out = failure_answer(request, error) or error
+            except Exception as e:  # a bug: the connection logs it, answers "internal error"
+                out = e
+            conn.respond(request, out)
+
+        self.appender.submit(records, done, sender=born_host)
+        return LATER
+
     async def send(self, conn: Any, request: R.Command) -> R.Command:
         try:
             return await self._send(conn.remote, request)
@@ -270,60 +311,63 @@ class Sender:
     async def _send(self, born_host: str, request: R.Command) -> R.Command:
         h = parse_header(request)
         T.check_name(h.topic)
-        if self.permission is not None and not writable(await self.permission.current()):
-            raise SendRefused(
-                RC.NO_PERMISSION, f"the broker[{self.broker_name}] sending message is forbidden"
-            )
-        batch = request.code == R.RequestCode.SEND_BATCH_MESSAGE
-        prepared = h.sys_flag & TRANSACTION_TYPES == TRANSACTION_PREPARED
-        if prepared and (self.transactions is None or batch):
-            raise SendRefused(
-                RC.NO_PERMISSION,
-                f"the broker[{self.broker_name}] sending transaction message is forbidden",
-            )
+        if self.permission is not None:
+            self._check_writable(await self.permission.current())
+        prepared = self._prepared(h, request)
         config = await self._topic(h)
         queue_id = self._queue(h, config, born_host)
-        if batch:
-            records = [
-                to_record(
-                    h.topic,
-                    queue_id,
-                    body,
-                    props,
-                    flag,
-                    h.sys_flag,
-                    h.born_timestamp,
-                    born_host,
-                    h.reconsume_times,
-                )
-                for flag, body, props in split_batch(request.body)
-            ]
-        else:
-            records = [
-                to_record(
-                    h.topic,
-                    queue_id,
-                    request.body,
-                    h.properties,
-                    h.flag,
-                    h.sys_flag,
-                    h.born_timestamp,
-                    born_host,
-                    h.reconsume_times,
-                )
-            ]
-        if self.pending >= self.max_pending:
-            raise SendRefused(RC.SYSTEM_BUSY, f"{BUSY_REMARK}, {self.pending} sends waiting")
-        self.pending += 1
+        records = self._records(h, request, queue_id, born_host)
+        self._admit()
         try:
             if prepared and self.transactions is not None:
                 record = records[0]
                 message = record.as_message() if isinstance(record, Plain) else record
                 half = await self.transactions.prepare(message, h.producer_group, born_host)
                 return answer(request, PUT_OK, half.msg_id, queue_id, half.queue_offset)
-            stored: Sequence[Stored] = await self.appender.put(records, sender=born_host)
+            stored: list[Stored] = await self.appender.put(records, sender=born_host)
         finally:
             self.pending -= 1
+        return self._answer(request, stored, queue_id)
+
+    def _check_writable(self, perm: int) -> None:
+        """NO_PERMISSION while the broker is drained (read-only)."""
+        if not writable(perm):
+            raise SendRefused(
+                RC.NO_PERMISSION, f"the broker[{self.broker_name}] sending message is forbidden"
+            )
+
+    def _prepared(self, h: SendHeader, request: R.Command) -> bool:
+        """Whether the send is a transaction's half (NO_PERMISSION when this broker takes
+        none, or it is a batch)."""
+        prepared = h.sys_flag & TRANSACTION_TYPES == TRANSACTION_PREPARED
+        if prepared and (self.transactions is None
+                         or request.code == R.RequestCode.SEND_BATCH_MESSAGE):  # fmt: skip
+            raise SendRefused(
+                RC.NO_PERMISSION,
+                f"the broker[{self.broker_name}] sending transaction message is forbidden",
+            )
+        return prepared
+
+    def _records(self, h: SendHeader, request: R.Command, queue_id: int,
+                 born_host: str) -> list[Record]:  # fmt: skip
+        """The send's messages as the writer takes them."""
+        if request.code == R.RequestCode.SEND_BATCH_MESSAGE:
+            return [
+                to_record(h.topic, queue_id, body, props, flag, h.sys_flag, h.born_timestamp,
+                          born_host, h.reconsume_times)
+                for flag, body, props in split_batch(request.body)
+            ]  # fmt: skip
+        return [to_record(h.topic, queue_id, request.body, h.properties, h.flag, h.sys_flag,
+                          h.born_timestamp, born_host, h.reconsume_times)]  # fmt: skip
+
+    def _admit(self) -> None:
+        """Count a send in (SYSTEM_BUSY when ``max_pending`` wait already)."""
+        if self.pending >= self.max_pending:
+            raise SendRefused(RC.SYSTEM_BUSY, f"{BUSY_REMARK}, {self.pending} sends waiting")
+        self.pending += 1
+
+    def _answer(self, request: R.Command, stored: list[Stored], queue_id: int) -> R.Command:
+        """The answer to a send stored (a batch: every message's id, the first's offset)."""
         self.stored += len(stored)
         status = stored[0].status  # one for the whole put
         msg_id = ",".join(self.msg_id(s.phy_offset) for s in stored)

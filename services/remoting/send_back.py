@@ -32,7 +32,7 @@ from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
 from rmqstore.formats import remoting as R
 from rmqstore.formats.msgid import offset_msg_id
-from rmqstore.remoting_net import Connection
+from rmqstore.remoting_net import Answer, Connection, Handler, Later
 from rmqstore.v1 import common_pb2
 from services.remoting import topics as T
 from services.remoting.broker import NO_RECORD
@@ -171,16 +171,18 @@ class RetrySendDiverter:
 
     def __init__(self, send: Callable[[Connection, R.Command], Awaitable[R.Command]],
                  topics: T.Topics, topics_changed: Callable[[], None],
-                 watcher: SendBackWatcher | None = None) -> None:  # fmt: skip
+                 watcher: SendBackWatcher | None = None,
+                 handle: Handler | None = None) -> None:  # fmt: skip
         self.send = send
+        self.handle = handle or send  # the common case's (``Sender.handle``: without a task)
         self.topics = topics
         self.topics_changed = topics_changed
         self.watcher = watcher
 
-    def __call__(self, conn: Connection, req: R.Command) -> Awaitable[R.Command]:
+    def __call__(self, conn: Connection, req: R.Command) -> Answer | Awaitable[Answer] | Later:
         topic = (req.ext or {}).get("topic" if req.code == R.RequestCode.SEND_MESSAGE else "b")
         if topic is None or not topic.startswith(retries.RETRY_PREFIX):
-            return self.send(conn, req)  # the common case: no extra step
+            return self.handle(conn, req)  # the common case: no extra step
         return self._retry_send(conn, req)
 
     async def _retry_send(self, conn: Connection, req: R.Command) -> R.Command:

@@ -94,14 +94,12 @@ class Topics:
 
     async def get(self, name: str) -> TopicConfig | None:
         """The topic's configuration, None when it does not exist (TBW102 always does)."""
-        if name == DEFAULT_TOPIC:
-            return DEFAULT
-        hit = self._cache.get(name)
+        config: TopicConfig | None = self.cached(name)
+        if config is not None:
+            return config
         now = time.monotonic()
-        if hit is not None and now - hit[0] < CACHE_S:
-            return hit[1]
         try:
-            config: TopicConfig | None = from_proto(
+            config = from_proto(
                 await self.stub.GetTopic(topics_pb2.GetTopicRequest(name=name))
             )
         except grpc.aio.AioRpcError as e:

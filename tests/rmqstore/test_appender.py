@@ -6,7 +6,7 @@ import asyncio
 import grpc
 import pytest
 
-from rmqstore.appender import Appender, AppendError, Plain, _requests
+from rmqstore.appender import Appender, AppendError, Plain
 from tests import procs
 
 pytestmark = pytest.mark.integration
@@ -15,17 +15,6 @@ HOSTS = [f"127.0.0.1:{5000 + i}" for i in range(4)]  # one synchronous sender ea
 
 def _plain(i: int, host: str, topic: str = "GroupT") -> Plain:
     return Plain(topic, i % 4, f"body{i}".encode(), "t", f"k{i}", f"ID{i:04d}", host)
-
-
-def test_small_batches_of_several_senders_merge_into_one_request_only_when_asked() -> None:
-    groups = [([_plain(i, h)], object(), 0) for i, h in enumerate(HOSTS)]
-    assert len(_requests(groups)) == 4  # one columns request per born host
-    [(merged, held)] = _requests(groups, merge_below=16)
-    assert held == groups and not merged.HasField("columns")
-    assert [(m.born_host, m.unique_key) for m in merged.messages] == [
-        (h, f"ID{i:04d}") for i, h in enumerate(HOSTS)
-    ]
-    assert len(_requests(groups, merge_below=4)) == 4  # not fewer than merge_below messages
 
 
 def test_concurrent_synchronous_senders_share_one_writer_request(tmp_path) -> None:
@@ -76,3 +65,53 @@ def test_concurrent_synchronous_senders_share_one_writer_request(tmp_path) -> No
         assert offsets == sorted(offsets)
     assert [s.queue_offset for s in stored[::4]] == [1, 2, 3]  # queue 0: one a round
     assert refused.kind == "refused" and "queue id" in str(refused)
+
+
+def test_submit_answers_through_its_callback_as_put_would(tmp_path) -> None:
+    """``submit``: never called back from inside the call; the sends of several synchronous
+    senders share one request as with ``put``; a refused message fails its own callback; a
+    sender alone goes straight out (no queue) and is answered the same way."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--commitlog-segment-size", str(1 << 20),
+                         "--put-socket", path)  # fmt: skip
+
+    async def submit_all(appender: Appender, puts: list[tuple[Plain, str]]) -> list:
+        loop = asyncio.get_running_loop()
+        futures = [loop.create_future() for _ in puts]
+        for (record, host), f in zip(puts, futures, strict=True):
+            appender.submit([record], lambda s, e, f=f: f.set_result((s, e)), sender=host)
+        assert not any(f.done() for f in futures)  # answered later, from the loop
+        return await asyncio.gather(*futures)
+
+    async def run() -> tuple[list, int, list, list]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, slots=1, put_socket=path, gather_s=0.05, merge_below=16)
+        try:
+            alone = await submit_all(appender, [(_plain(0, "127.0.0.1:4999"), "")])
+            await submit_all(appender, [(_plain(i, h), h) for i, h in enumerate(HOSTS)])
+            before = appender.batches
+            together = await submit_all(appender, [(_plain(10 + i, h), h)
+                                                   for i, h in enumerate(HOSTS)])  # fmt: skip
+            batches = appender.batches - before
+            bad = _plain(99, HOSTS[3])._replace(queue_id=10_000)
+            mixed = await submit_all(appender, [*((_plain(20 + i, h), h)
+                                                  for i, h in enumerate(HOSTS[:3])),
+                                                (bad, HOSTS[3])])  # fmt: skip
+            return alone, batches, together, mixed
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        alone, batches, together, mixed = asyncio.run(run())
+    finally:
+        writer.stop()
+    [(stored, error)] = alone
+    assert error is None and len(stored) == 1
+    assert batches == 1 and all(e is None and len(s) == 1 for s, e in together)
+    offsets = [s[0].phy_offset for s, _e in together]
+    assert offsets == sorted(offsets) and len(set(offsets)) == 4
+    assert all(e is None for _s, e in mixed[:3])
+    stored, error = mixed[3]
+    assert stored is None and isinstance(error, AppendError) and error.kind == "refused"

@@ -41,7 +41,9 @@ def test_the_reader_asks_the_writer_and_keeps_the_last_value(tmp_path) -> None:
     async def main() -> None:
         async with grpc.aio.insecure_channel(writer.address) as channel:
             reader = B.PermissionReader(channel, cache_s=0)
+            assert reader.known() is None  # not read yet: the caller asks current()
             assert await reader.current() == B.READ_WRITE
+            assert reader.known() == B.READ_WRITE
             assert await reader.set(B.READ_ONLY) == B.READ_ONLY
             assert await B.PermissionReader(channel).current() == B.READ_ONLY  # first: waits
             assert await B.PermissionReader(channel).refresh() == B.READ_ONLY

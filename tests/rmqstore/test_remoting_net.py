@@ -5,7 +5,13 @@ on a client's connection (as CHECK_TRANSACTION_STATE is), and the client's recon
 import asyncio
 
 from rmqstore.formats import remoting as R
-from rmqstore.remoting_net import Connection, RemotingClient, RemotingError, RemotingServer
+from rmqstore.remoting_net import (
+    LATER,
+    Connection,
+    RemotingClient,
+    RemotingError,
+    RemotingServer,
+)
 
 SLOW, FAST, ONEWAY_SEEN = 1001, 1002, 1003
 
@@ -35,6 +41,40 @@ def test_answers_out_of_order_and_oneways_unanswered() -> None:
         release.set()
         assert (await slow_call).ext == {"who": "slow"}
         assert sorted(seen) == [SLOW, FAST, ONEWAY_SEEN]
+        await client.close()
+        await server.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_a_request_taken_later_is_answered_through_respond_and_observed() -> None:
+    """A handler returning LATER answers when it calls ``respond``: after a later request's
+    answer, a failure as SYSTEM_ERROR "internal error"; each observed once, with its code."""
+
+    async def main() -> None:
+        held: list[tuple[Connection, R.Command]] = []
+        observed: list[tuple[int, int | None]] = []
+
+        def handler(conn: Connection, req: R.Command) -> object:
+            if req.code == SLOW:
+                held.append((conn, req))
+                return LATER
+            return R.response_to(req, ext={"who": "fast"})
+
+        server = RemotingServer(handler, lambda code, answer, _s: observed.append((code, answer)))  # type: ignore[arg-type]
+        address = await server.start("127.0.0.1", 0)
+        client = RemotingClient(address)
+        later = [asyncio.ensure_future(client.invoke(R.Command(code=SLOW), 30)) for _ in range(2)]
+        assert (await client.invoke(R.Command(code=FAST), 30)).ext == {"who": "fast"}
+        assert not any(c.done() for c in later) and len(held) == 2
+        conn, req = held[0]
+        conn.respond(req, R.response_to(req, ext={"who": "later"}))
+        conn, req = held[1]
+        conn.respond(req, RuntimeError("a bug"))
+        ok, failed = await asyncio.gather(*later)
+        assert ok.ext == {"who": "later"}
+        assert failed.code == R.ResponseCode.SYSTEM_ERROR and failed.remark == "internal error"
+        assert sorted(observed) == [(SLOW, 0), (SLOW, 1), (FAST, 0)]
         await client.close()
         await server.close()
 
