@@ -169,3 +169,38 @@ def test_runs_of_adjacent_records_in_one_view(tmp_path):
     ]
     assert files.runs([units[0], (units[1][0], units[1][1] + 1)]) is None  # not that record
     assert files.runs([]) == []
+
+
+def test_runs_in_commitlog_order_from_the_first_and_last_heads(tmp_path):
+    store = Store(tmp_path)
+    files = PullFiles(tmp_path)
+    for _ in range(8):
+        store.append()
+    files.commitlog_min()
+    units = store.units
+    whole = b"".join(bytes(r) for r in files.runs(units[1:7]) or [])
+    one = files.runs(units[1:7], ordered=True)  # adjacent: one view
+    assert one is not None and len(one) == 1 and bytes(one[0]) == whole
+    apart = files.runs([units[1], units[3], units[6]], ordered=True)  # a view each
+    assert apart is not None and [bytes(r) for r in apart] == [
+        bytes(r) for r in files.runs([units[1], units[3], units[6]]) or []
+    ]
+    last = units[6]
+    assert files.runs([units[1], (last[0], last[1] + 1)], ordered=True) is None
+    with open(store.cl / segment_name(0), "r+b") as f:  # the commitlog cut back below the last
+        f.seek(last[0])
+        f.write(bytes(last[1]))
+    assert files.runs([units[1], units[3], last], ordered=True) is None
+
+
+def test_columns_of_written_units_only(tmp_path):
+    store = Store(tmp_path)
+    files = PullFiles(tmp_path)
+    for _ in range(6):
+        store.append()
+    segs = files.queue("T", 0)
+    phys, sizes = files.columns(segs, 1, 3) or ((), ())
+    assert list(zip(phys, sizes, strict=True)) == store.units[1:4]
+    assert files.columns(segs, 4, 4) is None  # past the segment holding offset 4
+    assert files.columns(segs, 6, 2) is None  # not written
+    assert files.columns(segs, 9, 1) is None  # no segment holds it
