@@ -2,15 +2,19 @@
 read-only and kept mapped, so a pull costs no ``open``, ``listdir`` or ``pread`` while the
 files stay as they are.
 
-A directory's listing is checked on every use with one ``stat`` (``Listing``: listed again
-when the directory changed), so a segment retention removed, a queue the builder cut back
-to nothing, or a new segment is seen by the very pull after it, as a fresh listing would
-see it. Segments are created at full size and linked into place, then written in place
-(``MappedFiles``: a file replaced under its name is mapped again), so units and records
-written, or units zeroed by a cut, are read through the mapping as they are written. A
-file listed but not mappable (gone meanwhile) makes the next use list again.
+A directory's listing is checked with one ``stat`` (``Listing``: listed again when the
+directory changed) on its first use in an iteration of the event loop, and not again in that
+iteration. A request read after a check is answered after the loop has run what was
+scheduled before it (the end of the check's iteration: asyncio runs scheduled callbacks in
+order), so a segment retention removed, a queue the builder cut back to nothing, or a new
+segment is seen by every pull read after it, as a fresh listing would see it; outside an
+event loop every use checks. Segments are created at full size and linked into place, then
+written in place (``MappedFiles``: a file replaced under its name is mapped again), so units
+and records written, or units zeroed by a cut, are read through the mapping as they are
+written. A file listed but not mappable (gone meanwhile) makes the next use list again.
 """
 
+import asyncio
 import bisect
 import mmap
 import os
@@ -60,6 +64,7 @@ class Segments:
     maps: list[memoryview] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     complete: bool = False  # every segment listed was mapped
+    checked: int = -1  # the event-loop iteration (``PullFiles``'s count) it was checked in
 
 
 class MappedSegments:
@@ -114,6 +119,8 @@ class PullFiles:
         self._queues: dict[tuple[str, int], Segments] = {}
         # (topic, queue) -> (last segment's start, units valid in it) as ``max_offset`` saw
         self._ends: dict[tuple[str, int], tuple[int, int]] = {}
+        self._iteration = 0  # the event loop's iterations, counted from the first check
+        self._iteration_open = False  # a check was made in this iteration
 
     def queue(self, topic: str, queue: int) -> Segments:
         """The queue's segments, brought up to date (none: no directory, or no file)."""
@@ -124,12 +131,31 @@ class PullFiles:
             if len(self._queues) >= MAX_QUEUES:  # the oldest goes, and its mappings
                 self._segments.forget(self._queues.pop(next(iter(self._queues))))
             self._queues[key] = segs
-        self._segments.refresh(segs)
+        self._refresh(segs)
         return segs
+
+    def _refresh(self, segs: Segments) -> None:
+        """``MappedSegments.refresh``, once an event-loop iteration (see the module's
+        docstring)."""
+        if self._iteration_open and segs.checked == self._iteration:
+            return
+        self._segments.refresh(segs)
+        if not self._iteration_open:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop: every use checks
+                return
+            loop.call_soon(self._next_iteration)
+            self._iteration_open = True
+        segs.checked = self._iteration
+
+    def _next_iteration(self) -> None:
+        self._iteration += 1
+        self._iteration_open = False
 
     def commitlog_min(self) -> int:
         """The commitlog's oldest segment's start (0 without segments), as listed now."""
-        self._segments.refresh(self._commitlog)
+        self._refresh(self._commitlog)
         return self._commitlog.starts[0] if self._commitlog.starts else 0
 
     def max_offset(self, topic: str, queue: int, segs: Segments) -> int:

@@ -3,6 +3,7 @@ kept mapped between pulls is seen to change at once — a segment retention remo
 cut back (units zeroed, a segment removed and made again), new segments, a file replaced
 under its name."""
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -204,3 +205,22 @@ def test_columns_of_written_units_only(tmp_path):
     assert files.columns(segs, 4, 4) is None  # past the segment holding offset 4
     assert files.columns(segs, 6, 2) is None  # not written
     assert files.columns(segs, 9, 1) is None  # no segment holds it
+
+
+def test_a_directory_checked_once_an_event_loop_iteration(tmp_path):
+    store = Store(tmp_path)
+    files = PullFiles(tmp_path)
+    for _ in range(6):
+        store.append()
+
+    async def pulls() -> list[tuple[int, int]]:
+        seen = [_bounds(files)]
+        (store.qdir / segment_name(0)).unlink()  # the builder removes the first segment
+        seen.append(_bounds(files))  # in the same iteration: as checked in it
+        await asyncio.sleep(0)  # a pull read after the check
+        seen.append(_bounds(files))
+        return seen
+
+    assert asyncio.run(pulls()) == [(0, 6), (0, 6), (PER_FILE, 6)]
+    (store.qdir / segment_name(PER_FILE * cq.UNIT_SIZE)).unlink()
+    assert _bounds(files) == (0, 0)  # outside a loop: every use checks
