@@ -2,21 +2,27 @@
 read-only and kept mapped, so a pull costs no ``open``, ``listdir`` or ``pread`` while the
 files stay as they are.
 
-A directory's listing is checked on every use with one ``stat`` (``Listing``: listed again
-when the directory changed), so a segment retention removed, a queue the builder cut back
-to nothing, or a new segment is seen by the very pull after it, as a fresh listing would
-see it. Segments are created at full size and linked into place, then written in place
-(``MappedFiles``: a file replaced under its name is mapped again), so units and records
-written, or units zeroed by a cut, are read through the mapping as they are written. A
-file listed but not mappable (gone meanwhile) makes the next use list again.
+A directory's listing is checked with one ``stat`` (``Listing``: listed again when the
+directory changed) on its first use in an iteration of the event loop, and not again in that
+iteration. A request read after a check is answered after the loop has run what was
+scheduled before it (the end of the check's iteration: asyncio runs scheduled callbacks in
+order), so a segment retention removed, a queue the builder cut back to nothing, or a new
+segment is seen by every pull read after it, as a fresh listing would see it; outside an
+event loop every use checks. Segments are created at full size and linked into place, then
+written in place (``MappedFiles``: a file replaced under its name is mapped again), so units
+and records written, or units zeroed by a cut, are read through the mapping as they are
+written. A file listed but not mappable (gone meanwhile) makes the next use list again.
 """
 
+import asyncio
 import bisect
 import mmap
 import os
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import repeat
+from operator import add, sub
 from pathlib import Path
 
 from rmqstore.commitlog_reads import MAGICS, RECORD_HEAD, is_record_at
@@ -33,6 +39,18 @@ _SIZE_OFFSET = struct.Struct(">qi")  # a unit's commitlog offset and size (its v
 MAX_QUEUES = 16_384  # queues kept listed and mapped (a mapping is one of the process's maps)
 
 
+_COLUMNS: dict[int, tuple[struct.Struct, struct.Struct]] = {}  # units -> offsets', sizes' reads
+
+
+def _columns_of(count: int) -> tuple[struct.Struct, struct.Struct]:
+    """Structs reading ``count`` units' commitlog offsets, and their sizes, in one call."""
+    got = _COLUMNS.get(count)
+    if got is None:
+        got = _COLUMNS[count] = (struct.Struct(">" + "q12x" * count),
+                                 struct.Struct(">" + "8xi8x" * count))  # fmt: skip
+    return got
+
+
 def _mapped(_path: FilePath, mm: mmap.mmap) -> memoryview:
     return memoryview(mm)
 
@@ -46,6 +64,7 @@ class Segments:
     maps: list[memoryview] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     complete: bool = False  # every segment listed was mapped
+    checked: int = -1  # the event-loop iteration (``PullFiles``'s count) it was checked in
 
 
 class MappedSegments:
@@ -100,6 +119,8 @@ class PullFiles:
         self._queues: dict[tuple[str, int], Segments] = {}
         # (topic, queue) -> (last segment's start, units valid in it) as ``max_offset`` saw
         self._ends: dict[tuple[str, int], tuple[int, int]] = {}
+        self._iteration = 0  # the event loop's iterations, counted from the first check
+        self._iteration_open = False  # a check was made in this iteration
 
     def queue(self, topic: str, queue: int) -> Segments:
         """The queue's segments, brought up to date (none: no directory, or no file)."""
@@ -110,12 +131,31 @@ class PullFiles:
             if len(self._queues) >= MAX_QUEUES:  # the oldest goes, and its mappings
                 self._segments.forget(self._queues.pop(next(iter(self._queues))))
             self._queues[key] = segs
-        self._segments.refresh(segs)
+        self._refresh(segs)
         return segs
+
+    def _refresh(self, segs: Segments) -> None:
+        """``MappedSegments.refresh``, once an event-loop iteration (see the module's
+        docstring)."""
+        if self._iteration_open and segs.checked == self._iteration:
+            return
+        self._segments.refresh(segs)
+        if not self._iteration_open:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop: every use checks
+                return
+            loop.call_soon(self._next_iteration)
+            self._iteration_open = True
+        segs.checked = self._iteration
+
+    def _next_iteration(self) -> None:
+        self._iteration += 1
+        self._iteration_open = False
 
     def commitlog_min(self) -> int:
         """The commitlog's oldest segment's start (0 without segments), as listed now."""
-        self._segments.refresh(self._commitlog)
+        self._refresh(self._commitlog)
         return self._commitlog.starts[0] if self._commitlog.starts else 0
 
     def max_offset(self, topic: str, queue: int, segs: Segments) -> int:
@@ -178,6 +218,24 @@ class PullFiles:
                 return out
         return []
 
+    @staticmethod
+    def columns(
+        segs: Segments, offset: int, count: int
+    ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+        """``units``' commitlog offsets and sizes, as two tuples read in one call each, when
+        the ``count`` units from ``offset`` are in one listed segment and all written; None
+        otherwise (then ``units`` tells)."""
+        at = offset * UNIT_SIZE
+        for start, mm in zip(segs.starts, segs.maps, strict=True):
+            if start <= at < start + len(mm):
+                a = at - start
+                if count <= 0 or a + count * UNIT_SIZE > len(mm):
+                    return None
+                offsets, sizes = _columns_of(count)
+                phys, lens = offsets.unpack_from(mm, a), sizes.unpack_from(mm, a)
+                return (phys, lens) if min(phys) >= 0 and min(lens) > 0 else None
+        return None
+
     def records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
         """The records' bytes at these (commitlog offset, size) pairs (views of the mapped
         segments: joined into the answer at once), from the commitlog's segments as last
@@ -191,10 +249,17 @@ class PullFiles:
                 out[i] = r
         return out
 
-    def runs(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview] | None:
+    def runs(
+        self, wanted: Sequence[tuple[int, int]], ordered: bool = False
+    ) -> list[memoryview] | None:
         """The records at these (commitlog offset, size) pairs as views of the mapped
         segments, one view for each run of records adjacent in the commitlog; None when one
-        is not there as ``records`` reads it (then ask ``records``)."""
+        is not there as ``records`` reads it (then ask ``records``). ``ordered``: the pairs
+        are in commitlog order (see ``_ordered_runs``)."""
+        if ordered and len(wanted) > 1:
+            got = self._ordered_runs(wanted)
+            if got is not None:
+                return got
         starts, maps = self._commitlog.starts, self._commitlog.maps
         out: list[memoryview] = []
         start, mm, end = 0, memoryview(b""), 0
@@ -224,6 +289,35 @@ class PullFiles:
         if run >= 0:
             out.append(mm[run:at])
         return out
+
+    def _ordered_runs(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview] | None:
+        """``runs`` of records in commitlog order within one segment, from two heads: the
+        first's and the last's. The commitlog is written in order, so the last record there
+        means every one before it is; a commitlog cut back below the last one (a recovery)
+        fails the last's head as it would fail that record's own. One view when the units
+        say the records are adjacent (their sizes add up to the span), else one a record.
+        None when the heads do not tell (then ``runs`` checks each record's)."""
+        starts = self._commitlog.starts
+        (first, first_size), (last, last_size) = wanted[0], wanted[-1]
+        i = bisect.bisect_right(starts, first) - 1
+        if i < 0 or first_size < HEAD_SIZE or last_size < HEAD_SIZE:
+            return None
+        start, mm = starts[i], self._commitlog.maps[i]
+        a, b = first - start, last - start
+        if a < 0 or b + last_size > len(mm):
+            return None
+        head = RECORD_HEAD.unpack_from
+        total, magic, phy = head(mm, a)
+        if total != first_size or phy != first or magic not in MAGICS:
+            return None
+        total, magic, phy = head(mm, b)
+        if total != last_size or phy != last or magic not in MAGICS:
+            return None
+        phys, sizes = zip(*wanted, strict=True)
+        if b + last_size - a == sum(sizes):
+            return [mm[a : b + last_size]]
+        at = tuple(map(sub, phys, repeat(start)))
+        return list(map(mm.__getitem__, map(slice, at, map(add, at, sizes))))
 
     def _records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
         starts, maps = self._commitlog.starts, self._commitlog.maps

@@ -14,8 +14,10 @@ commitlog's end, 8 / 64 KiB otherwise. A record gone (below the commitlog's mini
 unreadable) is skipped, and is MESSAGE_WAS_REMOVING when nothing was found.
 """
 
+import bisect
 import time
 from dataclasses import dataclass, field
+from itertools import accumulate
 from pathlib import Path
 
 import grpc
@@ -53,6 +55,7 @@ class Found:
     count: int = 0  # records in them
     wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
     gone: int = 0  # matching units whose record is below the commitlog's minimum
+    ordered: bool = False  # ``wanted`` is in commitlog order (checked)
 
 
 class PullReads:
@@ -87,7 +90,7 @@ class PullReads:
             return None
         found = self.scan(topic, queue, offset, max_messages, tags, end)
         if found.wanted:
-            runs = self.files.runs(found.wanted)
+            runs = self.files.runs(found.wanted, found.ordered)
             if runs is None:
                 return None
             found.records, found.count = list(runs), len(found.wanted)
@@ -129,12 +132,19 @@ class PullReads:
         every = tags.tags is None
         if every:  # no unit from the minimum on is filtered out or gone: the batch is these
             scan = min(scan, max_messages)
-        units = pf.units(segs, offset, min(scan, mx - offset, cap - offset % cap))
+        count = min(scan, mx - offset, cap - offset % cap)
+        far = cl_max - self.in_memory_span  # a record below is "on disk"
+        if every:
+            columns = pf.columns(segs, offset, count)
+            whole = None if columns is None else _whole(*columns, max_messages, cl_min, far)
+            if whole is not None:
+                return Found("NO_MATCHED_MESSAGE", offset + len(whole), mn, mx, wanted=whole,
+                             ordered=True)  # fmt: skip
+        units = pf.units(segs, offset, count)
         if not units:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
         wanted: list[tuple[int, int]] = []
         total, gone, i, n = 0, 0, 0, 0
-        far = cl_max - self.in_memory_span  # a record below is "on disk"
         for phy, size, code in units:
             if n:  # RocketMQ's isTheBatchFull
                 if n >= max_messages:
@@ -180,6 +190,29 @@ class PullReads:
             return [r for o in offsets for r in await self._from_writer([o])]  # which one
         raws = list(answer.records)
         return [r or None for r in raws] if len(raws) == len(offsets) else [None] * len(offsets)
+
+
+def _whole(
+    phys: tuple[int, ...], sizes: tuple[int, ...], max_messages: int, cl_min: int, far: int
+) -> list[tuple[int, int]] | None:
+    """``scan``'s batch when every unit is taken (no tag filter), from the units' commitlog
+    offsets and sizes without a step per unit in Python: the units in commitlog order
+    (checked), the first at or above the commitlog's minimum (so are the others) and not the
+    commitlog's first, all of them "in memory" or all "on disk"; the batch limits then are a
+    count and, only when the sizes add up to more than the byte limit, a bisection of their
+    running total. None when these do not hold (``scan`` takes the units one by one)."""
+    if phys[0] < max(cl_min, 1) or list(phys) != sorted(phys):
+        return None
+    if phys[0] >= far:
+        max_bytes, max_count = IN_MEMORY_MAX_BYTES, IN_MEMORY_MAX_COUNT
+    elif phys[-1] < far:
+        max_bytes, max_count = ON_DISK_MAX_BYTES, ON_DISK_MAX_COUNT
+    else:
+        return None
+    k = min(len(phys), max_messages, max_count)
+    if sum(sizes[:k]) > max_bytes:  # the record that passes the limit, never the first
+        k = max(1, bisect.bisect_right(list(accumulate(sizes[:k])), max_bytes))
+    return list(zip(phys[:k], sizes[:k], strict=True))
 
 
 def _settled(found: Found) -> Found:

@@ -3,6 +3,7 @@ kept mapped between pulls is seen to change at once — a segment retention remo
 cut back (units zeroed, a segment removed and made again), new segments, a file replaced
 under its name."""
 
+import asyncio
 import os
 from pathlib import Path
 
@@ -169,3 +170,57 @@ def test_runs_of_adjacent_records_in_one_view(tmp_path):
     ]
     assert files.runs([units[0], (units[1][0], units[1][1] + 1)]) is None  # not that record
     assert files.runs([]) == []
+
+
+def test_runs_in_commitlog_order_from_the_first_and_last_heads(tmp_path):
+    store = Store(tmp_path)
+    files = PullFiles(tmp_path)
+    for _ in range(8):
+        store.append()
+    files.commitlog_min()
+    units = store.units
+    whole = b"".join(bytes(r) for r in files.runs(units[1:7]) or [])
+    one = files.runs(units[1:7], ordered=True)  # adjacent: one view
+    assert one is not None and len(one) == 1 and bytes(one[0]) == whole
+    apart = files.runs([units[1], units[3], units[6]], ordered=True)  # a view each
+    assert apart is not None and [bytes(r) for r in apart] == [
+        bytes(r) for r in files.runs([units[1], units[3], units[6]]) or []
+    ]
+    last = units[6]
+    assert files.runs([units[1], (last[0], last[1] + 1)], ordered=True) is None
+    with open(store.cl / segment_name(0), "r+b") as f:  # the commitlog cut back below the last
+        f.seek(last[0])
+        f.write(bytes(last[1]))
+    assert files.runs([units[1], units[3], last], ordered=True) is None
+
+
+def test_columns_of_written_units_only(tmp_path):
+    store = Store(tmp_path)
+    files = PullFiles(tmp_path)
+    for _ in range(6):
+        store.append()
+    segs = files.queue("T", 0)
+    phys, sizes = files.columns(segs, 1, 3) or ((), ())
+    assert list(zip(phys, sizes, strict=True)) == store.units[1:4]
+    assert files.columns(segs, 4, 4) is None  # past the segment holding offset 4
+    assert files.columns(segs, 6, 2) is None  # not written
+    assert files.columns(segs, 9, 1) is None  # no segment holds it
+
+
+def test_a_directory_checked_once_an_event_loop_iteration(tmp_path):
+    store = Store(tmp_path)
+    files = PullFiles(tmp_path)
+    for _ in range(6):
+        store.append()
+
+    async def pulls() -> list[tuple[int, int]]:
+        seen = [_bounds(files)]
+        (store.qdir / segment_name(0)).unlink()  # the builder removes the first segment
+        seen.append(_bounds(files))  # in the same iteration: as checked in it
+        await asyncio.sleep(0)  # a pull read after the check
+        seen.append(_bounds(files))
+        return seen
+
+    assert asyncio.run(pulls()) == [(0, 6), (0, 6), (PER_FILE, 6)]
+    (store.qdir / segment_name(PER_FILE * cq.UNIT_SIZE)).unlink()
+    assert _bounds(files) == (0, 0)  # outside a loop: every use checks

@@ -93,3 +93,17 @@ def test_records_retention_deleted_and_a_queue_cut(tmp_path):
     seg.write_bytes(units[: 2 * cq.UNIT_SIZE] + bytes(len(units) - 2 * cq.UNIT_SIZE))
     cut = reads.scan("T", 0, 12, 32, ALL, FAR)
     assert (cut.status, cut.next_offset, cut.max_offset) == ("OFFSET_OVERFLOW_BADLY", 10, 10)
+
+
+def test_every_unit_taken_at_once_as_one_by_one(tmp_path):
+    """Without a tag filter the batch comes from the units' offsets and sizes at once; with
+    a filter every unit matches, unit by unit: the same batch, limits and next offset."""
+    _store(tmp_path, ["a"] * 20, body=12_000)  # 64 KiB "on disk": 5 records
+    reads = _reads(tmp_path)
+    for offset, count, cl_max in ((1, 32, FAR), (1, 3, FAR), (3, 32, 0), (9, 32, 0), (2, 1, 0)):
+        every = reads.scan("T", 0, offset, count, ALL, cl_max)
+        each = reads.scan("T", 0, offset, count, TagFilter.parse("a"), cl_max)
+        assert every.ordered and not each.ordered
+        assert (every.wanted, every.next_offset) == (each.wanted, each.next_offset)
+        assert every.wanted and len(every.wanted) <= count
+    assert len(reads.scan("T", 0, 1, 32, ALL, FAR).wanted) == 5
