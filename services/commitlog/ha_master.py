@@ -9,8 +9,9 @@ Per connection, one protocol object reads the slave's offset reports (the first 
 point, later ones acknowledge) in the loop's read callback (no task wakes per report), and one
 task sends. An idle sender is woken by a tick every 10 ms when there is something to send, by
 a sync master's put at once, and by an async master's puts once 256 KiB wait; it then joins
-every frame it has (views of the segment map, copied once) into one ``write``: one system
-call per wake-up, not one per 32 KiB frame nor one wake-up per put.
+every frame it has (headers and views of the segment map) into one ``writev`` on the socket:
+one system call per wake-up, not one per 32 KiB frame nor one wake-up per put, and no copy
+but the kernel's (what the socket does not take then goes to the transport, joined).
 
 Everything runs on the writer's one event loop, as the puts do: an acknowledgement settles
 the futures of the sync-master puts it covers in the callback that read it, with no thread in
@@ -34,6 +35,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -248,8 +250,9 @@ class Replication:
         """Frames from the start point on, heartbeats when idle.
 
         Every frame there is (up to ``SEND_BURST`` bytes) goes out in one write: the headers
-        and zero-copy views of the segment map joined once. The loop does not run between
-        cutting the views and the write, so retention cannot unmap a file under them."""
+        and zero-copy views of the segment map (``SlaveConnection.write``). The loop does not
+        run between cutting the views and the write, so retention cannot unmap a file under
+        them."""
         e = self.engine
         size = e.config.segment_size
         loop = asyncio.get_running_loop()
@@ -272,7 +275,7 @@ class Replication:
                         parts += (ha.encode_frame_header(offset, n), whole[pos : pos + n])
                     offset += n
                     budget -= n
-                conn.transport.write(b"".join(parts))
+                conn.write(parts)
                 del parts  # the views of the maps go with it
                 link.sent = offset
                 if offset > self.sent_to.get(link.host, -1):
@@ -324,10 +327,13 @@ class SlaveConnection(asyncio.Protocol):
         self._tick: asyncio.TimerHandle | None = None
         self._paused = False
         self._resumed: asyncio.Future | None = None
+        self._fd = -1  # the socket's, for writes that skip the transport's copy
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.WriteTransport)
         self.transport = transport
+        sock = transport.get_extra_info("socket")
+        self._fd = sock.fileno() if sock is not None else -1
         peer = transport.get_extra_info("peername")
         self.link = link = SlaveLink(f"{peer[0]}:{peer[1]}" if peer else "?")
         self.replication.slaves.add(link)
@@ -366,6 +372,29 @@ class SlaveConnection(asyncio.Protocol):
                                       or now - link.last_sent >= ha.HEARTBEAT_INTERVAL_S):
             link.wake()
         self._tick = asyncio.get_running_loop().call_later(SENDER_TICK_S, self._on_tick)
+
+    def write(self, parts: list[bytes | memoryview]) -> None:
+        """Send ``parts`` in order: straight from them with one ``writev`` on the socket while
+        the transport holds nothing unsent (no copy in this process), the rest joined into
+        the transport (which keeps it until the socket takes it, and meets any error as it
+        would with all of it)."""
+        transport = self.transport
+        sent = 0
+        if self._fd >= 0 and not transport.get_write_buffer_size() and not transport.is_closing():
+            try:
+                sent = os.writev(self._fd, parts)
+            except OSError:  # full (or broken): the transport tries and decides
+                sent = 0
+        if not sent:
+            transport.write(b"".join(parts))
+            return
+        for i, part in enumerate(parts):
+            n = len(part)
+            if sent < n:
+                rest = [memoryview(part)[sent:], *parts[i + 1 :]]
+                transport.write(b"".join(rest))
+                return
+            sent -= n
 
     async def drain(self, turn: bool) -> None:
         """Until the transport takes more (its buffer is over the high-water mark); with
