@@ -149,12 +149,9 @@ def test_a_cursor_of_another_query_is_refused():
         run(lookup.by_key(other, 5.0))
 
 
-def test_an_offset_id_goes_only_to_the_broker_it_names():
-    brokers = [FakeBroker(n, [1]) for n in ("a", "bb", "ccc")]
-    host = parse_host(brokers[2].peer.store_host)
-    msg_id = offset_msg_id(host.ip, host.port, 0)
-    asked = []
-    lookup = _cluster(brokers)
+def _recording(lookup: ClusterLookup) -> tuple[ClusterLookup, list[str]]:
+    """``lookup`` noting the name of every broker it asks."""
+    asked: list[str] = []
     inner = lookup.ask
 
     async def ask(peer, request, timeout):
@@ -162,6 +159,14 @@ def test_an_offset_id_goes_only_to_the_broker_it_names():
         return await inner(peer, request, timeout)
 
     lookup.ask = ask
+    return lookup, asked
+
+
+def test_an_offset_id_goes_only_to_the_broker_it_names():
+    brokers = [FakeBroker(n, [1]) for n in ("a", "bb", "ccc")]
+    host = parse_host(brokers[2].peer.store_host)
+    msg_id = offset_msg_id(host.ip, host.port, 0)
+    lookup, asked = _recording(_cluster(brokers))
     answer = run(lookup.by_id(query_pb2.QueryByIdRequest(id=msg_id), 5.0))
     assert asked == ["ccc"]
     assert {a.peer.name: a.status for a in answer.statuses}["a"] == query_pb2.ANSWER_NOT_ASKED
@@ -172,15 +177,7 @@ def test_an_offset_id_of_a_former_store_host_goes_to_the_broker_that_had_it():
     old = "10.9.9.9:10911"  # broker bb's address before it moved
     brokers[1].peer = Peer("bb", "bb:1", "10.0.0.2:10911", (old, "10.0.0.2:10911"))
     host = parse_host(old)
-    asked = []
-    lookup = _cluster(brokers)
-    inner = lookup.ask
-
-    async def ask(peer, request, timeout):
-        asked.append(peer.name)
-        return await inner(peer, request, timeout)
-
-    lookup.ask = ask
+    lookup, asked = _recording(_cluster(brokers))
     run(lookup.by_id(query_pb2.QueryByIdRequest(id=offset_msg_id(host.ip, host.port, 0)), 5.0))
     assert asked == ["bb"]
     # a host two members had (a store copied): every member is asked
