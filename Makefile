@@ -87,7 +87,7 @@ run: setup ## start every service on ./data/store, small files (Ctrl-C stops the
 	$(BIN)/rmqstore serve --store $(STORE) $(RUN_SIZES)
 
 test: setup system-deps test-deps ## the whole test suite (about 14 minutes on 2 cores)
-	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_PARALLEL) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 
 soak: setup system-deps ## long reliability suites
 	$(BIN)/python -m pytest -q -m soak $(PYTEST_ARGS)
