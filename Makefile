@@ -86,7 +86,7 @@ setup: $(VENV)/.installed protos ## create .venv, install packages, generate pro
 run: setup ## start every service on ./data/store, small files (Ctrl-C stops them)
 	$(BIN)/rmqstore serve --store $(STORE) $(RUN_SIZES)
 
-test: setup system-deps test-deps ## the whole test suite (about 14 minutes on 2 cores)
+test: setup system-deps test-deps ## the whole test suite (about 12 minutes on 2 cores, set-up apart)
 	$(BIN)/python -m pytest -q -m "not soak" $(PYTEST_PARALLEL) --durations=25 $(PYTEST_ARGS)
 
 soak: setup system-deps ## long reliability suites
