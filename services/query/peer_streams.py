@@ -23,6 +23,11 @@ from rmqstore.v1 import query_pb2, query_pb2_grpc
 STREAMS = 4  # open streams per peer (one per lookup in flight)
 STREAM_RETRY_S = 30.0  # after a peer refuses the stream, unary calls this long
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+# how a stream ends when its peer dies or its connection breaks (a killed process's stream
+# ends UNAVAILABLE, or UNKNOWN / INTERNAL when it was reset; None: closed without a status);
+# a lookup's own failure comes in a reply's status instead
+_BROKEN = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL,
+           grpc.StatusCode.CANCELLED, None}  # fmt: skip
 
 
 class _Ended(Exception):
@@ -117,12 +122,13 @@ class PeerStreams:
                 if code == grpc.StatusCode.UNIMPLEMENTED:  # a peer without the stream
                     link.unary_until = time.monotonic() + STREAM_RETRY_S
                     return await self._unary(link, request, timeout)
-                retry = stream.used and (code == grpc.StatusCode.UNAVAILABLE or code is None)
-                fresh = link.checkout() if retry else None
+                broken = code in _BROKEN  # the connection, not the lookup, failed
+                fresh = link.checkout() if broken and stream.used else None
                 if fresh is None:
-                    if code is None:
-                        raise _failed(grpc.StatusCode.UNAVAILABLE,
-                                      "the peer closed its stream") from None  # fmt: skip
+                    if broken:  # as a unary call to a peer that is gone: unreachable
+                        detail = e.details() if isinstance(e, grpc.aio.AioRpcError) else ""
+                        raise _failed(grpc.StatusCode.UNAVAILABLE, "the peer's stream ended"
+                                      + (f": {detail}" if detail else "")) from None  # fmt: skip
                     raise
                 stream = fresh
                 continue
