@@ -12,10 +12,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rmqstore.formats.topics_json import PERM_WRITE
+
 MASTER_ID = 0
 BROKER_EXPIRY_S = 120.0
-PERM_WRITE = 2
-PERM_READ = 4
 
 
 @dataclass
