@@ -24,13 +24,13 @@ from rmqstore.formats import index_file as ixf
 from rmqstore.formats.index_file import build_key
 from rmqstore.formats.javahash import index_hash, index_hashes
 from rmqstore.layout import index_file_name
+from rmqstore.listing import SETTLE_NS
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.config import WriterConfig
 from services.commitlog.engine import CommitLogEngine
 from services.query.budget import Budget, BudgetLimits
 from services.query.index_reader import PAUSE, POS_INF, IndexCatalog, KeyWalk
-from services.query.listing import SETTLE_NS
 
 MIB = 1024 * 1024
 

@@ -21,10 +21,10 @@ from typing import NamedTuple
 
 from rmqstore.formats.index_file import ENTRY, ENTRY_SIZE, IndexFile, file_size
 from rmqstore.layout import is_index_file_name
+from rmqstore.listing import Listing
+from rmqstore.mapped_files import FilePath, MappedFiles
 from services.query.budget import Budget
 from services.query.errors import IndexConfigError
-from services.query.listing import Listing
-from services.query.mapped_files import FilePath, MappedFiles
 
 SLACK_MS = 999  # an entry's time is its store time truncated to the second
 NEG_INF = -(2**63)

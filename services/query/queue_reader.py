@@ -15,9 +15,9 @@ from pathlib import Path
 import numpy as np
 
 from rmqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE
+from rmqstore.listing import Listing
+from rmqstore.mapped_files import MappedFiles
 from rmqstore.segments import parse_segment_name
-from services.query.listing import Listing
-from services.query.mapped_files import MappedFiles
 
 PRE_BLANK_SIZE = 0x7FFFFFFF
 MAX_QUEUES = 65_536  # queues whose listing is kept

@@ -29,9 +29,9 @@ from rmqstore.commitlog_reads import MAGICS, RECORD_HEAD, is_record_at
 from rmqstore.formats import consume_queue as cq
 from rmqstore.formats.commitlog import HEAD_SIZE
 from rmqstore.layout import StoreLayout
+from rmqstore.listing import Listing
+from rmqstore.mapped_files import FilePath, MappedFiles
 from rmqstore.segments import parse_segment_name
-from services.query.listing import Listing
-from services.query.mapped_files import FilePath, MappedFiles
 
 UNIT = cq.UNIT
 UNIT_SIZE = cq.UNIT_SIZE

@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from rmqstore import listing
 from rmqstore.dispatch import DispatchRecord
 from rmqstore.formats import index_file as ixf
 from rmqstore.formats.index_file import build_key
@@ -16,7 +17,7 @@ from rmqstore.formats.javahash import index_hash
 from rmqstore.layout import StoreLayout
 from services.indexer.batch import Columns
 from services.indexer.index_builder import IndexBuilder
-from services.query import index_reader, listing
+from services.query import index_reader
 from services.query.budget import Budget, BudgetLimits
 from services.query.index_reader import PAUSE, POS_INF, IndexCatalog, KeyWalk
 

@@ -6,8 +6,8 @@ import time
 
 import numpy as np
 
+from rmqstore import listing
 from rmqstore.formats import consume_queue as cq
-from services.query import listing
 from services.query.queue_reader import QueueCatalog
 
 EPF = 4  # units per segment file

@@ -1,4 +1,5 @@
-"""Files the query service maps read-only, cached by path while writers change them.
+"""Files mapped read-only and cached by path while writers change them (the query service's
+readers, the remoting broker's pulls).
 
 A file is mapped once and its mapping reused while the same file (inode) of the same size is
 there; a file replaced under its name (a rebuilt one) or grown is mapped again. A file that is

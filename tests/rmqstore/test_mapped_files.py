@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-from services.query.mapped_files import MappedFiles
+from rmqstore.mapped_files import MappedFiles
 
 
 def test_mappings_follow_the_files(tmp_path):
