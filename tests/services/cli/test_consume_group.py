@@ -28,7 +28,7 @@ def serve(tmp_path_factory):
         assert r.returncode == 0, r.stderr
         yield s
     finally:
-        assert s.stop() == 0
+        assert s.stop() == 0, "".join(s.lines[-50:])
 
 
 def consume(serve, *extra: str) -> list[dict]:

@@ -42,7 +42,7 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serve, int
                    .stdout.splitlines()) == 1  # fmt: skip
         yield s, put_at
     finally:
-        assert s.stop() == 0
+        assert s.stop() == 0, "".join(s.lines[-50:])
 
 
 def test_group_documents_equal_the_cli_and_pages_show_the_lag(serve) -> None:

@@ -37,18 +37,34 @@ def free_base() -> int:
 
 
 class Serve:
-    """``rmqstore serve`` in a process of its own; ``stop()`` ends it cleanly."""
+    """``rmqstore serve`` in a process of its own; ``stop()`` ends it cleanly.
+
+    The port range is checked free, yet another test's connection may take one of its ports
+    before serve binds it (outgoing connections use the same ephemeral range): serve then
+    exits saying so, and it is started again on another range."""
+
+    ATTEMPTS = 5
 
     def __init__(self, store: Path, *extra: str) -> None:
-        self.base = free_base()
         self.store = store
+        for _ in range(self.ATTEMPTS):
+            self.base = free_base()
+            if self._start(extra) or not any("is already in use" in x for x in self.lines):
+                break
+        if not self.serving:
+            self.stop()
+            raise RuntimeError("serve did not start:\n" + "".join(self.lines))
+
+    def _start(self, extra: tuple[str, ...]) -> bool:
+        """Start serve on ``self.base``; whether it serves (else it has exited)."""
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "services.cli.main", "serve", "--store", str(store),
+            [sys.executable, "-m", "services.cli.main", "serve", "--store", str(self.store),
              "--port-base", str(self.base), "--commitlog-segment-size", str(8 << 20),
              "--index-slots", "1000", "--index-entries", "4000", *extra],
             cwd=procs.ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
         self.lines: list[str] = []
+        self.serving = False
         ready = threading.Event()
 
         def pump() -> None:
@@ -56,13 +72,15 @@ class Serve:
             for line in self.proc.stdout:
                 self.lines.append(line)
                 if line.startswith("serving"):
+                    self.serving = True
                     ready.set()
-            ready.set()
+            ready.set()  # EOF: it exited
 
         threading.Thread(target=pump, daemon=True).start()
-        if not ready.wait(90) or self.proc.poll() is not None:
+        ready.wait(90)
+        if not self.serving:
             self.stop()
-            raise RuntimeError("serve did not start:\n" + "".join(self.lines))
+        return self.serving
 
     def address(self, slot: int) -> str:
         return f"127.0.0.1:{self.base + slot}"

@@ -47,7 +47,7 @@ def secured(tmp_path_factory):
         assert r.returncode == 0, r.stderr
         yield s, secret
     finally:
-        assert s.stop() == 0
+        assert s.stop() == 0, "".join(s.lines[-50:])
 
 
 def signed(date: str | None = None, secret: str = SECRET) -> tuple[tuple[str, str], ...]:

@@ -61,7 +61,7 @@ def test_a_dead_letter_that_can_never_be_written_does_not_wedge_the_group(tmp_pa
         assert f"rmqstore_consumer_dead_letter_failures_total{{{labels}}} 2.0" in metrics
         assert any("settled WITHOUT a dead letter" in line for line in serve.lines)
     finally:
-        assert serve.stop() == 0
+        assert serve.stop() == 0, "".join(serve.lines[-50:])
     offsets = (tmp_path / "store" / "config" / "consumerOffset.json").read_text()
     assert re.search(rf'"DlqT@{LONG_GROUP}":\{{0:2\s', offsets), offsets
 
@@ -99,7 +99,7 @@ def test_two_groups_sharing_a_retry_topic_each_get_their_own_messages_as_their_t
             ], (group, got)
             assert _until(lambda g=group: committed(g, "%RETRY%a_b_c") == 2)
     finally:
-        assert serve.stop() == 0
+        assert serve.stop() == 0, "".join(serve.lines[-50:])
 
 
 def test_one_dead_letter_the_store_refuses_does_not_take_the_others_with_it(tmp_path):
@@ -136,7 +136,7 @@ def test_one_dead_letter_the_store_refuses_does_not_take_the_others_with_it(tmp_
         assert f"rmqstore_consumer_dead_letters_total{{{labels}}} 1.0" in metrics
         assert f"rmqstore_consumer_dead_letters_dropped_total{{{labels}}} 1.0" in metrics
     finally:
-        assert serve.stop() == 0
+        assert serve.stop() == 0, "".join(serve.lines[-50:])
 
 
 def test_a_message_whose_retry_copy_is_refused_is_delivered_again_in_place(tmp_path):
@@ -167,4 +167,4 @@ def test_a_message_whose_retry_copy_is_refused_is_delivered_again_in_place(tmp_p
         assert q["committedOffset"] == 1
         assert any("delivered again in place" in line for line in serve.lines)
     finally:
-        assert serve.stop() == 0
+        assert serve.stop() == 0, "".join(serve.lines[-50:])
