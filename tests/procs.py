@@ -6,12 +6,14 @@ stdout once it serves (``--listen 127.0.0.1:0`` picks a free port).
 
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -23,6 +25,29 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+# Port ranges handed to `serve --port-base` are drawn below the kernel's ephemeral range
+# (32768 and up on Linux), where no outgoing connection of another test can take a port
+# between the check and serve's bind.
+BASES = range(20000, 32768 - 32)
+
+
+def free_port_base(slots: Sequence[int]) -> int:
+    """A port base N with N + k free on 127.0.0.1 for every k in ``slots``."""
+    while True:
+        base = random.choice(BASES)
+        if all(_bindable(base + k) for k in slots):
+            return base
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @dataclass

@@ -5,7 +5,6 @@ repository, where a put and a query go through its ``rmqstore`` command."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.deploy.conftest import ROOT
 
 pytestmark = pytest.mark.integration
@@ -75,25 +75,7 @@ def test_installed_package_passes_the_image_check(installed: Path, tmp_path: Pat
 
 def _free_port_base() -> int:
     """A base N with N..N+18 free on loopback now (serve binds them a moment later)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + PORTS >= 65535:
-            continue
-        try:
-            held = []
-            for p in range(base, base + PORTS):
-                s = socket.socket()
-                held.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
-    raise RuntimeError(f"no {PORTS} free ports in a row")
+    return procs.free_port_base(range(PORTS))
 
 
 def test_serve_put_and_query_from_outside_the_tree(installed: Path, tmp_path: Path):

@@ -25,22 +25,7 @@ pytestmark = pytest.mark.integration
 
 
 def _free_base() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        slots = (0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 17, 18)
-        if base + 18 < 65535 and all(_free(base + k) for k in slots):
-            return base
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
+    return procs.free_port_base((0, 1, 2, 3, 4, 5, 6, 7, 8, 10, 11, 12, 13, 14, 17, 18))
 
 
 def test_serve_runs_everything_and_stops_cleanly(tmp_path):

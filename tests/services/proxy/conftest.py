@@ -2,7 +2,6 @@
 clients' interpreters (installed by ``make test-deps``), and a raw protocol stub."""
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -18,30 +17,16 @@ NODE_MODULES = CLIENTS / "node_modules" / "rocketmq-client-nodejs"
 SLOTS = (0, 1, 2, 3, 4, 6, 7, 8, 10, 11, 12, 13, 14, 17, 18)  # 6: the writer's HA port
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def free_base() -> int:
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + 18 < 65535 and all(_free(base + k) for k in SLOTS):
-            return base
+    return procs.free_port_base(SLOTS)
 
 
 class Serve:
     """``rmqstore serve`` in a process of its own; ``stop()`` ends it cleanly.
 
-    The port range is checked free, yet another test's connection may take one of its ports
-    before serve binds it (outgoing connections use the same ephemeral range): serve then
-    exits saying so, and it is started again on another range."""
+    The port range is checked free, yet a test running beside it may take one of its ports
+    before serve binds it: serve then exits saying so, and it is started again on another
+    range."""
 
     ATTEMPTS = 5
 
