@@ -49,6 +49,15 @@ def writable(broker_perm: int) -> bool:
     return bool(broker_perm & PERM_WRITE)
 
 
+def decode(data: bytes) -> int:
+    """The permission a ``brokerPermission.json`` holds (``{"brokerPermission": 4}``)."""
+    got = json.loads(data)
+    perm = got.get("brokerPermission") if isinstance(got, dict) else None
+    if perm not in VALUES:
+        raise ValueError(f"brokerPermission is not 6 or 4: {perm!r}")
+    return int(perm)
+
+
 class PermissionFile:
     """``config/brokerPermission.json`` (``{"brokerPermission": 4}``); none: read-write."""
 
@@ -57,15 +66,11 @@ class PermissionFile:
         self.read_only = read_only
         self._lock = threading.Lock()
         try:
-            got = json.loads(self.path.read_text())
+            self.perm: int = decode(self.path.read_bytes())
         except FileNotFoundError:
-            got = {"brokerPermission": READ_WRITE}
+            self.perm = READ_WRITE
         except ValueError as e:
             raise ValueError(f"{self.path}: {e}") from None
-        perm = got.get("brokerPermission") if isinstance(got, dict) else None
-        if perm not in VALUES:
-            raise ValueError(f"{self.path}: brokerPermission is not 6 or 4: {perm!r}")
-        self.perm: int = perm
 
     def set(self, perm: int) -> int:
         check(perm)

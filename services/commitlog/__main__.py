@@ -323,7 +323,7 @@ def _serve(args: argparse.Namespace) -> int:
     if slave is not None and args.ha_master_commitlog:
         roles.config_copy = ConfigCopy(slave.replica.engine.layout, topic_store,
                                        args.ha_master_commitlog, args.config_copy_seconds,
-                                       _peer_channel(args))  # fmt: skip
+                                       _peer_channel(args), permission)  # fmt: skip
         roles.config_copy.start()
     if isinstance(engine, CommitLogEngine):
         servicer.use(roles)

@@ -12,7 +12,9 @@ Each file keeps its one writer:
   which keeps them in memory: the writer keeps the master's copies in
   ``rmqstore/replica-config/`` instead (offsets merged, each queue's the higher seen), and
   the proxy takes them in when it starts (``services/proxy/progress.py``): consumer
-  progress only ever moves forward, never back to an older copy.
+  progress only ever moves forward, never back to an older copy;
+* ``config/brokerPermission.json`` — the writer's: set to the master's, so a drained broker
+  group stays drained when its slave is promoted.
 """
 
 import logging
@@ -21,8 +23,8 @@ from collections.abc import Callable
 
 import grpc
 
-from rmqstore import durable
-from rmqstore.errors import CorruptRecordError
+from rmqstore import broker_perm, durable
+from rmqstore.errors import StoreError
 from rmqstore.formats import consumer_offsets, delay_offset, topics_json
 from rmqstore.layout import StoreLayout
 from rmqstore.server import channel
@@ -30,9 +32,10 @@ from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 from services.commitlog.topics import TopicStore
 
 log = logging.getLogger(__name__)
-TOPICS, DELAY, OFFSETS, GROUPS = (
-    "topics.json", "delayOffset.json", "consumerOffset.json", "subscriptionGroup.json")
-FILES = (TOPICS, DELAY, OFFSETS, GROUPS)
+TOPICS, DELAY, OFFSETS, GROUPS, PERM = (
+    "topics.json", "delayOffset.json", "consumerOffset.json", "subscriptionGroup.json",
+    broker_perm.FILE)
+FILES = (TOPICS, DELAY, OFFSETS, GROUPS, PERM)
 INTERVAL_S = 10.0
 RPC_TIMEOUT_S = 5.0
 
@@ -73,10 +76,12 @@ class ConfigCopy:
 
     def __init__(self, layout: StoreLayout, topic_store: TopicStore, master_commitlog: str,
                  interval_s: float = INTERVAL_S,
-                 open_channel: Callable[[str], grpc.Channel] = channel) -> None:  # fmt: skip
+                 open_channel: Callable[[str], grpc.Channel] = channel,
+                 permission: broker_perm.PermissionFile | None = None) -> None:  # fmt: skip
         self.open_channel = open_channel  # TLS when the writer's flags configure it
         self.layout = layout
         self.topics = topic_store
+        self.permission = permission
         self.address = master_commitlog
         self.interval_s = interval_s
         self.copies = 0
@@ -102,7 +107,7 @@ class ConfigCopy:
                     self.apply(dict(files))
                     self.copies += 1
                     self.last_error = ""
-                except (grpc.RpcError, ValueError, CorruptRecordError, OSError) as e:
+                except (grpc.RpcError, ValueError, StoreError, OSError) as e:
                     why = (f"{e.code()}: {e.details()}" if isinstance(e, grpc.Call) else str(e))
                     if why != self.last_error:
                         log.warning("cannot copy the master's configuration from %s: %s; "
@@ -132,3 +137,5 @@ class ConfigCopy:
                 durable.replace_file(replica / OFFSETS, text.encode())
         if GROUPS in files and _read(replica / GROUPS).encode() != files[GROUPS]:
             durable.replace_file(replica / GROUPS, files[GROUPS])
+        if PERM in files and self.permission is not None:
+            self.permission.set(broker_perm.decode(files[PERM]))

@@ -1,6 +1,10 @@
 """A slave's copy of its master's config/ (``config_copy``): topics replaced, delay offsets
 and consumer offsets never going back, groups kept for the proxy."""
 
+import pytest
+
+from rmqstore import broker_perm
+from rmqstore.broker_perm import READ_ONLY, READ_WRITE, PermissionFile
 from rmqstore.formats import consumer_offsets, delay_offset, subscription_groups, topics_json
 from rmqstore.formats.topics_json import TopicConfig, TopicTable
 from rmqstore.layout import StoreLayout
@@ -37,3 +41,21 @@ def test_a_copy_takes_topics_and_keeps_the_higher_offsets(tmp_path):
     assert got.offsets == {("Orders", "g"): {0: 5, 1: 6}}
     assert (replica / "subscriptionGroup.json").read_bytes() == groups
     assert set(read_config(layout)) == {"topics.json", "delayOffset.json"}
+
+
+def test_a_copy_takes_the_masters_broker_permission(tmp_path):
+    """A drained master's slave is drained too, so its promotion does not undo the drain."""
+    master, slave = StoreLayout.of(tmp_path / "master"), StoreLayout.of(tmp_path / "slave")
+    drained = PermissionFile(master.root)
+    drained.set(READ_ONLY)
+    mine = PermissionFile(slave.root)
+    copy = ConfigCopy(slave, TopicStore(slave.root, 8), "127.0.0.1:1", permission=mine)
+    copy.apply(read_config(master))
+    assert mine.perm == READ_ONLY
+    assert PermissionFile(slave.root).perm == READ_ONLY  # kept, as a restart finds it
+    drained.set(READ_WRITE)
+    copy.apply(read_config(master))
+    assert PermissionFile(slave.root).perm == READ_WRITE
+    with pytest.raises(ValueError, match="brokerPermission is not 6 or 4: 7"):
+        copy.apply({broker_perm.FILE: b'{"brokerPermission": 7}'})
+    assert mine.perm == READ_WRITE  # a bad copy changes nothing
