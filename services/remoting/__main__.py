@@ -222,8 +222,10 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     config = BrokerConfig(args.cluster_name, args.broker_name, permission, register_now)
     broker.handlers.update(config.handlers())
     for code in (C.SEND_MESSAGE, C.SEND_MESSAGE_V2):
-        broker.handlers[code] = RetrySendDiverter(sender.send, topics, topics_changed,
-                                                  group_metrics, sender.handle)  # fmt: skip
+        diverter = RetrySendDiverter(sender.send, topics, topics_changed, group_metrics,
+                                     sender.handle)  # fmt: skip
+        diverter.permission = permission
+        broker.handlers[code] = diverter
     if proxy is not None:
         admin = ConsumerAdmin(args.broker_name, clients, topics, registry, query)
         broker.handlers.update(admin.handlers())

@@ -178,6 +178,7 @@ class RetrySendDiverter:
         self.topics = topics
         self.topics_changed = topics_changed
         self.watcher = watcher
+        self.permission: PermissionReader | None = None  # the broker's: a drain refuses
 
     def __call__(self, conn: Connection, req: R.Command) -> Answer | Awaitable[Answer] | Later:
         topic = (req.ext or {}).get("topic" if req.code == R.RequestCode.SEND_MESSAGE else "b")
@@ -204,6 +205,8 @@ class RetrySendDiverter:
         dead = retries.dead_letter_topic(group)
         if times < limit or dead is None:
             return await self.send(conn, req)
+        if self.permission is not None and not writable(await self.permission.current()):
+            return await self.send(conn, req)  # refused as any send: no dead-letter topic made
         await _create(self.topics, dead, self.topics_changed)
         props = P.parse(ext.get(props_key) or "")
         props.pop(P.DELAY, None)

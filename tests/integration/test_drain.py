@@ -66,11 +66,14 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         namesrv.stop()
 
 
+def _send_ext() -> dict[str, str]:
+    return {"a": "PG_DRAIN", "b": TOPIC, "c": "TBW102", "d": "4", "e": "0", "f": "0",
+            "g": "1795817537947", "h": "0", "i": "KEYS\x01k", "j": "0", "k": "false",
+            "m": "false"}  # fmt: skip
+
+
 def _send(opaque: int, body: bytes = b"drain") -> bytes:
-    ext = {"a": "PG_DRAIN", "b": TOPIC, "c": "TBW102", "d": "4", "e": "0", "f": "0",
-           "g": "1795817537947", "h": "0", "i": "KEYS\x01k", "j": "0", "k": "false",
-           "m": "false"}  # fmt: skip
-    return json_request(C.SEND_MESSAGE_V2, ext, opaque, body)
+    return json_request(C.SEND_MESSAGE_V2, _send_ext(), opaque, body)
 
 
 def _pull(offset: int) -> bytes:
@@ -189,6 +192,15 @@ def test_a_drained_broker_refuses_sends_and_serves_pulls(cluster: Cluster,
         sent_back = await _call(cluster.remoting("broker-b"),
                                 json_request(C.CONSUMER_SEND_MSG_BACK, back))  # fmt: skip
         assert sent_back.code == RC.NO_PERMISSION, sent_back.remark
+        # a consumer's own copy after its last retry, which a broker diverts to %DLQ%<group>
+        last = json_request(C.SEND_MESSAGE_V2, {**_send_ext(), "b": "%RETRY%CG_DRAIN",
+                                                "j": "16", "l": "16"})  # fmt: skip
+        refused = await _call(cluster.remoting("broker-b"), last)
+        assert refused.code == RC.NO_PERMISSION, refused.remark
+        config = await _call(cluster.remoting("broker-b"),
+                             json_request(C.GET_ALL_TOPIC_CONFIG, None))  # fmt: skip
+        made = R.parse_json_body(config.body)["topicConfigTable"]
+        assert "%DLQ%CG_DRAIN" not in made  # nothing created for a refused send
         taken = await _call(cluster.remoting("broker-a"), _send(4))
         assert taken.code == RC.SUCCESS, taken.remark
         while (pulled := await _call(cluster.remoting("broker-b"), _pull(0))).code != 0:
