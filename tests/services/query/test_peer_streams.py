@@ -78,6 +78,19 @@ def _statuses(answer: query_pb2.QueryByKeyResponse) -> dict[str, int]:
     return {s.broker_name: s.answer for s in answer.brokers}
 
 
+def _bytes_waiting(port: int) -> int:
+    """Bytes received and not yet read on the connections to local ``port`` (gRPC listens
+    on IPv6 sockets, 127.0.0.1 v4-mapped; a line: local address, state 01 established, then
+    tx_queue:rx_queue)."""
+    waiting = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            _sl, local, _remote, state, queues = line.split()[:5]
+            if local.endswith(f":{port:04X}") and state == "01":
+                waiting += int(queues.split(":")[1], 16)
+    return waiting
+
+
 def _until_all_ok(stub: query_pb2_grpc.QueryStub) -> query_pb2.QueryByKeyResponse:
     deadline = time.monotonic() + MEMBERS_S
     while True:
@@ -119,7 +132,10 @@ def test_a_peer_killed_mid_lookup_is_unreachable_and_answers_again_once_back(clu
     answers: list[query_pb2.QueryByKeyResponse] = []
     asking = threading.Thread(target=lambda: answers.append(_ask(stub)))
     asking.start()
-    time.sleep(0.5)
+    deadline = time.monotonic() + 30
+    while not _bytes_waiting(b.port):  # the lookup reached the frozen peer's socket
+        assert time.monotonic() < deadline, "the lookup never reached the frozen peer"
+        time.sleep(0.01)
     b.query.proc.kill()  # ...and it dies under that lookup
     b.query.proc.wait(10)
     asking.join(60)
