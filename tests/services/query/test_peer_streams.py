@@ -1,6 +1,8 @@
 """The query services of a cluster asking each other over their long-lived peer streams: real
-processes (a name server; per broker a writer and a query service on its own store)."""
+processes (a name server; per broker a writer and a query service on its own store), and a
+peer of an older version, without the stream, asked over unary calls."""
 
+import asyncio
 import signal
 import threading
 import time
@@ -11,8 +13,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from rmqstore.cluster_members import Peer
 from rmqstore.server import channel
-from rmqstore.v1 import query_pb2, query_pb2_grpc
+from rmqstore.v1 import common_pb2, query_pb2, query_pb2_grpc
+from services.query.peer_streams import PeerStreams
 from tests import procs
 from tests.services.query.store_builder import build_store
 
@@ -220,3 +224,41 @@ def test_concurrent_lookups_each_get_their_own_answers(cluster):
     for t in threads:
         t.join(120)
     assert results == {limit: every[:limit] for limit in range(1, 13)}
+
+
+class _OlderPeer(query_pb2_grpc.QueryServicer):
+    """A peer of a version before ``PeerStream``: its servicer answers UNIMPLEMENTED there, and
+    lookups over unary ``QueryByKey`` (one message per call, keyed by the call's number)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def QueryByKey(self, request, context):  # noqa: N802 (gRPC's name)
+        self.calls += 1
+        return query_pb2.QueryByKeyResponse(messages=[common_pb2.StoredMessage(
+            topic=request.topic, unique_key=f"{request.key}-{self.calls}")])  # fmt: skip
+
+
+def test_a_peer_without_the_stream_is_asked_over_unary_calls():
+    async def check() -> None:
+        older = _OlderPeer()
+        server = grpc.aio.server()
+        query_pb2_grpc.add_QueryServicer_to_server(older, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        streams = PeerStreams(grpc.aio.insecure_channel)
+        try:
+            peer = Peer("older", f"127.0.0.1:{port}")
+            ask = query_pb2.QueryByKeyRequest(topic="T", key="k")
+            first = await streams.ask(peer, ask, 10)  # the stream refused: asked again unary
+            second = await streams.ask(peer, ask, 10)  # unary at once, no stream tried
+            got = [m.unique_key for m in (*first.messages, *second.messages)]
+            assert got == ["k-1", "k-2"]
+            assert older.calls == 2
+            link = streams.links[peer.address]
+            assert not link.open and link.unary_until > time.monotonic()
+        finally:
+            await streams.close()
+            await server.stop(None)
+
+    asyncio.run(check())
