@@ -2,7 +2,8 @@
 of every broker of a cluster, as ``mqadmin updateTopic -c`` does — through the RocketMQ 4.x
 protocol: the brokers and their masters from the name server (``GET_BROKER_CLUSTER_INFO``);
 each master asked for its topics (``GET_ALL_TOPIC_CONFIG``: one that has the topic is left as
-it is) and sent ``UPDATE_AND_CREATE_TOPIC`` otherwise.
+it is) and sent ``UPDATE_AND_CREATE_TOPIC`` otherwise, ``--type`` in its ``attributes`` as
+RocketMQ 5's mqadmin sends it (a 4.x broker ignores it).
 
 One line per broker (``--json``: one object); every broker is tried. Exit 0 when every
 broker has the topic, ``UNAVAILABLE`` (3) naming the brokers that failed, ``NOT_FOUND`` (1)
@@ -14,20 +15,24 @@ import asyncio
 import json
 
 from rmqstore.formats import remoting as R
+from rmqstore.formats.topics_json import MESSAGE_TYPE_ATTRIBUTE
 from rmqstore.name_servers import masters
 from rmqstore.remoting_net import RemotingClient, RemotingError
 from services.cli.cluster_of import cluster_of
-from services.cli.errors import UNAVAILABLE, USAGE, CliError
+from services.cli.errors import UNAVAILABLE, CliError
 
 TIMEOUT_S = 10.0
 
 
 def _request(args: argparse.Namespace) -> R.Command:
-    return R.Command(code=R.RequestCode.UPDATE_AND_CREATE_TOPIC, ext={
+    ext = {
         "topic": args.name, "defaultTopic": "TBW102", "readQueueNums": str(args.queues),
         "writeQueueNums": str(args.queues), "perm": str(args.perm),
         "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false",
-    })  # fmt: skip
+    }  # fmt: skip
+    if args.type:  # as RocketMQ 5's mqadmin updateTopic -a +message.type=TYPE sends it
+        ext["attributes"] = f"{MESSAGE_TYPE_ATTRIBUTE}={args.type.upper()}"
+    return R.Command(code=R.RequestCode.UPDATE_AND_CREATE_TOPIC, ext=ext)
 
 
 async def _create_on(address: str, cmd: R.Command) -> dict:
@@ -68,9 +73,6 @@ async def _create(args: argparse.Namespace) -> list[dict]:
 
 
 def run_create_in_cluster(args: argparse.Namespace) -> int:
-    if args.type:
-        raise CliError("--type with --namesrv: RocketMQ 4.x's UPDATE_AND_CREATE_TOPIC carries "
-                       "no message type; create it on each writer", USAGE)  # fmt: skip
     rows = asyncio.run(_create(args))
     for r in rows:
         if args.json:

@@ -114,8 +114,7 @@ class TopicStore:
                     f"topic {name} does not exist, and this store is served "
                     "read-only (--read-only): no topic can be created"
                 )
-            attributes = {} if kind == "MIXED" else {topics_json.MESSAGE_TYPE_ATTRIBUTE: kind}
-            topic = TopicConfig(name, queues, queues, perm, attributes=attributes)
+            topic = TopicConfig(name, queues, queues, perm, attributes=_typed({}, kind))
             self._save({**self.table.topics, name: topic})
             return topic, True
 
@@ -126,33 +125,30 @@ class TopicStore:
         self._check_name(name)
         queues = self._check_queues(queue_nums or self.max_queues)
         perm = self._check_perm(perm)
-        kind = (message_type or "MIXED").upper()
-        if kind not in topics_json.MESSAGE_TYPES:
-            raise InvalidArgumentError(
-                f"message type {message_type!r} is not one of "
-                + ", ".join(topics_json.MESSAGE_TYPES)
-            )
-        return queues, perm, kind
+        return queues, perm, _check_type(message_type or "MIXED")
 
     def update(self, name: str, read_queue_nums: int, write_queue_nums: int,
-               perm: int = 0) -> TopicConfig:  # fmt: skip
-        """The topic with these queue counts and perm: created, or changed when it exists
-        (RocketMQ's UPDATE_AND_CREATE_TOPIC; its other fields stay)."""
+               perm: int = 0, message_type: str = "") -> TopicConfig:  # fmt: skip
+        """The topic with these queue counts and perm (and message type, when given):
+        created, or changed when it exists (RocketMQ's UPDATE_AND_CREATE_TOPIC; its other
+        fields stay)."""
         self._check_name(name)
         read = self._check_queues(read_queue_nums)
         write = self._check_queues(write_queue_nums)
         perm = self._check_perm(perm)
+        kind = _check_type(message_type) if message_type else ""
         with self._lock:
             existing = self.table.topics.get(name)
             if self.read_only:
                 raise ReadOnlyError(f"topic {name} cannot be changed: this store is served "
                                     "read-only (--read-only)")  # fmt: skip
             if existing is None:
-                topic = TopicConfig(name, read, write, perm)
+                topic = TopicConfig(name, read, write, perm, attributes=_typed({}, kind))
             else:
                 topic = dataclasses.replace(
-                    existing, read_queue_nums=read, write_queue_nums=write, perm=perm
-                )
+                    existing, read_queue_nums=read, write_queue_nums=write, perm=perm,
+                    attributes=_typed(existing.attributes, kind) if kind else existing.attributes,
+                )  # fmt: skip
                 if topic == existing:
                     return existing
             self._save({**self.table.topics, name: topic})
@@ -250,7 +246,7 @@ class TopicsServicer(topics_pb2_grpc.TopicsServicer):
     async def UpdateTopic(self, request, context):  # noqa: N802
         topic = await self.run_blocking(
             self.store.update, request.name, request.read_queue_nums, request.write_queue_nums,
-            request.perm,
+            request.perm, request.message_type,
         )  # fmt: skip
         return to_proto(topic)
 
@@ -267,3 +263,20 @@ class TopicsServicer(topics_pb2_grpc.TopicsServicer):
     async def SetBrokerPermission(self, request, context):  # noqa: N802
         perm = await self.run_blocking(self.permission.set, request.perm)
         return topics_pb2.BrokerPermission(perm=perm)
+
+
+def _check_type(message_type: str) -> str:
+    kind = message_type.upper()
+    if kind not in topics_json.MESSAGE_TYPES:
+        raise InvalidArgumentError(
+            f"message type {message_type!r} is not one of " + ", ".join(topics_json.MESSAGE_TYPES)
+        )
+    return kind
+
+
+def _typed(attributes: dict[str, str], kind: str) -> dict[str, str]:
+    """``attributes`` with the message type ``kind`` (MIXED, the default, is no attribute)."""
+    out = {k: v for k, v in attributes.items() if k != topics_json.MESSAGE_TYPE_ATTRIBUTE}
+    if kind and kind != "MIXED":
+        out[topics_json.MESSAGE_TYPE_ATTRIBUTE] = kind
+    return out

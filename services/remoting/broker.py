@@ -290,13 +290,19 @@ class Broker:
     # --- administration ----------------------------------------------------------------------
 
     async def update_topic(self, conn: Connection, req: R.Command) -> R.Command:
-        """A new topic, or an existing one's read/write queue counts and perm changed."""
+        """A new topic, or an existing one's read/write queue counts and perm changed (and
+        its message type, given as RocketMQ 5's ``attributes``)."""
         topic = req.required("topic")
         refused = _refuse_admin(req, topic)
         if refused is not None:
             return refused
         read, write = req.number("readQueueNums"), req.number("writeQueueNums")
-        await self.topics.update(topic, read, write, req.number("perm"))
+        kind = T.message_type_of(req.field("attributes") or "")  # RocketMQ 5's mqadmin -a
+        if read == write == 0 and await self.topics.get(topic) is None:
+            # no queue count (rmqstore topic create --namesrv without --queues): the writer's
+            await self.topics.create(topic, 0, req.number("perm"), kind)
+        else:
+            await self.topics.update(topic, read, write, req.number("perm"), kind)
         self.topics_changed()
         return R.response_to(req, remark="not set any response code")
 

@@ -6,7 +6,7 @@ import time
 
 import grpc
 
-from rmqstore.formats.topics_json import TopicConfig
+from rmqstore.formats.topics_json import MESSAGE_TYPE_ATTRIBUTE, TopicConfig
 from rmqstore.v1 import topics_pb2, topics_pb2_grpc
 
 CACHE_S = 5.0
@@ -44,6 +44,23 @@ def check_name(topic: str) -> None:
         )
     if len(topic) > TOPIC_MAX_LENGTH:
         raise TopicError(f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}.")
+
+
+def message_type_of(attributes: str) -> str:
+    """The message type UPDATE_AND_CREATE_TOPIC's ``attributes`` sets (RocketMQ 5's field:
+    entries split by commas, ``+message.type=FIFO`` sets it, ``-message.type`` removes it, so
+    MIXED); "" when it names none. Any other attribute: ``TopicError`` (none is kept here)."""
+    kind = ""
+    for entry in filter(None, (e.strip() for e in attributes.split(","))):
+        key, _, value = entry.partition("=")
+        if key == MESSAGE_TYPE_ATTRIBUTE and value:
+            kind = value
+        elif key == "-" + MESSAGE_TYPE_ATTRIBUTE[1:] and not value:
+            kind = "MIXED"
+        else:
+            kept = f"{MESSAGE_TYPE_ATTRIBUTE}=TYPE and -message.type"
+            raise TopicError(f"unsupported topic attribute {entry!r}: only {kept} are kept")
+    return kind
 
 
 def from_proto(t: topics_pb2.TopicConfig) -> TopicConfig:
@@ -112,9 +129,11 @@ class Topics:
             self._cache[name] = (now, config)
         return config
 
-    async def create(self, name: str, queue_nums: int, perm: int) -> TopicConfig:
-        """The topic, created unless it exists."""
-        request = topics_pb2.CreateTopicRequest(name=name, queue_nums=queue_nums, perm=perm)
+    async def create(self, name: str, queue_nums: int, perm: int,
+                     message_type: str = "") -> TopicConfig:  # fmt: skip
+        """The topic, created unless it exists (0 queues: the writer's default)."""
+        request = topics_pb2.CreateTopicRequest(name=name, queue_nums=queue_nums, perm=perm,
+                                                message_type=message_type)  # fmt: skip
         try:
             config = from_proto(await self.stub.CreateTopic(request))
         except grpc.aio.AioRpcError as e:
@@ -123,11 +142,12 @@ class Topics:
         return config
 
     async def update(self, name: str, read_queue_nums: int, write_queue_nums: int,
-                     perm: int) -> TopicConfig:  # fmt: skip
-        """The topic created, or its queue counts and perm changed."""
+                     perm: int, message_type: str = "") -> TopicConfig:  # fmt: skip
+        """The topic created, or its queue counts and perm (and message type, when given)
+        changed."""
         request = topics_pb2.UpdateTopicRequest(
             name=name, read_queue_nums=read_queue_nums, write_queue_nums=write_queue_nums,
-            perm=perm,
+            perm=perm, message_type=message_type,
         )  # fmt: skip
         try:
             config = from_proto(await self.stub.UpdateTopic(request))

@@ -27,7 +27,8 @@ from rmqstore.formats.msgid import decode_offset_msg_id
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.rocketmq import service_pb2 as spb
 from rmqstore.rocketmq import service_pb2_grpc
-from rmqstore.v1 import query_pb2, query_pb2_grpc
+from rmqstore.server import channel
+from rmqstore.v1 import query_pb2, query_pb2_grpc, topics_pb2, topics_pb2_grpc
 from tests import procs
 from tests.remoting_wire import Wire, json_request
 from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, Serve, client_env
@@ -344,9 +345,10 @@ def test_the_cli_prints_each_broker(cluster: Cluster, sent: list[dict]) -> None:
     assert all(m["broker"] in NAMES for m in doc["messages"])
 
 
-def _topic_create(cluster: Cluster, *argv: str) -> subprocess.CompletedProcess:
+def _topic_create(cluster: Cluster, *argv: str, name: str = "FanOutT"
+                  ) -> subprocess.CompletedProcess:  # fmt: skip
     return subprocess.run(
-        [sys.executable, "-m", "services.cli.main", "topic", "create", "FanOutT", "--namesrv",
+        [sys.executable, "-m", "services.cli.main", "topic", "create", name, "--namesrv",
          cluster.namesrv.address, "--json", *argv], cwd=procs.ROOT, capture_output=True,
         text=True, timeout=60,
     )  # fmt: skip
@@ -364,6 +366,12 @@ def test_topic_create_with_a_name_server_reaches_every_broker(cluster: Cluster) 
             for r in rows} == dict.fromkeys(NAMES, ("exists", 3, 3))  # left as they are
     unknown = _topic_create(cluster, "--cluster", "NoSuchCluster")
     assert unknown.returncode == 1 and CLUSTER in unknown.stderr, unknown.stderr
+    fifo = _topic_create(cluster, "--type", "fifo", name="FanOutFifoT")  # RocketMQ 5's attributes
+    assert fifo.returncode == 0, fifo.stderr
+    for name in NAMES:
+        topics = topics_pb2_grpc.TopicsStub(channel(cluster.brokers[name].address(0)))
+        made = topics.GetTopic(topics_pb2.GetTopicRequest(name="FanOutFifoT"), timeout=10)
+        assert dict(made.attributes) == {"+message.type": "FIFO"}, name
 
 
 def test_the_console_searches_the_cluster(cluster: Cluster, sent: list[dict]) -> None:

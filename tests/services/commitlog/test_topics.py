@@ -86,3 +86,15 @@ def test_a_deleted_topic_is_not_adopted_again_until_created(tmp_path):
     assert again.create("Busy", 2)[1]
     assert TopicStore(tmp_path, 8, in_use=lambda: in_use).get("Busy").read_queue_nums == 2
     assert TopicStore(tmp_path, 8).deleted == set()
+
+
+def test_update_sets_the_message_type_when_given_and_keeps_it_otherwise(tmp_path):
+    store = TopicStore(tmp_path, 8)
+    assert store.update("New", 2, 2, 6, "fifo").message_type == "FIFO"
+    assert store.update("New", 3, 3, 6).message_type == "FIFO"  # not named: it stays
+    assert store.update("New", 3, 3, 6, "DELAY").message_type == "DELAY"
+    mixed = store.update("New", 3, 3, 6, "MIXED")
+    assert mixed.message_type == "MIXED" and mixed.attributes == {}  # the default: no attribute
+    with pytest.raises(InvalidArgumentError, match="message type 'SOMETIMES' is not one of"):
+        store.update("New", 1, 1, 6, "SOMETIMES")
+    assert TopicStore(tmp_path, 8).get("New") == mixed  # refused: nothing changed

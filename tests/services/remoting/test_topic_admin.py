@@ -7,6 +7,8 @@ import json
 import pytest
 
 from rmqstore.formats import remoting as R
+from rmqstore.server import channel
+from rmqstore.v1 import topics_pb2, topics_pb2_grpc
 from tests.remoting_wire import Wire, json_request
 from tests.services.remoting.conftest import Served
 from tests.services.remoting.test_broker import _route, _until, run
@@ -16,11 +18,18 @@ C = R.RequestCode
 RC = R.ResponseCode
 
 
-def _update(topic: str, read: int, write: int, perm: int) -> bytes:
+def _update(topic: str, read: int, write: int, perm: int, attributes: str = "") -> bytes:
     ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": str(read),
            "writeQueueNums": str(write), "perm": str(perm), "topicFilterType": "SINGLE_TAG",
            "topicSysFlag": "0", "order": "false"}  # fmt: skip
+    if attributes:
+        ext["attributes"] = attributes
     return json_request(C.UPDATE_AND_CREATE_TOPIC, ext)
+
+
+def _writer_topic(served: Served, name: str) -> topics_pb2.TopicConfig:
+    stub = topics_pb2_grpc.TopicsStub(channel(served.writer))
+    return stub.GetTopic(topics_pb2.GetTopicRequest(name=name), timeout=10)
 
 
 async def _config(broker: Wire) -> dict:
@@ -58,6 +67,19 @@ def test_update_topic_changes_the_queues_and_perm_of_an_existing_topic(served: S
         too_many = await broker.call(_update("ResizeT", 2, 1000, 6))
         assert too_many.code == RC.SYSTEM_ERROR and "queue count" in too_many.remark
         assert (await _config(broker))["ResizeT"]["writeQueueNums"] == 6  # nothing changed
+        # RocketMQ 5's mqadmin updateTopic -a +message.type=FIFO
+        typed = await broker.call(_update("ResizeT", 2, 6, 6, "+message.type=FIFO"))
+        assert typed.code == 0, typed.remark
+        assert _writer_topic(served, "ResizeT").attributes == {"+message.type": "FIFO"}
+        odd = await broker.call(_update("ResizeT", 2, 6, 6, "+queue.type=BatchCQ"))
+        assert odd.code == RC.SYSTEM_ERROR and "unsupported topic attribute" in odd.remark
+        assert _writer_topic(served, "ResizeT").attributes == {"+message.type": "FIFO"}
+        # no queue count (rmqstore topic create --namesrv without --queues): the writer's
+        assert (await broker.call(_update("DefaultQT", 0, 0, 6))).code == 0
+        made = _writer_topic(served, "DefaultQT")
+        assert made.read_queue_nums == made.write_queue_nums > 0
+        zero = await broker.call(_update("DefaultQT", 0, 0, 6))  # an existing topic: refused
+        assert zero.code == RC.SYSTEM_ERROR and "queue count" in zero.remark
 
     run(served, test)
 
