@@ -2,19 +2,20 @@
 the RocketMQ 5 proxy and the 4.x remoting front end share.
 
 Each send waits on a future (``put``), or is called back (``submit``: no task of the
-sender's); one task per batch slot takes whatever has queued up (at most
-``batch_max`` messages) and puts it on its own long-lived ``PutStream`` (a stream costs less
-per batch than a call). At rest a send goes out at once; under load (a batch started less
-than ``spacing_s`` ago) from a pipelining sender, the next one waits out the rest of that
-time and takes everything that came meanwhile, and goes on waiting (in steps of
-``spacing_s``, at most ``linger_s`` in all) while such a sender's puts keep arriving and no
-other put comes, so the writer gets fewer, larger batches: the writer's and the proxy's cost
-is mostly per batch, not per message. A sender is pipelining while it has more than one put
-waiting here (``put``'s ``sender``: the client id); while none is, batches go out at once,
-as a synchronous sender (one send at a time) gains nothing from the wait but latency. The
-writer validates a whole batch before writing any of it: when it refuses one, every message
-of that batch is retried alone, so only the bad one fails. Messages that must be stored
-together (a commit and its op record) are one group.
+sender's); one task per batch slot takes whatever has queued up (at most ``batch_max``
+messages) and puts it on its own long-lived ``PutStream`` (a stream costs less per batch
+than a call), or writes it to its put-socket connection and settles it in the callback that
+reads the replies (no task woken on the way). At rest a send goes out at once; under load
+(a batch started less than ``spacing_s`` ago) from a pipelining sender, the next one waits
+out the rest of that time and takes everything that came meanwhile, and goes on waiting (in
+steps of ``spacing_s``, at most ``linger_s`` in all) while such a sender's puts keep
+arriving and no other put comes, so the writer gets fewer, larger batches: the writer's and
+the proxy's cost is mostly per batch, not per message. A sender is pipelining while it has
+more than one put waiting here (``put``'s ``sender``: the client id); while none is, batches
+go out at once, as a synchronous sender (one send at a time) gains nothing from the wait
+but latency. The writer validates a whole batch before writing any of it: when it refuses
+one, every message of that batch is retried alone, so only the bad one fails. Messages that
+must be stored together (a commit and its op record) are one group.
 
 A batch goes out as one request per kind of group: groups of ``Plain`` messages of one topic
 from one peer become a ``MessageColumns`` request each (no protobuf object per message on
@@ -26,94 +27,37 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 import grpc
 
+from rmqstore.append_outcomes import (
+    BUSY,
+    REFUSED,
+    UNAVAILABLE,
+    AppendError,
+    Done,
+    ErrorFactory,
+    Stored,
+    Waiter,
+    grpc_error,
+    reply_outcome,
+)
 from rmqstore.put_requests import Plain, Record
 from rmqstore.put_requests import requests_of as _requests
 from rmqstore.put_socket import PutConnection
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
+__all__ = ["BUSY", "REFUSED", "UNAVAILABLE", "AppendError", "Appender", "Done", "ErrorFactory",
+           "Plain", "Record", "Stored"]  # fmt: skip
 log = logging.getLogger(__name__)
-REFUSED = "refused"  # the writer refused the message (bad input): nothing written
-BUSY = "busy"  # the writer is full or busy
-UNAVAILABLE = "unavailable"  # the writer cannot be reached, or failed the put
-
-
-class AppendError(Exception):
-    """A put or read that failed: its ``kind`` (``REFUSED``, ``BUSY``, ``UNAVAILABLE``) and a
-    message for the client. Each front end maps kinds to its protocol's codes in one place
-    (the ``make_error`` it gives the ``Appender``)."""
-
-    def __init__(self, kind: str, message: str) -> None:
-        super().__init__(message)
-        self.kind = kind
-
-
-ErrorFactory = Callable[[str, str], Exception]
-
-
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
 PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
 LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
 RECENT_S = 0.05  # a synchronous sender that put this recently is expected back (gather_s)
 
-
-class Stored(NamedTuple):
-    """Where a message was stored."""
-
-    phy_offset: int
-    queue_offset: int
-    status: int = 0  # the writer's PutStatus (PUT_OK; under sync_master maybe another)
-
-
-Done = Callable[[list[Stored] | None, BaseException | None], None]  # results, or the error
-
-
-class _Waiter:
-    """What a ``submit`` waits on: settled as a future would be, it calls ``done`` instead of
-    waking a task."""
-
-    __slots__ = ("_appender", "_sender", "_done", "_settled", "before")
-
-    def __init__(self, appender: "Appender", sender: str, done: Done) -> None:
-        self._appender = appender
-        self._sender = sender
-        self._done = done
-        self._settled = False
-        self.before = 0  # puts of the sender waiting before this one
-
-    def done(self) -> bool:
-        return self._settled
-
-    def set_result(self, results: list[Stored]) -> None:
-        self._settle(results, None)
-
-    def set_exception(self, error: BaseException) -> None:
-        self._settle(None, error)
-
-    def _settle(self, results: list[Stored] | None, error: BaseException | None) -> None:
-        if self._settled:
-            return
-        self._settled = True
-        self._appender._left(self._sender, self.before)
-        try:
-            self._done(results, error)
-        except Exception:  # a bug of the caller's: the other puts of the batch still settle
-            log.exception("a put's callback failed")
-
-
-Settled = asyncio.Future | _Waiter  # what a queued put's results are set on
+Settled = asyncio.Future | Waiter  # what a queued put's results are set on
 Group = tuple[list[Record], Settled, int]  # records, where their results go, their bytes
-
-
-def _error(e: grpc.aio.AioRpcError) -> AppendError:
-    if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-        return AppendError(REFUSED, e.details() or "refused by the store")
-    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return AppendError(BUSY, e.details() or "store is full or busy")
-    return AppendError(UNAVAILABLE, f"store unavailable: {e.details()}")
 
 
 class Appender:
@@ -173,7 +117,7 @@ class Appender:
         """``put`` without a task of the caller's: ``done(results, None)`` once stored,
         ``done(None, error)`` once failed (never from inside this call)."""
         loop = asyncio.get_running_loop()
-        waiter = _Waiter(self, sender, done)
+        waiter = Waiter(self._left, sender, done)
         group, slot, waiter.before = self._take(messages, sender, waiter, loop)
         if slot is not None:
             task = asyncio.ensure_future(self._direct(slot, group))
@@ -254,13 +198,18 @@ class Appender:
         try:
             reply = await self.stub.ReadRecords(commitlog_pb2.ReadRecordsRequest(offsets=offsets))
         except grpc.aio.AioRpcError as e:
-            err = _error(e)
+            err = grpc_error(e)
             raise self.make_error(err.kind, str(err)) from None
         return list(reply.records)
 
     async def _run(self, slot: int) -> None:
         """Take the slot's next batch: its first put, then (while the slot's previous batch
-        may still be in flight) the wait for it to fill, then the slot, then ``_batch``."""
+        may still be in flight) the wait for it to fill, then the slot, then (not under a
+        pipelining sender's load) the wait for the synchronous senders (``_gather``), then the
+        puts queued behind the first: a group commit (the puts that arrived while the slot's
+        previous batch was in flight go out as one). The batch is written at once, its
+        replies settled in the callback that reads them (``_send_now``), or else put by a
+        task of its own (``_batch``)."""
         loop = asyncio.get_running_loop()
         busy = self._busy[slot]
         while True:
@@ -279,11 +228,38 @@ class Appender:
             except BaseException:
                 self._claims[slot] -= 1
                 raise
-            taken: asyncio.Future[None] = loop.create_future()
-            task = asyncio.ensure_future(self._batch(slot, first, loop, taken))
-            self._putting.add(task)
-            task.add_done_callback(self._putting.discard)
-            await taken  # the next batch starts with a put this one did not take
+            try:
+                if self.gather_s and not self._pipelined:
+                    await self._gather(loop)
+            except BaseException:
+                self._release(slot)
+                raise
+            groups = self._take_queued(first)
+            if not self._send_now(slot, groups):
+                task = asyncio.ensure_future(self._batch(slot, groups))
+                self._putting.add(task)
+                task.add_done_callback(self._putting.discard)
+
+    def _take_queued(self, first: Group) -> list[Group]:
+        """``first`` and the puts queued behind it, up to ``batch_max`` messages and
+        ``BATCH_BYTES``, out of the queue."""
+        self._queued_from.pop(first[1], None)
+        groups = [first]
+        count, size = len(first[0]), first[2]
+        while self._queue and count < self.batch_max and size < BATCH_BYTES:
+            g = self._queue.popleft()
+            self._queued_from.pop(g[1], None)
+            self._lone.discard(g[1])
+            self._queued -= len(g[0])
+            groups.append(g)
+            count += len(g[0])
+            size += g[2]
+        return groups
+
+    def _release(self, slot: int) -> None:
+        """The slot's batch is settled: the next may go out on it."""
+        self._busy[slot].release()
+        self._claims[slot] -= 1
 
     async def _fill(self, lone: bool, loop: asyncio.AbstractEventLoop) -> None:
         """Under a pipelining sender's load, wait for more of its puts (see above)."""
@@ -297,32 +273,71 @@ class Appender:
         else:
             self._next_at = now + self.spacing_s
 
-    async def _batch(self, slot: int, first: Group, loop: asyncio.AbstractEventLoop,
-                     taken: asyncio.Future[None]) -> None:  # fmt: skip
-        """Put ``first`` and what queued behind it, the slot held (released here): a group
-        commit (the puts that arrived while the slot's previous batch was in flight go out
-        as one). ``taken`` is set once the batch's puts are out of the queue."""
+    async def _batch(self, slot: int, groups: list[Group]) -> None:
+        """Put ``groups``, the slot held (released here)."""
         try:
-            if self.gather_s and not self._pipelined:
-                await self._gather(loop)
-            self._queued_from.pop(first[1], None)
-            groups = [first]
-            count, size = len(first[0]), first[2]
-            while self._queue and count < self.batch_max and size < BATCH_BYTES:
-                g = self._queue.popleft()
-                self._queued_from.pop(g[1], None)
-                self._lone.discard(g[1])
-                self._queued -= len(g[0])
-                groups.append(g)
-                count += len(g[0])
-                size += g[2]
-            taken.set_result(None)
             await self._put(slot, groups)
         finally:
-            if not taken.done():
-                taken.set_result(None)
-            self._busy[slot].release()
-            self._claims[slot] -= 1
+            self._release(slot)
+
+    def _send_now(self, slot: int, groups: list[Group]) -> bool:
+        """Write ``groups``' requests on the slot's put-socket connection now, and settle them
+        (and release the slot) in the callback that reads their replies: no task, no wake-up
+        in between. False (nothing done) when the connection is not open and idle."""
+        stream = self._streams[slot]
+        if not isinstance(stream, PutConnection) or not stream.idle():
+            return False
+        try:
+            requests = _requests(groups, self.merge_below)
+            stream.send(
+                [r for r, _gs in requests],
+                lambda replies: self._replied(slot, stream, groups, requests, replies),
+            )
+        except OSError as e:  # the put socket broke
+            self._streams[slot] = None
+            stream.cancel()
+            self._fail(groups, AppendError(UNAVAILABLE, f"store unavailable: {e}"))
+            self._release(slot)
+        except Exception as e:  # never leave a sender waiting
+            self._fail(groups, e)
+            self._release(slot)
+        return True
+
+    def _replied(self, slot: int, stream: PutConnection, groups: list[Group],
+                 requests: list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]],
+                 replies: list[bytes] | None) -> None:  # fmt: skip
+        """``_send_now``'s requests answered (``replies``), or their connection lost (None)."""
+        retry: list[Group] = []
+        try:
+            if replies is None:
+                if self._streams[slot] is stream:
+                    self._streams[slot] = None
+                raise AppendError(UNAVAILABLE, "the store closed the stream")
+            outcomes = [reply_outcome(commitlog_pb2.PutStreamReply.FromString(r)) for r in replies]
+        except Exception as e:
+            if replies is not None:  # a reply that does not parse: the connection is done
+                self._streams[slot] = None
+                stream.cancel()
+            self._fail(groups, e)
+        else:
+            try:
+                retry = self._settle_replies(requests, outcomes)
+            except Exception as e:  # a bug: still never leave a sender waiting, the slot held
+                self._fail(groups, e)
+        if not retry:
+            self._release(slot)
+            return
+        task = asyncio.ensure_future(self._retry(slot, retry))
+        self._putting.add(task)
+        task.add_done_callback(self._putting.discard)
+
+    async def _retry(self, slot: int, groups: list[Group]) -> None:
+        """Each of ``groups`` (a refused request's) put alone, the slot held (released here)."""
+        try:
+            for g in groups:
+                await self._put(slot, [g])
+        finally:
+            self._release(slot)
 
     async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
         """Wait (at most ``gather_s``) until every synchronous sender seen in the last
@@ -403,14 +418,7 @@ class Appender:
                 if reply is grpc.aio.EOF or reply is None:
                     self._streams[slot] = None
                     raise AppendError(UNAVAILABLE, "the store closed the stream")
-                if reply.status_code:
-                    out.append(AppendError(
-                        REFUSED
-                        if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-                        else UNAVAILABLE, reply.error or "refused by the store",
-                    ))  # fmt: skip
-                else:
-                    out.append(reply.response)
+                out.append(reply_outcome(reply))
         except OSError as e:  # the put socket broke
             self._streams[slot] = None
             stream.cancel()
@@ -437,16 +445,24 @@ class Appender:
             requests = _requests(groups, self.merge_below)
             replies = await self._call(slot, [r for r, _gs in requests])
         except grpc.aio.AioRpcError as e:
-            self._fail(groups, _error(e))
+            self._fail(groups, grpc_error(e))
             return
         except Exception as e:  # never leave a sender waiting
             self._fail(groups, e)
             return
+        for g in self._settle_replies(requests, replies):  # find the bad one: each alone
+            await self._put(slot, [g])
+
+    def _settle_replies(self, requests: list[tuple[commitlog_pb2.PutBatchRequest, list[Group]]],
+                        replies: list[commitlog_pb2.PutBatchResponse | AppendError]
+                        ) -> list[Group]:  # fmt: skip
+        """Each request's puts settled with its reply; the groups of a refused request of
+        several, to put again each alone (so only the bad one fails)."""
+        retry: list[Group] = []
         for (_request, gs), reply in zip(requests, replies, strict=True):
             if isinstance(reply, AppendError):
                 if reply.kind == REFUSED and len(gs) > 1:
-                    for g in gs:  # find the bad one: each group alone
-                        await self._put(slot, [g])
+                    retry += gs
                 else:
                     self._fail(gs, reply)
                 continue
@@ -461,6 +477,7 @@ class Appender:
                 if not f.done():
                     f.set_result(results[at : at + len(rs)])
                 at += len(rs)
+        return retry
 
     async def close(self) -> None:
         for stream in self._streams.values():

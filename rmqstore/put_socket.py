@@ -31,7 +31,7 @@ import os
 import stat
 import struct
 from collections import deque
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import grpc
@@ -114,7 +114,9 @@ class Puts(Protocol):
 
 class PutConnection(asyncio.Protocol):
     """The client side: ``write`` requests, ``read`` their replies in order (None once the
-    writer closed the connection), ``cancel`` to drop it."""
+    writer closed the connection), ``cancel`` to drop it. Or, while ``idle``: ``send``
+    requests and have their replies handed to a callback as they are read, with no task
+    woken for them."""
 
     def __init__(self) -> None:
         self._transport: asyncio.Transport | None = None
@@ -123,6 +125,7 @@ class PutConnection(asyncio.Protocol):
         self._waiter: asyncio.Future[None] | None = None  # a read waiting for a reply
         self._writable: asyncio.Future[None] | None = None  # set while writing is paused
         self._closed = False
+        self._expected: tuple[int, Callable[[list[bytes] | None], None]] | None = None  # send's
 
     @classmethod
     async def open(cls, path: str) -> "PutConnection":
@@ -137,10 +140,17 @@ class PutConnection(asyncio.Protocol):
             self._replies.extend(self._frames.feed(data))
         except FrameError:
             self.cancel()
+        expected = self._expected
+        if expected is not None and len(self._replies) >= expected[0]:
+            self._expected = None
+            expected[1]([self._replies.popleft() for _ in range(expected[0])])
         self._wake()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
+        expected, self._expected = self._expected, None
+        if expected is not None:
+            expected[1](None)
         self._wake()
         if self._writable is not None and not self._writable.done():
             self._writable.set_result(None)
@@ -171,6 +181,21 @@ class PutConnection(asyncio.Protocol):
         self._transport.write(b"".join(frame(r.SerializeToString()) for r in requests))
         if self._writable is not None:
             await self._writable
+
+    def idle(self) -> bool:
+        """Open, writable now, and no reply owed or unread: ``send`` may be called."""
+        return (not self._closed and self._transport is not None and self._writable is None
+                and self._expected is None and self._waiter is None
+                and not self._replies)  # fmt: skip
+
+    def send(self, requests: Sequence[commitlog_pb2.PutBatchRequest],
+             replied: Callable[[list[bytes] | None], None]) -> None:  # fmt: skip
+        """``write_many`` without waiting (only while ``idle``); ``replied`` is called with
+        the replies' bytes, in order, from the callback that reads the last of them, or with
+        None if the connection ends first (never from inside this call)."""
+        assert self._transport is not None and self.idle()
+        self._transport.write(b"".join(frame(r.SerializeToString()) for r in requests))
+        self._expected = (len(requests), replied)
 
     async def read(self) -> commitlog_pb2.PutStreamReply | None:
         while not self._replies:

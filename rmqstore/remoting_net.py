@@ -10,13 +10,14 @@ decode closes only its connection. Oneway requests are never answered.
 """
 
 import asyncio
+import contextlib
 import inspect
 import itertools
 import logging
 import socket
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from rmqstore.formats import remoting as R
 
@@ -59,7 +60,19 @@ def not_supported(request: R.Command) -> R.Command:
                          remark=f" request type {request.code} not supported")  # fmt: skip
 
 
-def peer_text(writer: asyncio.StreamWriter) -> str:
+class Writer(Protocol):
+    """What a connection writes through: an ``asyncio.StreamWriter`` or a transport."""
+
+    def write(self, data: bytes) -> None: ...
+
+    def is_closing(self) -> bool: ...
+
+    def close(self) -> None: ...
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any: ...
+
+
+def peer_text(writer: Writer) -> str:
     """The peer's ``ip:port`` (``[v6]:port``), or "" when unknown."""
     peer = writer.get_extra_info("peername")
     if not peer:
@@ -70,12 +83,14 @@ def peer_text(writer: asyncio.StreamWriter) -> str:
 
 class Connection:
     """One TCP connection speaking remoting frames. ``handler`` answers the peer's requests
-    (None: every request is answered REQUEST_CODE_NOT_SUPPORTED)."""
+    (None: every request is answered REQUEST_CODE_NOT_SUPPORTED). Its bytes come from
+    ``reader`` (``run``), or are handed to ``feed`` by the protocol that reads them (a
+    server's connections: no task woken per read)."""
 
     def __init__(
         self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
+        reader: asyncio.StreamReader | None,
+        writer: Writer,
         handler: Handler | None = None,
         observe: Observer | None = None,
     ) -> None:
@@ -88,32 +103,40 @@ class Connection:
         self._pending: dict[int, asyncio.Future[R.Command]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._started: dict[int, float] = {}  # id of a request answered LATER -> when taken
+        self._buf = bytearray()  # the start of a frame not yet whole
         self.attrs: dict[str, Any] = {}  # what a service keeps about the peer
 
     async def run(self) -> None:
-        """Read frames until the peer closes or sends one that does not decode."""
-        buf = bytearray()  # the start of a frame not yet whole
+        """Read frames from ``reader`` until the peer closes or sends one that does not
+        decode."""
+        assert self.reader is not None
         try:
             while True:
                 chunk = await self.reader.read(READ_CHUNK)
                 if not chunk:
                     break
-                if buf:
-                    buf += chunk
-                    commands, used = R.split(buf)
-                    del buf[:used]
-                else:  # mostly whole frames: decoded from the chunk, nothing copied
-                    commands, used = R.split(chunk)
-                    if used < len(chunk):
-                        buf += chunk[used:]
-                for cmd in commands:
-                    self._received(cmd)
+                self.feed(chunk)
         except R.FrameError as e:
             log.warning("closing the connection from %s: %s", self.remote, e)
         except (ConnectionError, OSError):
             pass
         finally:
             self.close()
+
+    def feed(self, chunk: bytes) -> None:
+        """Bytes read from the peer: the frames they complete taken in order (FrameError for
+        one that does not decode)."""
+        buf = self._buf
+        if buf:
+            buf += chunk
+            commands, used = R.split(buf)
+            del buf[:used]
+        else:  # mostly whole frames: decoded from the chunk, nothing copied
+            commands, used = R.split(chunk)
+            if used < len(chunk):
+                buf += chunk[used:]
+        for cmd in commands:
+            self._received(cmd)
 
     def _received(self, cmd: R.Command) -> None:
         if cmd.flag & R.FLAG_RESPONSE:
@@ -212,8 +235,9 @@ class Connection:
 
 
 class RemotingServer:
-    """Accepts connections on ``host:port`` and serves each with ``handler``.
-    ``on_close(conn)`` is called when a connection ends."""
+    """Accepts connections on ``host:port`` and serves each with ``handler``: the frames of
+    each read are taken in the callback that receives them. ``on_close(conn)`` is called
+    when a connection ends."""
 
     def __init__(
         self,
@@ -226,43 +250,71 @@ class RemotingServer:
         self.on_close = on_close
         self.connections: set[Connection] = set()
         self.address = ""  # host:port once started
-        self._serving: set[asyncio.Task[Any]] = set()  # a task per connection
+        self._none_open = asyncio.Event()
+        self._none_open.set()
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self, host: str, port: int) -> str:
         """Listen; the bound address as ``host:port``."""
-        self._server = await asyncio.start_server(self._serve, host, port, reuse_address=True,
-                                                  limit=R.FRAME_MAX)  # fmt: skip
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(lambda: _Served(self), host, port,
+                                                reuse_address=True)  # fmt: skip
         bound = self._server.sockets[0].getsockname()[1]
         self.address = f"[{host}]:{bound}" if ":" in host else f"{host}:{bound}"
         return self.address
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Connection(reader, writer, self.handler, self.observe)
+    def _opened(self, conn: Connection) -> None:
         self.connections.add(conn)
-        task = asyncio.current_task()
-        if task is not None:
-            self._serving.add(task)
-        try:
-            await conn.run()
-        finally:
-            self.connections.discard(conn)
-            self._serving.discard(task)  # type: ignore[arg-type]
-            if self.on_close is not None:
-                self.on_close(conn)
+        self._none_open.clear()
+
+    def _lost(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        if not self.connections:
+            self._none_open.set()
+        if self.on_close is not None:
+            self.on_close(conn)
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
         for conn in list(self.connections):
             conn.close()
-        if self._serving:  # each ends at its connection's end of file
-            await asyncio.wait(list(self._serving), timeout=5)
+        with contextlib.suppress(TimeoutError):  # each ends once its transport is closed
+            await asyncio.wait_for(self._none_open.wait(), 5)
         if self._server is not None:
             await self._server.wait_closed()
+
+
+class _Served(asyncio.Protocol):
+    """A server's connection: bytes handed to its ``Connection`` as they are read."""
+
+    def __init__(self, server: RemotingServer) -> None:
+        self.server = server
+        self.conn: Connection | None = None
+
+    def connection_made(self, transport) -> None:  # type: ignore[override]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.conn = Connection(None, transport, self.server.handler, self.server.observe)
+        self.server._opened(self.conn)
+
+    def data_received(self, data: bytes) -> None:
+        conn = self.conn
+        assert conn is not None
+        try:
+            conn.feed(data)
+        except R.FrameError as e:
+            log.warning("closing the connection from %s: %s", conn.remote, e)
+            conn.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        conn = self.conn
+        if conn is None:
+            return
+        self.conn = None
+        conn.close()
+        self.server._lost(conn)
 
 
 class RemotingClient:

@@ -157,3 +157,42 @@ def test_a_stop_cuts_answers_owed_past_its_grace(tmp_path):
     puts = _DurablePuts()
     assert asyncio.run(run(puts)) is None
     assert puts.open == 0
+
+
+def test_sent_requests_are_answered_through_the_callback_or_with_none_once_cut(tmp_path):
+    """``send``: the replies of all its requests reach the callback at once, in order, never
+    from inside the call; the connection is not ``idle`` while they are owed; a connection
+    that ends first calls back with None."""
+    request = commitlog_pb2.PutBatchRequest(messages=[common_pb2.Message(topic="a")])
+
+    async def run(puts: _DurablePuts) -> tuple[list, bool, bool, list]:
+        path = str(tmp_path / "p.sock")
+        server = await put_socket.serve(path, puts)
+        conn = await put_socket.PutConnection.open(path)
+        got: list = []
+        answered = asyncio.Event()
+
+        def replied(replies: list[bytes] | None) -> None:
+            got.append(replies)
+            answered.set()
+
+        puts.durable.set()
+        assert conn.idle()
+        conn.send([request, request], replied)
+        busy, early = not conn.idle(), bool(got)
+        await asyncio.wait_for(answered.wait(), 5)
+        first = [list(commitlog_pb2.PutStreamReply.FromString(r).response.columns.phy_offset)
+                 for r in got[0]]  # fmt: skip
+        assert conn.idle()
+        puts.durable.clear()  # the next one is taken, never answered
+        answered.clear()
+        conn.send([request], replied)
+        while len(puts.appended) < 3:
+            await asyncio.sleep(0.01)
+        await put_socket.close(server, grace_s=0.2)
+        await asyncio.wait_for(answered.wait(), 5)
+        return first, busy, early, got[1:]
+
+    first, busy, early, cut = asyncio.run(run(_DurablePuts()))
+    assert first == [[1], [2]] and busy and not early
+    assert cut == [None]  # the writer cut the connection before answering

@@ -127,3 +127,47 @@ def test_client_reconnects_after_the_server_closed_its_connection() -> None:
             raise AssertionError("a closed server answered")
 
     asyncio.run(asyncio.wait_for(main(), 60))
+
+
+def test_frames_cut_anywhere_are_taken_whole_and_a_bad_one_closes_only_its_connection() -> None:
+    """The server takes each read's frames as they come: a frame in pieces, several in one
+    write; a frame that does not decode closes its connection (``on_close`` called), and
+    the server goes on serving the others."""
+
+    async def read_answer(reader: asyncio.StreamReader) -> R.Command:
+        prefix = await reader.readexactly(4)
+        return R.decode(await reader.readexactly(R.frame_length(prefix)))
+
+    async def main() -> None:
+        closed: list[Connection] = []
+        server = RemotingServer(lambda conn, req: R.response_to(req, ext={"n": str(req.opaque)}),
+                                on_close=closed.append)  # fmt: skip
+        host, port = (await server.start("127.0.0.1", 0)).rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port))
+        frames = [R.encode(R.Command(code=FAST, opaque=i)) for i in (1, 2, 3)]
+        for i in range(len(frames[0])):  # a byte at a time
+            writer.write(frames[0][i : i + 1])
+            await writer.drain()
+            await asyncio.sleep(0)
+        writer.write(frames[1] + frames[2][:5])  # one and a piece of the next
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(frames[2][5:])
+        answers = [await read_answer(reader) for _ in range(3)]
+        assert [a.ext for a in answers] == [{"n": "1"}, {"n": "2"}, {"n": "3"}]
+        other = RemotingClient(f"{host}:{port}")
+        writer.write(b"\x00\x00\x00\x02xx")  # shorter than a header word
+        assert await reader.read() == b""  # closed
+        await asyncio.wait_for(_until(lambda: len(closed) == 1), 5)
+        assert (await other.invoke(R.Command(code=FAST), 30)).ext is not None
+        writer.close()
+        await other.close()
+        await server.close()
+        assert len(closed) == 2 and not server.connections
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
+async def _until(check) -> None:  # type: ignore[no-untyped-def]
+    while not check():
+        await asyncio.sleep(0.01)
