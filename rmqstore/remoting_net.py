@@ -6,7 +6,9 @@ answered concurrently and out of order (a handler that returns a command answers
 that returns an awaitable is run as a task, so a slow request never holds up the next; one
 that returns ``LATER`` answers through ``Connection.respond`` itself, without a task); our
 own requests (``invoke``) are matched to their responses by ``opaque``. A frame that does not
-decode closes only its connection. Oneway requests are never answered.
+decode closes only its connection. Oneway requests are never answered. The frames written
+while the requests of one read are taken (their answers made at once) go out in one write,
+in the order they were made: one system call and one wake-up of the peer for the lot.
 """
 
 import asyncio
@@ -104,6 +106,7 @@ class Connection:
         self._tasks: set[asyncio.Task[None]] = set()
         self._started: dict[int, float] = {}  # id of a request answered LATER -> when taken
         self._buf = bytearray()  # the start of a frame not yet whole
+        self._out: list[bytes] | None = None  # frames to write once the read's requests are taken
         self.attrs: dict[str, Any] = {}  # what a service keeps about the peer
 
     async def run(self) -> None:
@@ -135,8 +138,28 @@ class Connection:
             commands, used = R.split(chunk)
             if used < len(chunk):
                 buf += chunk[used:]
-        for cmd in commands:
-            self._received(cmd)
+        if len(commands) == 1:
+            self._received(commands[0])
+        elif commands:
+            self._take(commands)
+
+    def _take(self, commands: list[R.Command]) -> None:
+        """The requests of one read, their frames written together."""
+        out: list[bytes] = []
+        self._out = out
+        try:
+            for cmd in commands:
+                self._received(cmd)
+        finally:
+            self._out = None
+            if out and not self.writer.is_closing():
+                self.writer.write(b"".join(out))
+
+    def _write(self, head: bytes, body: bytes = b"") -> None:
+        if self._out is not None:
+            self._out += (head, body)
+        else:
+            self.writer.write(head + body)
 
     def _received(self, cmd: R.Command) -> None:
         if cmd.flag & R.FLAG_RESPONSE:
@@ -193,11 +216,11 @@ class Connection:
         if self.writer.is_closing():
             return
         try:
-            self.writer.write(R.encode(cmd))
+            self._write(R.encode_head(cmd), cmd.body)
         except R.FrameError as e:
             log.error("answer to %s too large: %s", self.remote, e)
-            self.writer.write(R.encode(R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR,
-                                                     remark=str(e))))  # fmt: skip
+            self._write(R.encode(R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR,
+                                               remark=str(e))))  # fmt: skip
 
     async def invoke(self, cmd: R.Command, timeout: float) -> R.Command:
         """Send a request of ours; its response (``RemotingError`` if none in ``timeout``)."""
@@ -208,7 +231,7 @@ class Connection:
         try:
             if self.writer.is_closing():
                 raise RemotingError(f"connection to {self.remote} is closed")
-            self.writer.write(R.encode(cmd))
+            self._write(R.encode(cmd))
             return await asyncio.wait_for(future, timeout)
         except TimeoutError:
             raise RemotingError(f"{R.code_name(cmd.code)} to {self.remote}: no answer in "

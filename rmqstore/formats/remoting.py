@@ -50,6 +50,8 @@ VERSION_4_9_8 = 409  # MQVersion ordinal this server speaks as (a heartbeat answ
 LANGUAGES = ("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY", "OTHER", "HTTP",
              "GO", "PHP", "OMS", "RUST")  # fmt: skip
 _LANGUAGE_INDEX = {name: i for i, name in enumerate(LANGUAGES)}
+# headers and JSON bodies: keys sorted, compact (one encoder, not one a call)
+_COMPACT_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
 class RequestCode(IntEnum):
@@ -275,7 +277,8 @@ def _decode_json_header(header: bytes) -> Command:
         if ext_raw is not None:
             if not isinstance(ext_raw, dict):
                 raise FrameError("extFields is not an object")
-            ext = {str(k): java_string(v) for k, v in ext_raw.items() if v is not None}
+            ext = {str(k): v if type(v) is str else java_string(v)
+                   for k, v in ext_raw.items() if v is not None}  # fmt: skip
         language = obj.pop("language", "JAVA")
         if isinstance(language, int):
             language = LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER"
@@ -342,10 +345,11 @@ def json_header(cmd: Command) -> bytes:
                            "opaque": cmd.opaque, "serializeTypeCurrentRPC": "JSON",
                            "version": cmd.version}  # fmt: skip
     if cmd.ext is not None:
-        obj["extFields"] = {k: java_string(v) for k, v in cmd.ext.items() if v is not None}
+        obj["extFields"] = {k: v if type(v) is str else java_string(v)
+                            for k, v in cmd.ext.items() if v is not None}  # fmt: skip
     if cmd.remark is not None:
         obj["remark"] = cmd.remark
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _COMPACT_JSON.encode(obj).encode()
 
 
 def binary_header(cmd: Command) -> bytes:
@@ -367,12 +371,18 @@ def binary_header(cmd: Command) -> bytes:
 
 def encode(cmd: Command) -> bytes:
     """The whole frame, length field first, in ``cmd.serialize_type``."""
+    return encode_head(cmd) + cmd.body
+
+
+def encode_head(cmd: Command) -> bytes:
+    """The frame up to its body (length field, header word, header): ``encode`` is this
+    followed by ``cmd.body``, for a writer that joins several frames into one write."""
     header = binary_header(cmd) if cmd.serialize_type == ROCKETMQ else json_header(cmd)
     length = HEADER_WORD.size + len(header) + len(cmd.body)
     if length > FRAME_MAX:
         raise FrameError(f"frame of {length} bytes exceeds {FRAME_MAX}")
     word = (cmd.serialize_type << 24) | len(header)
-    return PREFIX.pack(length, word) + header + cmd.body
+    return PREFIX.pack(length, word) + header
 
 
 # --- JSON bodies --------------------------------------------------------------------------------
@@ -380,7 +390,7 @@ def encode(cmd: Command) -> bytes:
 
 def json_body(value: Any) -> bytes:
     """A body as standard JSON (keys sorted, compact), which every client reads (spec §2)."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    return _COMPACT_JSON.encode(value).encode()
 
 
 def parse_json_body(body: bytes) -> Any:

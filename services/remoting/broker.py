@@ -42,6 +42,7 @@ NO_QUEUE = (
 )  # the query service's answers for a queue never written
 
 Handler = Callable[[Connection, R.Command], Answer | Awaitable[Answer] | Later]
+_AT_ONCE = (R.Command, Later)  # what a handler answers without a coroutine
 
 
 def _refuse_admin(req: R.Command, topic: str) -> R.Command | None:
@@ -136,7 +137,7 @@ class Broker:
             answer = handler(conn, req)
         except (ValueError, R.FrameError) as e:
             return R.response_to(req, RC.SYSTEM_ERROR, remark=str(e))
-        if isinstance(answer, R.Command | Later) or answer is None:
+        if answer is None or isinstance(answer, _AT_ONCE):
             return answer
         return self._guard(req, answer)
 

@@ -182,7 +182,7 @@ class Puller:
 
     def _answered(self, h: PullHeader, answer: R.Command) -> None:
         self.on_pull(h.group, answer.code)
-        end = answer.field("maxOffset")
+        end = None if answer.ext is None else answer.ext.get("maxOffset")
         if end is not None:
             self.positions[(h.group, h.topic, h.queue_id)] = (h.offset, int(end), time.monotonic())
             if len(self.positions) > MAX_POSITIONS:
@@ -306,11 +306,13 @@ class Puller:
         return self._answer(req, h, found), found.max_offset
 
     def _answer(self, req: R.Command, h: PullHeader, found: Found) -> R.Command:
-        code = status_code(found.status, h.offset)
         body = b""
-        if code == RC.SUCCESS:
+        if found.status == "FOUND":
+            code: int = RC.SUCCESS
             body = b"".join(found.records)
             self.pulled += found.count
+        else:
+            code = status_code(found.status, h.offset)
         ext = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(found.next_offset),

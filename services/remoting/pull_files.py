@@ -131,7 +131,8 @@ class PullFiles:
             if len(self._queues) >= MAX_QUEUES:  # the oldest goes, and its mappings
                 self._segments.forget(self._queues.pop(next(iter(self._queues))))
             self._queues[key] = segs
-        self._refresh(segs)
+        if not self._iteration_open or segs.checked != self._iteration:
+            self._refresh(segs)
         return segs
 
     def _refresh(self, segs: Segments) -> None:
@@ -155,8 +156,10 @@ class PullFiles:
 
     def commitlog_min(self) -> int:
         """The commitlog's oldest segment's start (0 without segments), as listed now."""
-        self._refresh(self._commitlog)
-        return self._commitlog.starts[0] if self._commitlog.starts else 0
+        segs = self._commitlog
+        if not self._iteration_open or segs.checked != self._iteration:
+            self._refresh(segs)
+        return segs.starts[0] if segs.starts else 0
 
     def max_offset(self, topic: str, queue: int, segs: Segments) -> int:
         """One past the queue's last written unit (the last segment's data ends at its first
@@ -166,10 +169,10 @@ class PullFiles:
         start, mm = segs.starts[-1], segs.maps[-1]
         lo, hi = 0, len(mm) // UNIT_SIZE
         seen = self._ends.get((topic, queue))
-        if seen and seen[0] == start and 0 < seen[1] <= hi and _valid(mm, seen[1] - 1):
+        if seen is not None and seen[0] == start and 0 < seen[1] <= hi and _valid(mm, seen[1] - 1):
             lo = seen[1]
-            if lo < hi and not _valid(mm, lo):  # not grown
-                hi = lo
+            if lo == hi or not _valid(mm, lo):  # not grown
+                return start // UNIT_SIZE + lo
         while lo < hi:
             mid = (lo + hi) // 2
             if _valid(mm, mid):
@@ -255,9 +258,10 @@ class PullFiles:
         """The records at these (commitlog offset, size) pairs as views of the mapped
         segments, one view for each run of records adjacent in the commitlog; None when one
         is not there as ``records`` reads it (then ask ``records``). ``ordered``: the pairs
-        are in commitlog order (see ``_ordered_runs``)."""
+        are in commitlog order (see ``ordered_runs``)."""
         if ordered and len(wanted) > 1:
-            got = self._ordered_runs(wanted)
+            phys, sizes = zip(*wanted, strict=True)
+            got = self.ordered_runs(phys, sizes)
             if got is not None:
                 return got
         starts, maps = self._commitlog.starts, self._commitlog.maps
@@ -290,15 +294,18 @@ class PullFiles:
             out.append(mm[run:at])
         return out
 
-    def _ordered_runs(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview] | None:
-        """``runs`` of records in commitlog order within one segment, from two heads: the
-        first's and the last's. The commitlog is written in order, so the last record there
-        means every one before it is; a commitlog cut back below the last one (a recovery)
-        fails the last's head as it would fail that record's own. One view when the units
-        say the records are adjacent (their sizes add up to the span), else one a record.
-        None when the heads do not tell (then ``runs`` checks each record's)."""
+    def ordered_runs(
+        self, phys: Sequence[int], sizes: Sequence[int]
+    ) -> list[memoryview] | None:
+        """``runs`` of records in commitlog order (their offsets and sizes as two columns)
+        within one segment, from two heads: the first's and the last's. The commitlog is
+        written in order, so the last record there means every one before it is; a commitlog
+        cut back below the last one (a recovery) fails the last's head as it would fail that
+        record's own. One view when the units say the records are adjacent (their sizes add
+        up to the span), else one a record. None when the heads do not tell (then ``runs``
+        checks each record's)."""
         starts = self._commitlog.starts
-        (first, first_size), (last, last_size) = wanted[0], wanted[-1]
+        first, first_size, last, last_size = phys[0], sizes[0], phys[-1], sizes[-1]
         i = bisect.bisect_right(starts, first) - 1
         if i < 0 or first_size < HEAD_SIZE or last_size < HEAD_SIZE:
             return None
@@ -313,7 +320,6 @@ class PullFiles:
         total, magic, phy = head(mm, b)
         if total != last_size or phy != last or magic not in MAGICS:
             return None
-        phys, sizes = zip(*wanted, strict=True)
         if b + last_size - a == sum(sizes):
             return [mm[a : b + last_size]]
         at = tuple(map(sub, phys, repeat(start)))

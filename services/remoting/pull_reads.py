@@ -16,6 +16,7 @@ unreadable) is skipped, and is MESSAGE_WAS_REMOVING when nothing was found.
 
 import bisect
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
 from pathlib import Path
@@ -51,11 +52,13 @@ class Found:
     min_offset: int = 0
     max_offset: int = 0
     # the records' bytes, to be joined: a piece per record, or per run of adjacent records
-    records: list[bytes | memoryview] = field(default_factory=list)
+    records: Sequence[bytes | memoryview] = field(default_factory=list)
     count: int = 0  # records in them
     wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
     gone: int = 0  # matching units whose record is below the commitlog's minimum
     ordered: bool = False  # ``wanted`` is in commitlog order (checked)
+    # ``wanted`` as two columns (commitlog offsets, sizes) when ``scan`` read them so
+    columns: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
 
 class PullReads:
@@ -90,10 +93,12 @@ class PullReads:
             return None
         found = self.scan(topic, queue, offset, max_messages, tags, end)
         if found.wanted:
-            runs = self.files.runs(found.wanted, found.ordered)
+            runs = None if found.columns is None else self.files.ordered_runs(*found.columns)
             if runs is None:
-                return None
-            found.records, found.count = list(runs), len(found.wanted)
+                runs = self.files.runs(found.wanted, found.ordered)
+                if runs is None:
+                    return None
+            found.records, found.count = runs, len(found.wanted)
         return _settled(found)
 
     async def pull(
@@ -138,8 +143,10 @@ class PullReads:
             columns = pf.columns(segs, offset, count)
             whole = None if columns is None else _whole(*columns, max_messages, cl_min, far)
             if whole is not None:
-                return Found("NO_MATCHED_MESSAGE", offset + len(whole), mn, mx, wanted=whole,
-                             ordered=True)  # fmt: skip
+                phys, sizes = whole
+                return Found("NO_MATCHED_MESSAGE", offset + len(phys), mn, mx,
+                             wanted=list(zip(phys, sizes, strict=True)), ordered=True,
+                             columns=whole)  # fmt: skip
         units = pf.units(segs, offset, count)
         if not units:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
@@ -194,7 +201,7 @@ class PullReads:
 
 def _whole(
     phys: tuple[int, ...], sizes: tuple[int, ...], max_messages: int, cl_min: int, far: int
-) -> list[tuple[int, int]] | None:
+) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """``scan``'s batch when every unit is taken (no tag filter), from the units' commitlog
     offsets and sizes without a step per unit in Python: the units in commitlog order
     (checked), the first at or above the commitlog's minimum (so are the others) and not the
@@ -210,9 +217,12 @@ def _whole(
     else:
         return None
     k = min(len(phys), max_messages, max_count)
-    if sum(sizes[:k]) > max_bytes:  # the record that passes the limit, never the first
-        k = max(1, bisect.bisect_right(list(accumulate(sizes[:k])), max_bytes))
-    return list(zip(phys[:k], sizes[:k], strict=True))
+    if k < len(phys):
+        phys, sizes = phys[:k], sizes[:k]
+    if sum(sizes) > max_bytes:  # the record that passes the limit, never the first
+        k = max(1, bisect.bisect_right(list(accumulate(sizes)), max_bytes))
+        phys, sizes = phys[:k], sizes[:k]
+    return phys, sizes
 
 
 def _settled(found: Found) -> Found:

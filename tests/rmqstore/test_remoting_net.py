@@ -81,6 +81,44 @@ def test_a_request_taken_later_is_answered_through_respond_and_observed() -> Non
     asyncio.run(asyncio.wait_for(main(), 60))
 
 
+def test_requests_read_together_are_answered_in_their_order_byte_for_byte() -> None:
+    """Frames sent in one write (read at once, their answers written together): every
+    request answered, in order, each answer's frame as ``encode`` makes it; a oneway still
+    unanswered, a failing handler still SYSTEM_ERROR, a large body whole."""
+
+    async def main() -> None:
+        big = bytes(range(256)) * 1024
+
+        def handler(conn: Connection, req: R.Command) -> R.Command:
+            if req.code == SLOW:
+                raise RuntimeError("boom")
+            body = big if req.code == FAST else b""
+            return R.response_to(req, ext={"n": str(req.opaque)}, body=body)
+
+        server = RemotingServer(handler)  # type: ignore[arg-type]
+        address = await server.start("127.0.0.1", 0)
+        host, _, port = address.rpartition(":")
+        reader, writer = await asyncio.open_connection(host, int(port))
+        requests = [R.Command(code=FAST, opaque=1), R.Command(code=7, opaque=2),
+                    R.Command(code=ONEWAY_SEEN, opaque=3, flag=R.FLAG_ONEWAY),
+                    R.Command(code=SLOW, opaque=4),
+                    R.Command(code=8, opaque=5, serialize_type=R.ROCKETMQ)]  # fmt: skip
+        writer.write(b"".join(R.encode(r) for r in requests))
+        expected = [
+            R.encode(R.response_to(requests[0], ext={"n": "1"}, body=big)),
+            R.encode(R.response_to(requests[1], ext={"n": "2"})),
+            R.encode(R.response_to(requests[3], R.ResponseCode.SYSTEM_ERROR,
+                                   remark="internal error")),  # fmt: skip
+            R.encode(R.response_to(requests[4], ext={"n": "5"})),
+        ]
+        got = await reader.readexactly(sum(map(len, expected)))
+        assert got == b"".join(expected)
+        writer.close()
+        await server.close()
+
+    asyncio.run(asyncio.wait_for(main(), 60))
+
+
 def test_server_asks_the_client_on_its_connection() -> None:
     async def main() -> None:
         connections: list[Connection] = []
