@@ -73,19 +73,31 @@ class Waiter:
             log.exception("a put's callback failed")
 
 
+def _kind(code: grpc.StatusCode) -> str:
+    """A writer's refusal as an append failure's kind (one rule for calls and streams)."""
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        return REFUSED
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return BUSY
+    return UNAVAILABLE
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
 def grpc_error(e: grpc.aio.AioRpcError) -> AppendError:
-    if e.code() == grpc.StatusCode.INVALID_ARGUMENT:
-        return AppendError(REFUSED, e.details() or "refused by the store")
-    if e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        return AppendError(BUSY, e.details() or "store is full or busy")
-    return AppendError(UNAVAILABLE, f"store unavailable: {e.details()}")
+    kind = _kind(e.code())
+    if kind == REFUSED:
+        return AppendError(kind, e.details() or "refused by the store")
+    if kind == BUSY:
+        return AppendError(kind, e.details() or "store is full or busy")
+    return AppendError(kind, f"store unavailable: {e.details()}")
 
 
 def reply_outcome(reply: commitlog_pb2.PutStreamReply
                   ) -> commitlog_pb2.PutBatchResponse | AppendError:  # fmt: skip
     """A stream reply's response, or the AppendError it refuses the request with."""
     if reply.status_code:
-        kind = (REFUSED if reply.status_code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
-                else UNAVAILABLE)  # fmt: skip
-        return AppendError(kind, reply.error or "refused by the store")
+        code = _CODES.get(reply.status_code, grpc.StatusCode.UNKNOWN)
+        return AppendError(_kind(code), reply.error or "refused by the store")
     return reply.response

@@ -98,6 +98,8 @@ class PermissionReader:
         self._read_at: float | None = None
         self._reading: asyncio.Task[None] | None = None
         self._failing = False  # logged once until the writer answers again
+        self._sets = 0  # set() calls begun and ended: a read that saw this change is stale
+        self._setting = 0  # set() calls under way
 
     async def current(self) -> int:
         if self._reading is None and (
@@ -125,7 +127,9 @@ class PermissionReader:
             self._reading = None
 
     async def refresh(self) -> int:
-        """Ask the writer now; raises ``grpc.aio.AioRpcError`` when it cannot be asked."""
+        """Ask the writer now; raises ``grpc.aio.AioRpcError`` when it cannot be asked. An
+        answer that a ``set`` overtook is dropped (the value set stands)."""
+        sets = self._sets
         try:
             got = await self.stub.GetBrokerPermission(topics_pb2.GetBrokerPermissionRequest(),
                                                       timeout=5.0)  # fmt: skip
@@ -136,11 +140,19 @@ class PermissionReader:
                             e.details())  # fmt: skip
             self._failing = True
             raise
-        self.perm, self._read_at, self._failing = got.perm, time.monotonic(), False
+        if sets == self._sets and not self._setting:
+            self.perm, self._read_at = got.perm, time.monotonic()
+        self._failing = False
         return self.perm
 
     async def set(self, perm: int) -> int:
-        got = await self.stub.SetBrokerPermission(topics_pb2.BrokerPermission(perm=perm),
-                                                  timeout=5.0)  # fmt: skip
+        self._sets += 1
+        self._setting += 1
+        try:
+            got = await self.stub.SetBrokerPermission(topics_pb2.BrokerPermission(perm=perm),
+                                                      timeout=5.0)  # fmt: skip
+        finally:
+            self._setting -= 1
+            self._sets += 1
         self.perm, self._read_at = got.perm, time.monotonic()
         return self.perm

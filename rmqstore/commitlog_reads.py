@@ -13,7 +13,6 @@ Files are opened per call, so a removed segment is never held open.
 
 import bisect
 import os
-import struct
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TypeVar
@@ -24,22 +23,6 @@ from rmqstore.layout import StoreLayout
 from rmqstore.segments import parse_segment_name, segment_name
 
 T = TypeVar("T")
-
-
-# a record's total size, magic and physical offset, read at once
-RECORD_HEAD = struct.Struct(f">ii{commitlog.PHYSICAL_OFFSET_AT - 8}xq")
-MAGICS = (commitlog.MAGIC_V1, commitlog.MAGIC_V2)
-assert commitlog.TOTAL_SIZE_AT == 0 and RECORD_HEAD.size == commitlog.PHYSICAL_OFFSET_AT + 8
-
-
-def is_record_at(buf: bytes | memoryview, at: int, offset: int, size: int) -> bool:
-    """Whether the ``size`` bytes at ``at`` of ``buf`` (whole) head the record a consume-queue
-    unit says is at commitlog ``offset``: its total size, magic and physical offset match
-    (only the head is checked; ``RECORD_HEAD``)."""
-    if size < commitlog.HEAD_SIZE:
-        return False
-    total, magic, phy = RECORD_HEAD.unpack_from(buf, at)
-    return total == size and phy == offset and magic in MAGICS
 
 
 class CommitlogReads:
@@ -112,7 +95,7 @@ class CommitlogReads:
 
     def _raw(self, fds: dict[int, int], offset: int, size: int) -> bytes | None:
         data = self._bytes(fds, offset, size)
-        if data is None or len(data) != size or not is_record_at(data, 0, offset, size):
+        if data is None or len(data) != size or not commitlog.is_record_at(data, 0, offset, size):
             return None
         return data
 

@@ -47,6 +47,9 @@ MAGIC_AT = 4
 QUEUE_OFFSET_AT = 20
 PHYSICAL_OFFSET_AT = 28
 SYS_FLAG_AT = 36
+MAGICS = frozenset((MAGIC_V1, MAGIC_V2))
+# a record's total size, magic and physical offset, read at once
+RECORD_HEAD = struct.Struct(f">ii{PHYSICAL_OFFSET_AT - 8}xq")
 _INT = struct.Struct(">i")
 _LONG = struct.Struct(">q")
 _SHORT = struct.Struct(">h")
@@ -361,3 +364,13 @@ def decode(
         m.store_timestamp, Host(store_ip, store_port), reconsume, m.prepared_transaction_offset,
         m.body_crc, m.total_size, magic,
     )  # fmt: skip
+
+
+def is_record_at(buf: bytes | memoryview, at: int, offset: int, size: int) -> bool:
+    """Whether the ``size`` bytes at ``at`` of ``buf`` (whole) head the record a consume-queue
+    unit says is at commitlog ``offset``: its total size, magic and physical offset match
+    (only the head is checked; ``RECORD_HEAD``)."""
+    if size < HEAD_SIZE:
+        return False
+    total, magic, phy = RECORD_HEAD.unpack_from(buf, at)
+    return total == size and phy == offset and magic in MAGICS

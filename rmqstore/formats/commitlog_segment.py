@@ -20,7 +20,7 @@ from rmqstore.formats.commitlog import (
     BLANK_MAGIC,
     MAGIC_AT,
     MAGIC_V1,
-    MAGIC_V2,
+    MAGICS,
     NO_QUEUE_OFFSET_BIT,
     PHYSICAL_OFFSET_AT,
     decode,
@@ -129,7 +129,6 @@ def scan_end(
 
 
 _PREFIX_V1_V2 = _INT.pack(MAGIC_V1)[:3]  # the two record magics differ in their last byte only
-_MAGICS = frozenset((MAGIC_V1, MAGIC_V2))
 
 
 def find_record(buf: bytes | mmap.mmap, start: int, stop: int, base_offset: int) -> int | None:
@@ -148,7 +147,7 @@ def find_record(buf: bytes | mmap.mmap, start: int, stop: int, base_offset: int)
             return None
         pos = hit - MAGIC_AT
         total, magic = BLANK.unpack_from(buf, pos)
-        if magic in _MAGICS and 0 < total <= size - pos and \
+        if magic in MAGICS and 0 < total <= size - pos and \
                 _LONG.unpack_from(buf, pos + PHYSICAL_OFFSET_AT)[0] == base_offset + pos:
             return pos
         at = hit + 1

@@ -193,7 +193,8 @@ def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") ->
     p.add_argument(
         "--config-copy-seconds", type=float, default=10.0,
         help="with --ha-master-commitlog: copy the master's config/ (topics, delay offsets, "
-        "consumer offsets, subscription groups) this often (default: %(default)s)",
+        "consumer offsets, subscription groups, broker permission) this often "
+        "(default: %(default)s)",
     )  # fmt: skip
     p.add_argument(
         "--ha-peers", default="", metavar="HOST:PORT,...",

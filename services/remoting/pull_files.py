@@ -25,9 +25,8 @@ from itertools import repeat
 from operator import add, sub
 from pathlib import Path
 
-from rmqstore.commitlog_reads import MAGICS, RECORD_HEAD, is_record_at
 from rmqstore.formats import consume_queue as cq
-from rmqstore.formats.commitlog import HEAD_SIZE
+from rmqstore.formats.commitlog import HEAD_SIZE, MAGICS, RECORD_HEAD, is_record_at
 from rmqstore.layout import StoreLayout
 from rmqstore.listing import Listing
 from rmqstore.mapped_files import FilePath, MappedFiles

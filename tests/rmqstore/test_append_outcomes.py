@@ -3,6 +3,7 @@
 import grpc
 
 from rmqstore.append_outcomes import (
+    BUSY,
     REFUSED,
     UNAVAILABLE,
     AppendError,
@@ -22,6 +23,9 @@ def test_a_reply_is_its_response_or_the_refusal_its_status_says():
     down = reply_outcome(commitlog_pb2.PutStreamReply(
         status_code=grpc.StatusCode.INTERNAL.value[0]))  # fmt: skip
     assert isinstance(down, AppendError) and down.kind == UNAVAILABLE
+    full = reply_outcome(commitlog_pb2.PutStreamReply(  # as a unary call's: busy, not down
+        status_code=grpc.StatusCode.RESOURCE_EXHAUSTED.value[0], error="disk full"))  # fmt: skip
+    assert isinstance(full, AppendError) and full.kind == BUSY and str(full) == "disk full"
 
 
 def test_a_waiter_settles_once_and_counts_its_put_out_first():

@@ -10,6 +10,7 @@ import pytest
 
 from rmqstore import broker_perm as B
 from rmqstore.errors import InvalidArgumentError, ReadOnlyError
+from rmqstore.v1 import topics_pb2, topics_pb2_grpc
 from tests import procs
 
 
@@ -72,3 +73,45 @@ def test_the_reader_asks_the_writer_and_keeps_the_last_value(tmp_path) -> None:
         asyncio.run(reopened())
     finally:
         again.stop()
+
+
+class _SlowReads(topics_pb2_grpc.TopicsServicer):
+    """A writer whose permission reads answer only once a set has been answered: the order a
+    loaded writer may answer in (its calls run concurrently)."""
+
+    def __init__(self) -> None:
+        self.perm = B.READ_WRITE
+        self.set_done = asyncio.Event()
+        self.reading = asyncio.Event()
+
+    async def GetBrokerPermission(self, request, context):  # noqa: N802 (gRPC's name)
+        before = self.perm
+        self.reading.set()
+        await self.set_done.wait()
+        return topics_pb2.BrokerPermission(perm=before)  # read before the set: stale
+
+    async def SetBrokerPermission(self, request, context):  # noqa: N802
+        self.perm = request.perm
+        asyncio.get_running_loop().call_later(0.05, self.set_done.set)
+        return topics_pb2.BrokerPermission(perm=self.perm)
+
+
+def test_a_read_that_a_set_overtook_does_not_undo_it() -> None:
+    async def main() -> None:
+        server = grpc.aio.server()
+        writer = _SlowReads()
+        topics_pb2_grpc.add_TopicsServicer_to_server(writer, server)
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                reader = B.PermissionReader(channel)
+                reading = asyncio.ensure_future(reader.refresh())  # asks before the set...
+                await writer.reading.wait()
+                assert await reader.set(B.READ_ONLY) == B.READ_ONLY
+                await reading  # ...and is answered after it, with the old value
+                assert reader.perm == B.READ_ONLY
+        finally:
+            await server.stop(None)
+
+    asyncio.run(main())
