@@ -414,10 +414,13 @@ class SlaveConnection(asyncio.Protocol):
             self._resumed.set_result(None)
 
     def end(self, why: str) -> None:
-        """Close the connection for ``why`` ('' when refused: logged already)."""
+        """Drop the slave for ``why`` ('' when refused: logged already) at once: nothing
+        unsent is worth delivering to it (a close would wait for a slave that stopped
+        reading, and keep it counted meanwhile)."""
         if why:
             self.why = why
-        self.transport.close()
+        self.transport.abort()
+        self._gone()
 
     def stop(self) -> asyncio.Task | None:
         """Close at once (the master stops); the sender, cancelled, to await."""

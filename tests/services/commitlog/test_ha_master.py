@@ -330,6 +330,24 @@ def test_a_later_report_beyond_the_end_closes_the_connection(master):
         slave.close()
 
 
+def test_a_slave_that_stopped_reading_is_dropped_at_once(master):
+    """Dropped for a report beyond the end while megabytes wait unsent to it: no longer
+    counted at once (a close would wait for it to read them all, which it never does)."""
+    p, port, _store = master
+    stub = _stub(p)
+    _put(stub, 2)
+    slave = PeerSlave("127.0.0.1", port, first_report=0)
+    try:
+        slave.run_until(_max(stub), timeout=20)
+        slave.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 << 10)
+        for k in range(8):  # ~8 MiB the slave never reads
+            _put(stub, 1000, 10 + 1000 * k)
+        slave.report(_max(stub) + 1_000_000)
+        _wait_slaves(stub, 0)
+    finally:
+        slave.close()
+
+
 def _scrape(port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
         return r.read().decode()
