@@ -109,8 +109,9 @@ def test_pod_0_is_the_master_and_the_others_its_slaves(mode: str, tmp_path: Path
     assert master[:-6] == writer["args"]  # every other flag as rendered
     for ordinal in (1, 2, 10):
         slave = _exec_line(writer, f"{FULLNAME}-{ordinal}", bin_dir)
-        assert slave == [*writer["args"], "--role", "slave", "--ha-master", MASTER,
-                         "--ha-master-commitlog", _writer_at(0), "--ha-peers", _peers(ordinal)]
+        assert slave == [*writer["args"], "--role", "slave", "--ha-port", "10912",  # promoted
+                         "--ha-master", MASTER, "--ha-master-commitlog", _writer_at(0),
+                         "--ha-peers", _peers(ordinal)]  # fmt: skip
 
 
 def test_replication_master_moves_the_master_role_and_the_clients(tmp_path: Path) -> None:
@@ -127,8 +128,9 @@ def test_replication_master_moves_the_master_role_and_the_clients(tmp_path: Path
     pod_1 = f"{FULLNAME}-1.{HEADLESS}.{NAMESPACE}.svc:10912"
     for ordinal in (0, 2):
         slave = _exec_line(writer, f"{FULLNAME}-{ordinal}", bin_dir)
-        assert slave[-8:] == ["--role", "slave", "--ha-master", pod_1, "--ha-master-commitlog",
-                              _writer_at(1), "--ha-peers", _peers(ordinal)]  # fmt: skip
+        assert slave[-10:] == ["--role", "slave", "--ha-port", "10912", "--ha-master", pod_1,
+                               "--ha-master-commitlog", _writer_at(1), "--ha-peers",
+                               _peers(ordinal)]  # fmt: skip
     client = named(objects, "Service", FULLNAME)["spec"]
     assert client["selector"]["statefulset.kubernetes.io/pod-name"] == f"{FULLNAME}-1"
     remoting = containers["remoting"]

@@ -93,7 +93,7 @@ def test_pod_0_restarted_after_pod_1_was_promoted_becomes_its_slave(tmp_path: Pa
     (writer,) = [c for c in broker_sts(render(values))["spec"]["template"]["spec"]
                  ["containers"] if c["name"] == "commitlog"]  # fmt: skip
     bin_dir = _fake_python(tmp_path)
-    ha_port, promoted_ha = procs.free_port(), procs.free_port()
+    ha_port = procs.free_port()
     master_args = _pod_args(writer, 0, tmp_path, bin_dir, ha_port)
     started: list[procs.ServiceProcess] = []
     status = commitlog_pb2.GetStatusRequest()
@@ -110,8 +110,9 @@ def test_pod_0_restarted_after_pod_1_was_promoted_becomes_its_slave(tmp_path: Pa
                lambda: to_master.GetStatus(status, timeout=5).replication.in_sync == 1)
         assert commitlog_pb2.PutStatus.Name(to_master.Put(put, timeout=10).status) == "PUT_OK"
         master.stop()
-        promoted = to_slave.Promote(commitlog_pb2.PromoteRequest(
-            role="sync_master", ha_port=promoted_ha), timeout=30)  # fmt: skip
+        # as the docs say it: no HA port given, the pod's own (--ha-port, the chart's 10912)
+        promoted = to_slave.Promote(commitlog_pb2.PromoteRequest(role="sync_master"),
+                                    timeout=30)  # fmt: skip
         assert promoted.term == 1
 
         # pod 0 as its pod restarts it: the master's command line, its peer pod 1

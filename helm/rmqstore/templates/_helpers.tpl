@@ -434,7 +434,7 @@ exist does not resolve and is skipped at once.
   [ "$i" = "$o" ] || peers="${peers:+$peers,}{{ $writer }}"; done;
   if [ "$o" = {{ $master }} ];
   then exec python "$@" --role {{ $role }} --ha-port {{ int .Values.replication.haPort }} --ha-peers "$peers";
-  else exec python "$@" --role slave --ha-master {{ include "rmqstore.haMaster" . }}
+  else exec python "$@" --role slave --ha-port {{ int .Values.replication.haPort }} --ha-master {{ include "rmqstore.haMaster" . }}
   --ha-master-commitlog {{ include "rmqstore.podAddress" (list . $master .Values.commitlog.grpcPort) }} --ha-peers "$peers"; fi
 - writer
 {{- end }}
