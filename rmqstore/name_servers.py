@@ -67,15 +67,21 @@ class NameServers:
             await client.close()
 
 
+def master_of(info: dict[str, Any], broker: str) -> str | None:
+    """The address of ``broker``'s master in cluster info, None when only slaves (or nothing)
+    are registered (fastjson writes the ids as bare numbers; they are read as strings here)."""
+    entry = (info.get("brokerAddrTable") or {}).get(broker) or {}
+    addrs = {str(k): v for k, v in (entry.get("brokerAddrs") or {}).items()}
+    return str(addrs[MASTER_ID]) if MASTER_ID in addrs else None
+
+
 def masters(info: dict[str, Any], cluster: str) -> dict[str, str]:
     """Broker name -> its master's address, for the brokers of ``cluster`` with a master
-    registered (fastjson writes the ids as bare numbers; they are read as strings here)."""
-    table = info.get("brokerAddrTable") or {}
+    registered."""
     out = {}
     for name in (info.get("clusterAddrTable") or {}).get(cluster) or []:
-        addrs = {str(k): v for k, v in ((table.get(name) or {}).get("brokerAddrs") or {}).items()}
-        if MASTER_ID in addrs:
-            out[str(name)] = str(addrs[MASTER_ID])
+        if (address := master_of(info, name)) is not None:
+            out[str(name)] = address
     return out
 
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from rmqstore import broker_perm
 from rmqstore.formats import remoting as R
-from rmqstore.name_servers import MASTER_ID
+from rmqstore.name_servers import master_of
 from rmqstore.remoting_net import RemotingClient, RemotingError, parse_namesrv
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
 
@@ -63,14 +63,13 @@ async def _master(namesrvs: list[str], broker: str) -> str:
             errors.append(f"{address}: {why}")
             continue
         try:
-            table = R.parse_json_body(answer.body).get("brokerAddrTable") or {}
+            info = R.parse_json_body(answer.body)
+            known |= set(info.get("brokerAddrTable") or {})
         except (R.FrameError, AttributeError):
             errors.append(f"{address}: cluster info unreadable")
             continue
-        known |= set(table)
-        addrs = {str(k): v for k, v in ((table.get(broker) or {}).get("brokerAddrs") or {}).items()}
-        if MASTER_ID in addrs:
-            return str(addrs[MASTER_ID])
+        if (master := master_of(info, broker)) is not None:
+            return master
     if len(errors) == len(namesrvs):
         raise CliError("no name server answered (" + "; ".join(errors) + ")", UNAVAILABLE)
     if broker in known:

@@ -166,13 +166,16 @@ def _newer_master_followed(args: argparse.Namespace) -> None:
     layout = StoreLayout.of(args.store)
     try:
         mastered = Terms(layout.progress("commitlog-terms")).mastered
-        mine = -1 if mastered is None else mastered
-        newer = peers.newer_master(mine, peers.ask_all(addresses, _peer_channel(args)))
         was = promoted.recorded(layout)
-    except peers.PeerConflict as e:
-        raise StartupError(f"not starting as {args.role}: {e}") from None
     except (ValueError, OSError) as e:
         raise StartupError(f"cannot read the store's master terms: {e}") from None
+    mine = -1 if mastered is None else mastered
+    try:
+        newer = peers.newer_master(mine, peers.ask_all(addresses, _peer_channel(args)))
+    except peers.PeerConflict as e:
+        raise StartupError(f"not starting as {args.role}: {e}") from None
+    except (ValueError, OSError) as e:  # a channel that cannot be made (TLS files)
+        raise StartupError(f"cannot ask the peers (--ha-peers): {e}") from None
     if newer is None:
         return
     if was is not None:  # superseded by the later promotion
