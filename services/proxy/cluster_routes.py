@@ -14,14 +14,13 @@ import time
 from typing import Any
 
 from rmqstore.cluster_members import PeerBook
+from rmqstore.formats.topics_json import PERM_READ, PERM_WRITE
 from rmqstore.name_servers import MASTER_ID, NameServerError, NameServers
 from rmqstore.rocketmq import definition_pb2 as pb
 from services.proxy.routes import broker_queues, endpoints
 
 log = logging.getLogger("rmqstore.proxy")
 TIMEOUT_S = 3.0
-PERM_WRITE = 2
-PERM_READ = 4
 CACHE_S = 2.0  # clients ask for routes every 30 s; a burst of them asks the name server once
 
 

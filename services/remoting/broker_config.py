@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable
 import grpc
 
 from rmqstore import broker_perm
+from rmqstore.errors import InvalidArgumentError
 from rmqstore.formats import remoting as R
 from rmqstore.remoting_net import Connection
 
@@ -75,10 +76,8 @@ class BrokerConfig:
                 f"only {KEY} can be changed on this broker"
                 + (f", not {', '.join(other)}" if other else "")))  # fmt: skip
         try:
-            perm = int(props[KEY])
-        except ValueError:
-            perm = -1
-        if perm not in broker_perm.VALUES:
+            perm = broker_perm.check(int(props[KEY]))
+        except (ValueError, InvalidArgumentError):
             return R.response_to(req, RC.SYSTEM_ERROR, remark=(
                 f"{KEY} {props[KEY]!r} is not 6 (read-write) or 4 (read-only)"))  # fmt: skip
         try:

@@ -25,6 +25,7 @@ import grpc
 
 from rmqstore import retries
 from rmqstore.formats import remoting as R
+from rmqstore.formats.topics_json import PERM_READ, PERM_WRITE
 from rmqstore.remoting_net import Answer, Connection
 from rmqstore.v1 import groups_pb2
 from services.remoting import topics as T
@@ -35,7 +36,7 @@ C = R.RequestCode
 RC = R.ResponseCode
 LOCK_EXPIRY_S = 60.0  # RocketMQ's rocketmq.broker.rebalance.lockMaxLiveTime
 RETRY_QUEUES = 1  # an auto-created group's retryQueueNums
-RETRY_PERM = T.PERM_READ | T.PERM_WRITE
+RETRY_PERM = PERM_READ | PERM_WRITE
 REGISTRY_TIMEOUT_S = 10.0
 
 Handler = Callable[[Connection, R.Command], Answer | Awaitable[Answer]]

@@ -23,6 +23,7 @@ from pathlib import Path
 import grpc
 
 from rmqstore.formats import remoting as R
+from rmqstore.formats.topics_json import PERM_READ
 from rmqstore.remoting_net import Connection
 from rmqstore.v1 import commitlog_pb2_grpc
 from services.query.pull import TagFilter
@@ -223,7 +224,7 @@ class Puller:
                 req, RC.TOPIC_NOT_EXIST,
                 remark=f"topic[{h.topic}] not exist, apply first please!",
             )  # fmt: skip
-        if not config.perm & 4:
+        if not config.perm & PERM_READ:
             return R.response_to(
                 req, RC.NO_PERMISSION, remark=f"the topic[{h.topic}] pulling message is forbidden"
             )

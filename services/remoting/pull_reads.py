@@ -19,6 +19,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import lt
 from pathlib import Path
 
 import grpc
@@ -95,7 +96,8 @@ class PullReads:
         if found.wanted:
             runs = None if found.columns is None else self.files.ordered_runs(*found.columns)
             if runs is None:
-                runs = self.files.runs(found.wanted, found.ordered)
+                # (ordered_runs, when the columns were there, has been tried already)
+                runs = self.files.runs(found.wanted, found.ordered and found.columns is None)
                 if runs is None:
                     return None
             found.records, found.count = runs, len(found.wanted)
@@ -203,12 +205,13 @@ def _whole(
     phys: tuple[int, ...], sizes: tuple[int, ...], max_messages: int, cl_min: int, far: int
 ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """``scan``'s batch when every unit is taken (no tag filter), from the units' commitlog
-    offsets and sizes without a step per unit in Python: the units in commitlog order
-    (checked), the first at or above the commitlog's minimum (so are the others) and not the
-    commitlog's first, all of them "in memory" or all "on disk"; the batch limits then are a
-    count and, only when the sizes add up to more than the byte limit, a bisection of their
-    running total. None when these do not hold (``scan`` takes the units one by one)."""
-    if phys[0] < max(cl_min, 1) or list(phys) != sorted(phys):
+    offsets and sizes without a step per unit in Python: the units in commitlog order, no
+    offset twice (checked), the first at or above the commitlog's minimum (so are the others)
+    and not the commitlog's first, all of them "in memory" or all "on disk"; the batch limits
+    then are a count and, only when the sizes add up to more than the byte limit, a bisection
+    of their running total. None when these do not hold (``scan`` takes the units one by
+    one)."""
+    if phys[0] < max(cl_min, 1) or not all(map(lt, phys, phys[1:])):  # strictly ascending
         return None
     if phys[0] >= far:
         max_bytes, max_count = IN_MEMORY_MAX_BYTES, IN_MEMORY_MAX_COUNT

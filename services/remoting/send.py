@@ -22,7 +22,7 @@ from rmqstore.formats import properties as P
 from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import Host
 from rmqstore.formats.msgid import offset_msg_id
-from rmqstore.formats.topics_json import TopicConfig
+from rmqstore.formats.topics_json import PERM_INHERIT, PERM_WRITE, TopicConfig
 from rmqstore.remoting_net import LATER, Later
 from rmqstore.v1 import commitlog_pb2, common_pb2
 from services.remoting import topics as T
@@ -378,18 +378,18 @@ class Sender:
         if config is not None:
             return config
         template = await self.topics.get(h.default_topic) if self.auto_create else None
-        if template is None or not template.perm & T.PERM_INHERIT:
+        if template is None or not template.perm & PERM_INHERIT:
             raise SendRefused(
                 RC.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!{FAQ}"
             )
         queues = max(1, min(h.default_topic_queue_nums, template.write_queue_nums))
-        config = await self.topics.create(h.topic, queues, template.perm & ~T.PERM_INHERIT)
+        config = await self.topics.create(h.topic, queues, template.perm & ~PERM_INHERIT)
         if self.topic_created is not None:
             self.topic_created(h.topic)
         return config
 
     def _queue(self, h: SendHeader, config: TopicConfig, born_host: str) -> int:
-        if not config.perm & T.PERM_WRITE:
+        if not config.perm & PERM_WRITE:
             raise SendRefused(
                 RC.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden"
             )

@@ -32,6 +32,7 @@ from rmqstore.formats import commitlog
 from rmqstore.formats import properties as P
 from rmqstore.formats import remoting as R
 from rmqstore.formats.msgid import offset_msg_id
+from rmqstore.formats.topics_json import PERM_READ, PERM_WRITE
 from rmqstore.remoting_net import Answer, Connection, Handler, Later
 from rmqstore.v1 import common_pb2
 from services.remoting import topics as T
@@ -43,7 +44,7 @@ RC = R.ResponseCode
 VERSION_3_4_9 = 121  # from this client version on, the request's maxReconsumeTimes counts
 FIRST_AUTO_LEVEL = 3  # delayLevel 0: level 3 + reconsume times (10 s, 30 s, 1 min, ...)
 COPY_QUEUES = 1
-COPY_PERM = T.PERM_READ | T.PERM_WRITE
+COPY_PERM = PERM_READ | PERM_WRITE
 
 
 class SendBackWatcher(Protocol):

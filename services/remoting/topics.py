@@ -14,7 +14,6 @@ TOPIC_MAX_LENGTH = 127
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 DEFAULT_TOPIC = "TBW102"  # RocketMQ's template for auto-created topics (perm 7: inheritable)
 DEFAULT_TOPIC_QUEUES = 8
-PERM_INHERIT, PERM_WRITE, PERM_READ = 1, 2, 4
 SYSTEM_TOPICS = frozenset(
     (
         "TBW102",

@@ -369,8 +369,9 @@ def test_topic_create_with_a_name_server_reaches_every_broker(cluster: Cluster) 
     fifo = _topic_create(cluster, "--type", "fifo", name="FanOutFifoT")  # RocketMQ 5's attributes
     assert fifo.returncode == 0, fifo.stderr
     for name in NAMES:
-        topics = topics_pb2_grpc.TopicsStub(channel(cluster.brokers[name].address(0)))
-        made = topics.GetTopic(topics_pb2.GetTopicRequest(name="FanOutFifoT"), timeout=10)
+        with channel(cluster.brokers[name].address(0)) as ch:
+            made = topics_pb2_grpc.TopicsStub(ch).GetTopic(
+                topics_pb2.GetTopicRequest(name="FanOutFifoT"), timeout=10)
         assert dict(made.attributes) == {"+message.type": "FIFO"}, name
 
 

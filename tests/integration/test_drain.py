@@ -7,6 +7,7 @@ and its own proxy refuses sends FORBIDDEN. The drain outlives the broker's next
 registration and a restart of the broker; ``--read-write`` undoes it."""
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -207,6 +208,33 @@ def test_a_drained_broker_refuses_sends_and_serves_pulls(cluster: Cluster,
             assert pulled.code == RC.PULL_NOT_FOUND, pulled.remark  # consume queue being built
             await asyncio.sleep(0.05)
         assert b"before the drain" in pulled.body
+
+    _run(check())
+
+
+def test_the_broker_config_commands_as_mqadmin_sends_them(cluster: Cluster,
+                                                           drained: list[str]) -> None:  # fmt: skip
+    """GET_BROKER_CONFIG 26 (``mqadmin getBrokerConfig``: ``key=value`` lines, spec §3.4) and
+    UPDATE_BROKER_CONFIG 25 (``mqadmin updateBrokerConfig -k brokerPermission``: a body of
+    properties lines), as frames."""
+
+    async def check() -> None:
+        broker = cluster.remoting("broker-b")
+        got = await _call(broker, json_request(C.GET_BROKER_CONFIG, None))
+        assert got.code == RC.SUCCESS, got.remark
+        lines = set(got.body.decode().splitlines())
+        assert {"brokerName=broker-b", f"brokerClusterName={CLUSTER}",
+                "brokerPermission=4"} <= lines  # fmt: skip
+        assert "counter" in json.loads((got.ext or {})["version"])
+        same = await _call(broker, json_request(C.UPDATE_BROKER_CONFIG, None, 2,
+                                                b"brokerPermission=4\n"))  # fmt: skip
+        assert same.code == RC.SUCCESS, same.remark  # drained already: stays so
+        for body, why in ((b"brokerPermission=5\n", "is not 6 (read-write) or 4"),
+                          (b"flushDiskType=SYNC_FLUSH\n", "only brokerPermission")):
+            refused = await _call(broker, json_request(C.UPDATE_BROKER_CONFIG, None, 3, body))
+            assert refused.code == RC.SYSTEM_ERROR and why in refused.remark, refused.remark
+        again = await _call(broker, json_request(C.GET_BROKER_CONFIG, None, 4))
+        assert "brokerPermission=4" in again.body.decode().splitlines()
 
     _run(check())
 

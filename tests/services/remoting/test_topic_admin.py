@@ -28,8 +28,9 @@ def _update(topic: str, read: int, write: int, perm: int, attributes: str = "") 
 
 
 def _writer_topic(served: Served, name: str) -> topics_pb2.TopicConfig:
-    stub = topics_pb2_grpc.TopicsStub(channel(served.writer))
-    return stub.GetTopic(topics_pb2.GetTopicRequest(name=name), timeout=10)
+    with channel(served.writer) as ch:
+        stub = topics_pb2_grpc.TopicsStub(ch)
+        return stub.GetTopic(topics_pb2.GetTopicRequest(name=name), timeout=10)
 
 
 async def _config(broker: Wire) -> dict:
