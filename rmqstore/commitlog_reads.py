@@ -3,8 +3,7 @@ reader on the same store (the RocketMQ 5 protocol proxy) does instead of asking 
 
 A record is read by its physical offset and total size (both from its consume-queue unit)
 with one ``pread`` of the segment holding it (segments are named by their first offset:
-``rmqstore.segments``), and decoded by ``formats.commitlog`` (``records``) or given as its
-bytes (``raw``: what a 4.x pull answers with; only its head is checked). It is given only
+``rmqstore.segments``), and decoded by ``formats.commitlog`` (``records``). It is given only
 when the bytes there are that record, whole (its size and physical offset match); otherwise —
 a segment retention removed, a record whose bytes are not in the file yet, anything
 unexpected — the answer is None and the caller asks the writer, whose answer stands.
@@ -52,11 +51,6 @@ class CommitlogReads:
         each one the files cannot give (ask the writer)."""
         return self._each(wanted, self._decoded)
 
-    def raw(self, wanted: Sequence[tuple[int, int]]) -> list[bytes | None]:
-        """The records' bytes at these (physical offset, total size) pairs, as the commitlog
-        holds them, in order; None for each one the files cannot give (ask the writer)."""
-        return self._each(wanted, self._raw)
-
     def _each(
         self,
         wanted: Sequence[tuple[int, int]],
@@ -92,12 +86,6 @@ class CommitlogReads:
             except FileNotFoundError:
                 return None
         return os.pread(fd, size, offset - start)
-
-    def _raw(self, fds: dict[int, int], offset: int, size: int) -> bytes | None:
-        data = self._bytes(fds, offset, size)
-        if data is None or len(data) != size or not commitlog.is_record_at(data, 0, offset, size):
-            return None
-        return data
 
     def _decoded(self, fds: dict[int, int], offset: int, size: int) -> commitlog.Record | None:
         data = self._bytes(fds, offset, size)

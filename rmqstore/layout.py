@@ -5,9 +5,11 @@
 <root>/index/<yyyyMMddHHmmssSSS>             index files
 <root>/checkpoint  <root>/abort  <root>/lock
 <root>/config/delayOffset.json                delivery progress per delay level (RocketMQ's)
+<root>/config/brokerPermission.json          the broker's permission (``rmqstore.broker_perm``)
 <root>/rmqstore/<builder>.progress           our builders' durable progress (not RocketMQ's)
 <root>/rmqstore/index.topics                 every topic the index builder has seen, one a line
 <root>/rmqstore/store-id                     the store's identity (see ``rmqstore.identity``)
+<root>/rmqstore/store-hosts.json             every store host of its records (``store_hosts``)
 <root>/rmqstore/quarantine/                  bytes recovery cut, kept aside
 """
 

@@ -127,17 +127,6 @@ class QueueFiles:
                 break  # past this segment's end: a newer segment, if any, holds it
         return False
 
-    def capacity(self, topic: str, queue: int) -> int:
-        """Units a segment of the queue holds (its files' size; 0 for a queue without
-        files): a queue's segments are all the same size."""
-        segs = self._list(topic, queue, fresh=False) or self._list(topic, queue, fresh=True)
-        for _start, path in segs:
-            try:
-                return path.stat().st_size // cq.UNIT_SIZE
-            except FileNotFoundError:  # removed by retention: the next one
-                continue
-        return 0
-
     def has_files(self, topic: str, queue: int) -> bool:
         return bool(self._list(topic, queue, fresh=True))
 

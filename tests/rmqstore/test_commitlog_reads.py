@@ -47,16 +47,3 @@ def test_reads_records_and_refuses_what_is_not_there(tmp_path):
     (StoreLayout.of(tmp_path).commitlog_dir / segment_name(0)).unlink()
     got = reads.records([first[0], second[0]])
     assert got[0] is None and got[1] is not None
-
-
-def test_raw_gives_the_bytes_as_stored_or_none(tmp_path):
-    reads = CommitlogReads(tmp_path)
-    records = [_record(0, 0), _record(1, len(_record(0, 0)))]
-    where = _segment(tmp_path, 0, records)
-    assert reads.raw(where) == records
-    end = (where[1][0] + where[1][1], 90)  # zeros: not written yet
-    wrong_size = (where[1][0], where[1][1] + 1)
-    inside = (where[0][0] + 4, 60)  # not a record's start
-    assert reads.raw([end, wrong_size, inside, (SEGMENT * 3, 90)]) == [None] * 4
-    (StoreLayout.of(tmp_path).commitlog_dir / segment_name(0)).unlink()  # retention
-    assert reads.raw(where) == [None, None]

@@ -65,13 +65,6 @@ def test_first_present_is_the_first_unit_whose_record_retention_kept(tmp_path):
     assert files.first_present("T", 0, 450) == 5
 
 
-def test_capacity_is_the_units_a_segment_holds(tmp_path):
-    files = QueueFiles(tmp_path)
-    assert files.capacity("T", 0) == 0  # no files
-    _segment(tmp_path, 4, [(400, 50, 4)])
-    assert files.capacity("T", 0) == PER_FILE
-
-
 def test_max_offset_follows_growth_and_a_cut_after_the_end_it_saw(tmp_path):
     files = QueueFiles(tmp_path)
     _segment(tmp_path, 0, [(100, 50, 0), (200, 50, 1)])
