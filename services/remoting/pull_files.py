@@ -18,7 +18,6 @@ import asyncio
 import bisect
 import mmap
 import os
-import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
@@ -34,20 +33,7 @@ from rmqstore.segments import parse_segment_name
 
 UNIT = cq.UNIT
 UNIT_SIZE = cq.UNIT_SIZE
-_SIZE_OFFSET = struct.Struct(">qi")  # a unit's commitlog offset and size (its validity)
 MAX_QUEUES = 16_384  # queues kept listed and mapped (a mapping is one of the process's maps)
-
-
-_COLUMNS: dict[int, tuple[struct.Struct, struct.Struct]] = {}  # units -> offsets', sizes' reads
-
-
-def _columns_of(count: int) -> tuple[struct.Struct, struct.Struct]:
-    """Structs reading ``count`` units' commitlog offsets, and their sizes, in one call."""
-    got = _COLUMNS.get(count)
-    if got is None:
-        got = _COLUMNS[count] = (struct.Struct(">" + "q12x" * count),
-                                 struct.Struct(">" + "8xi8x" * count))  # fmt: skip
-    return got
 
 
 def _mapped(_path: FilePath, mm: mmap.mmap) -> memoryview:
@@ -97,15 +83,6 @@ class MappedSegments:
 
     def close(self) -> None:
         self._files.close()
-
-
-def _valid(mm: memoryview, index: int) -> bool:
-    """Whether the unit at ``index`` of a consume-queue segment is written."""
-    at = index * UNIT_SIZE
-    if at + UNIT_SIZE > len(mm):
-        return False
-    phy, size = _SIZE_OFFSET.unpack_from(mm, at)
-    return phy >= 0 and size > 0
 
 
 class PullFiles:
@@ -168,13 +145,14 @@ class PullFiles:
         start, mm = segs.starts[-1], segs.maps[-1]
         lo, hi = 0, len(mm) // UNIT_SIZE
         seen = self._ends.get((topic, queue))
-        if seen is not None and seen[0] == start and 0 < seen[1] <= hi and _valid(mm, seen[1] - 1):
+        if (seen is not None and seen[0] == start and 0 < seen[1] <= hi
+                and cq.written_at(mm, seen[1] - 1)):  # fmt: skip
             lo = seen[1]
-            if lo == hi or not _valid(mm, lo):  # not grown
+            if lo == hi or not cq.written_at(mm, lo):  # not grown
                 return start // UNIT_SIZE + lo
         while lo < hi:
             mid = (lo + hi) // 2
-            if _valid(mm, mid):
+            if cq.written_at(mm, mid):
                 lo = mid + 1
             else:
                 hi = mid
@@ -194,7 +172,7 @@ class PullFiles:
             lo, hi = 0, len(mm) // UNIT_SIZE
             while lo < hi:
                 mid = (lo + hi) // 2
-                phy, size = _SIZE_OFFSET.unpack_from(mm, mid * UNIT_SIZE)
+                phy, size = cq.OFFSET_SIZE.unpack_from(mm, mid * UNIT_SIZE)
                 if phy >= 0 and size > 0 and phy < commitlog_min:
                     lo = mid + 1
                 else:
@@ -233,7 +211,7 @@ class PullFiles:
                 a = at - start
                 if count <= 0 or a + count * UNIT_SIZE > len(mm):
                     return None
-                offsets, sizes = _columns_of(count)
+                offsets, sizes = cq.column_reads(count)
                 phys, lens = offsets.unpack_from(mm, a), sizes.unpack_from(mm, a)
                 return (phys, lens) if min(phys) >= 0 and min(lens) > 0 else None
         return None

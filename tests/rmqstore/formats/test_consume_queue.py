@@ -34,3 +34,13 @@ def test_valid_count_stops_at_first_invalid_unit():
     assert cq.valid_count(good + cq.encode(cq.CqUnit(-1, 20, 0)) + good) == 1
     assert cq.valid_count(b"") == 0
     assert cq.is_valid(cq.decode(pre_blank)) and not cq.is_valid(cq.CqUnit(5, 0, 0))
+
+
+def test_units_read_one_at_a_time_and_as_columns():
+    units = [cq.CqUnit(0, 120, 7), cq.CqUnit(120, 99, -1), cq.CqUnit(219, 0x7FFFFFFF, 0)]
+    buf = b"".join(map(cq.encode, units)) + bytes(cq.UNIT_SIZE)  # then a unit not written
+    assert [cq.written_at(buf, i) for i in range(5)] == [True, True, True, False, False]
+    offsets, sizes = cq.column_reads(3)
+    assert offsets.unpack_from(buf, 0) == (0, 120, 219)
+    assert sizes.unpack_from(buf, 0) == (120, 99, 0x7FFFFFFF)
+    assert cq.column_reads(3) == (offsets, sizes)  # made once for a count
