@@ -4,11 +4,11 @@ statuses (``BusinessError``)."""
 from typing import Any
 
 from rmqstore import appender as shared
-from rmqstore.appender import Plain, Record, Stored, _requests
+from rmqstore.appender import Plain, Record, Stored
 from rmqstore.rocketmq import definition_pb2 as pb
 from services.proxy.status import BusinessError
 
-__all__ = ["Appender", "Plain", "Record", "Stored", "_requests", "business_error"]
+__all__ = ["Appender", "Plain", "Record", "Stored", "business_error"]
 
 CODES = {
     shared.REFUSED: pb.BAD_REQUEST,

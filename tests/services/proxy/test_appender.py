@@ -1,5 +1,5 @@
-"""How the appender turns a batch of groups into writer requests, and puts them through a
-writer over either transport."""
+"""The proxy's appender puts through a writer over either transport, and batches as the
+senders send (the requests a batch makes: ``tests/rmqstore/test_put_requests.py``)."""
 
 import asyncio
 
@@ -9,71 +9,13 @@ import pytest
 from rmqstore.formats import commitlog
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.v1 import common_pb2
-from services.proxy.appender import Appender, Plain, _requests
+from services.proxy.appender import Appender, Plain
 from services.proxy.status import BusinessError
 from tests import procs
 
 
-def _plain(i: int, topic="T", host="127.0.0.1:5000", tags="t", keys="") -> Plain:
-    return Plain(topic, i % 4, f"body{i}".encode(), tags, keys, f"ID{i}", host)
-
-
-def _group(records):
-    return (records, object(), 0)  # the future is not looked at
-
-
-def test_plain_groups_of_one_topic_and_host_become_one_columns_request():
-    groups = [_group([_plain(0), _plain(1)]), _group([_plain(2, keys="k")])]
-    [(request, held)] = _requests(groups)
-    assert held == groups and not request.messages and request.columnar_results
-    c = request.columns
-    assert (c.topic, c.born_host) == ("T", "127.0.0.1:5000")
-    assert list(c.body_size) == [5, 5, 5] and c.bodies == b"body0body1body2"
-    assert list(c.queue_id) == [0, 1, 2] and list(c.unique_key) == ["ID0", "ID1", "ID2"]
-    assert list(c.tags) == ["t"] and list(c.keys) == ["", "", "k"]
-    assert not c.born_timestamps and not c.born_host_property  # the writer's time, none
-
-
-@pytest.mark.parametrize("born", [(0, ""), (5, "w1")])
-def test_a_lone_message_makes_the_request_a_batch_of_it_would(born):
-    r = _plain(3, keys="k")._replace(born_timestamp=born[0], born_host_property=born[1])
-    [(lone, _held)] = _requests([_group([r])])
-    [(batched, _held)] = _requests([_group([r, r._replace(unique_key="ID9", keys="k9")])])
-    del batched.columns.body_size[1:], batched.columns.queue_id[1:]
-    del batched.columns.unique_key[1:], batched.columns.keys[1:]
-    del batched.columns.born_timestamps[1:]
-    batched.columns.bodies = r.body
-    assert lone == batched
-
-
-def test_born_times_and_host_names_travel_in_the_columns():
-    named = [_plain(i)._replace(born_timestamp=100 + i, born_host_property="w1") for i in range(3)]
-    other = _plain(3)._replace(born_timestamp=7, born_host_property="w2")
-    requests = _requests([_group(named[:2]), _group([named[2]]), _group([other])])
-    assert [(list(r.columns.born_timestamps), r.columns.born_host_property)
-            for r, _held in requests] == [([100, 101, 102], "w1"), ([7], "w2")]  # fmt: skip
-
-
-def test_other_hosts_topics_and_mixed_groups_go_apart():
-    half = common_pb2.Message(topic="T", body=b"x", unique_key="H")
-    groups = [
-        _group([_plain(0)]),
-        _group([_plain(1, host="127.0.0.2:1")]),
-        _group([_plain(2, topic="U")]),
-        _group([_plain(3), half]),  # must be stored together: one request of Messages
-    ]
-    requests = _requests(groups)
-    assert [held for _r, held in requests] == [[g] for g in groups]
-    columns = [r.columns for r, _held in requests[:3]]
-    assert [(c.topic, c.born_host, list(c.unique_key)) for c in columns] == [
-        ("T", "127.0.0.1:5000", ["ID0"]),
-        ("T", "127.0.0.2:1", ["ID1"]),
-        ("U", "127.0.0.1:5000", ["ID2"]),
-    ]
-    mixed = requests[3][0]
-    assert not mixed.HasField("columns")
-    assert list(mixed.messages) == [_plain(3).as_message(), half]
-    assert mixed.messages[0].born_host == "127.0.0.1:5000" and mixed.messages[0].tags == "t"
+def _plain(i: int) -> Plain:
+    return Plain("T", i % 4, f"body{i}".encode(), "t", "", f"ID{i}", "127.0.0.1:5000")
 
 
 @pytest.mark.integration
