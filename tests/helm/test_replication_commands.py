@@ -39,6 +39,14 @@ def _pod_args(writer: dict, ordinal: int, tmp_path: Path, bin_dir: Path, ha_port
     return args
 
 
+def _writer_container() -> dict:
+    """The commitlog container of a broker with one slave, sync, as the chart renders it."""
+    values = {**SMALL, "replication": {"slaves": 1, "mode": "sync"}}
+    (writer,) = [c for c in broker_sts(render(values))["spec"]["template"]["spec"]
+                 ["containers"] if c["name"] == "commitlog"]  # fmt: skip
+    return writer
+
+
 def _until(what: str, check) -> None:
     deadline = time.monotonic() + DEADLINE_S
     while not check():
@@ -47,9 +55,7 @@ def _until(what: str, check) -> None:
 
 
 def test_pod_1_follows_pod_0_as_the_chart_starts_them(tmp_path: Path) -> None:
-    values = {**SMALL, "replication": {"slaves": 1, "mode": "sync"}}
-    (writer,) = [c for c in broker_sts(render(values))["spec"]["template"]["spec"]
-                 ["containers"] if c["name"] == "commitlog"]  # fmt: skip
+    writer = _writer_container()
     bin_dir = _fake_python(tmp_path)
     ha_port = procs.free_port()
     master_args = _pod_args(writer, 0, tmp_path, bin_dir, ha_port)
@@ -89,9 +95,7 @@ def test_pod_0_restarted_after_pod_1_was_promoted_becomes_its_slave(tmp_path: Pa
     hand, pod 0 started again with the master's command line the chart gives it (still
     ``replication.master: 0``): its --ha-peers find pod 1 a master of a later term, and it
     follows pod 1."""
-    values = {**SMALL, "replication": {"slaves": 1, "mode": "sync"}}
-    (writer,) = [c for c in broker_sts(render(values))["spec"]["template"]["spec"]
-                 ["containers"] if c["name"] == "commitlog"]  # fmt: skip
+    writer = _writer_container()
     bin_dir = _fake_python(tmp_path)
     ha_port = procs.free_port()
     master_args = _pod_args(writer, 0, tmp_path, bin_dir, ha_port)
