@@ -69,7 +69,10 @@ async def _cpu_per_put(puts: int, slave: bool) -> float:
             if slave:
                 follower = subprocess.Popen(
                     [sys.executable, "-c", SLAVE, str(port), str(cores[-1])])
+                deadline = time.monotonic() + 30
                 while not r.slaves or next(iter(r.slaves)).sent < 0:
+                    if follower.poll() is not None or time.monotonic() > deadline:
+                        raise RuntimeError("the slave process never followed the master")
                     await asyncio.sleep(0.01)
             try:
                 t0 = time.process_time()

@@ -187,8 +187,11 @@ def test_sent_requests_are_answered_through_the_callback_or_with_none_once_cut(t
         puts.durable.clear()  # the next one is taken, never answered
         answered.clear()
         conn.send([request], replied)
-        while len(puts.appended) < 3:
-            await asyncio.sleep(0.01)
+        async def taken() -> None:
+            while len(puts.appended) < 3:
+                await asyncio.sleep(0.01)
+
+        await asyncio.wait_for(taken(), 10)
         await put_socket.close(server, grace_s=0.2)
         await asyncio.wait_for(answered.wait(), 5)
         return first, busy, early, got[1:]
