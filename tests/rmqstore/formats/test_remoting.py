@@ -1,9 +1,12 @@
 """The remoting frame format against the frames spec/rocketmq-remoting.md shows (captured
 between RocketMQ 4.9.8's own programs)."""
 
+import json
 import struct
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmqstore.formats import remoting as R
 
@@ -92,6 +95,47 @@ def test_properties_control_characters_are_escaped_in_json() -> None:
     frame = R.encode(cmd)
     assert b"TAGS\\u0001TagA\\u0002KEYS\\u0001k" in frame
     assert R.decode(frame[4:]).ext == cmd.ext
+
+
+def _fastjson_header(cmd: R.Command) -> bytes:
+    """The JSON header written by the standard encoder: fastjson's layout (keys sorted,
+    compact, nulls left out, non-ASCII as is), ext values as Java strings."""
+    obj: dict = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language,
+                 "opaque": cmd.opaque, "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+    if cmd.ext is not None:
+        obj["extFields"] = {k: R.java_string(v) for k, v in cmd.ext.items() if v is not None}
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+_TEXT = st.text(st.characters(exclude_categories=["Cs"]), max_size=12)  # Cs: no UTF-8
+_PLAIN = st.text(st.characters(min_codepoint=0x20, exclude_characters='"\\',
+                                exclude_categories=["Cs"]), max_size=12)
+_EXT_VALUE = st.one_of(_PLAIN, _TEXT, st.none(), st.integers(-(2**40), 2**40), st.booleans())
+
+
+@settings(max_examples=300, deadline=None)
+@given(ext=st.one_of(st.none(), st.dictionaries(_PLAIN | _TEXT, _EXT_VALUE, max_size=6)),
+       remark=st.one_of(st.none(), _PLAIN, _TEXT),
+       language=st.one_of(st.sampled_from(R.LANGUAGES), _TEXT),
+       code=st.integers(-1, 400), opaque=st.integers(-(2**31), 2**31 - 1),
+       flag=st.integers(0, 3))  # fmt: skip
+def test_json_header_as_the_standard_encoder_writes_it(ext, remark, language, code, opaque,
+                                                       flag) -> None:  # fmt: skip
+    cmd = R.Command(code=code, opaque=opaque, flag=flag, ext=ext, remark=remark,
+                    language=language)  # fmt: skip
+    assert R.json_header(cmd) == _fastjson_header(cmd)
+
+
+def test_json_header_of_a_pull_answer_and_of_escaped_strings() -> None:
+    ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": "32", "minOffset": "0",
+           "maxOffset": "100"}  # fmt: skip
+    for cmd in (R.Command(code=0, opaque=9, flag=R.FLAG_RESPONSE, ext=ext, remark="FOUND"),
+                R.Command(code=0, ext={"k": 'a"b\\c\n'}, remark="x\x01"),
+                R.Command(code=R.RequestCode.PULL_MESSAGE, ext={"v": 7, "w": None}),
+                R.Command(code=1, ext={}, remark="")):  # fmt: skip
+        assert R.json_header(cmd) == _fastjson_header(cmd)
 
 
 @pytest.mark.parametrize("serialize_type", [R.JSON, R.ROCKETMQ])
