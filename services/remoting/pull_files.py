@@ -20,8 +20,8 @@ import mmap
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import repeat
-from operator import add, sub
+from itertools import compress, islice, repeat
+from operator import add, ne, sub
 from pathlib import Path
 
 from rmqstore.formats import consume_queue as cq
@@ -278,9 +278,9 @@ class PullFiles:
         within one segment, from two heads: the first's and the last's. The commitlog is
         written in order, so the last record there means every one before it is; a commitlog
         cut back below the last one (a recovery) fails the last's head as it would fail that
-        record's own. One view when the units say the records are adjacent (their sizes add
-        up to the span), else one a record. None when the heads do not tell (then ``runs``
-        checks each record's)."""
+        record's own. One view for each run of records the units say are adjacent (a record
+        ending where the next begins), found without a step per record in Python. None when
+        the heads do not tell (then ``runs`` checks each record's)."""
         starts = self._commitlog.starts
         first, first_size, last, last_size = phys[0], sizes[0], phys[-1], sizes[-1]
         i = bisect.bisect_right(starts, first) - 1
@@ -297,10 +297,14 @@ class PullFiles:
         total, magic, phy = head(mm, b)
         if total != last_size or phy != last or magic not in MAGICS:
             return None
-        if b + last_size - a == sum(sizes):
+        ends = tuple(map(add, phys, sizes))
+        # the records that begin a run: each whose offset is not where the one before ended
+        cuts = list(compress(range(1, len(phys)), map(ne, ends, islice(phys, 1, None))))
+        if not cuts:
             return [mm[a : b + last_size]]
-        at = tuple(map(sub, phys, repeat(start)))
-        return list(map(mm.__getitem__, map(slice, at, map(add, at, sizes))))
+        firsts = map(phys.__getitem__, [0, *cuts])
+        lasts = map(ends.__getitem__, [*map(sub, cuts, repeat(1)), len(phys) - 1])
+        return [mm[f - start : e - start] for f, e in zip(firsts, lasts, strict=True)]
 
     def _records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
         starts, maps = self._commitlog.starts, self._commitlog.maps

@@ -17,7 +17,6 @@ unreadable) is skipped, and is MESSAGE_WAS_REMOVING when nothing was found.
 import bisect
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from itertools import accumulate
 from operator import lt
 from pathlib import Path
@@ -46,20 +45,38 @@ REFUSED = (grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.NOT_FOUND,
 END_TTL_S = 1.0  # the commitlog's end (for the in-memory batch limits) is asked this often
 
 
-@dataclass
 class Found:
-    status: str  # the query service's PullStatus names
-    next_offset: int
-    min_offset: int = 0
-    max_offset: int = 0
-    # the records' bytes, to be joined: a piece per record, or per run of adjacent records
-    records: Sequence[bytes | memoryview] = field(default_factory=list)
-    count: int = 0  # records in them
-    wanted: list[tuple[int, int]] = field(default_factory=list)  # (commitlog offset, size)
-    gone: int = 0  # matching units whose record is below the commitlog's minimum
-    ordered: bool = False  # ``wanted`` is in commitlog order (checked)
-    # ``wanted`` as two columns (commitlog offsets, sizes) when ``scan`` read them so
-    columns: tuple[tuple[int, ...], tuple[int, ...]] | None = None
+    """What a pull found: its status (the query service's PullStatus names), offsets and
+    records."""
+
+    __slots__ = ("_wanted", "columns", "count", "gone", "max_offset", "min_offset",
+                 "next_offset", "ordered", "records", "status")  # fmt: skip
+
+    def __init__(
+        self, status: str, next_offset: int, min_offset: int = 0, max_offset: int = 0,
+        wanted: list[tuple[int, int]] | None = None, gone: int = 0, ordered: bool = False,
+        columns: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
+    ) -> None:  # fmt: skip
+        self.status = status
+        self.next_offset = next_offset
+        self.min_offset = min_offset
+        self.max_offset = max_offset
+        # the records' bytes, to be joined: a piece per record, or per run of adjacent records
+        self.records: Sequence[bytes | memoryview] = ()
+        self.count = 0  # records in them
+        self._wanted = wanted
+        self.gone = gone  # matching units whose record is below the commitlog's minimum
+        self.ordered = ordered  # ``wanted`` is in commitlog order (checked)
+        # ``wanted`` as two columns (commitlog offsets, sizes) when ``scan`` read them so
+        self.columns = columns
+
+    @property
+    def wanted(self) -> list[tuple[int, int]]:
+        """The records the pull takes: (commitlog offset, size) each (made from ``columns``
+        when asked: a pull answered from the columns never makes it)."""
+        if self._wanted is None:
+            self._wanted = [] if self.columns is None else list(zip(*self.columns, strict=True))
+        return self._wanted
 
 
 class PullReads:
@@ -93,13 +110,18 @@ class PullReads:
         if time.monotonic() - when >= END_TTL_S:
             return None
         found = self.scan(topic, queue, offset, max_messages, tags, end)
-        if found.wanted:
-            runs = None if found.columns is None else self.files.ordered_runs(*found.columns)
-            if runs is None:
-                # (ordered_runs, when the columns were there, has been tried already)
-                runs = self.files.runs(found.wanted, found.ordered and found.columns is None)
+        columns = found.columns
+        if columns is not None:  # in commitlog order (checked), never empty
+            runs = self.files.ordered_runs(*columns)
+            if runs is None:  # (ordered_runs tried already: each record's head checked)
+                runs = self.files.runs(found.wanted)
                 if runs is None:
                     return None
+            found.records, found.count = runs, len(columns[0])
+        elif found.wanted:
+            runs = self.files.runs(found.wanted, found.ordered)
+            if runs is None:
+                return None
             found.records, found.count = runs, len(found.wanted)
         return _settled(found)
 
@@ -146,8 +168,7 @@ class PullReads:
             whole = None if columns is None else _whole(*columns, max_messages, cl_min, far)
             if whole is not None:
                 phys, sizes = whole
-                return Found("NO_MATCHED_MESSAGE", offset + len(phys), mn, mx,
-                             wanted=list(zip(phys, sizes, strict=True)), ordered=True,
+                return Found("NO_MATCHED_MESSAGE", offset + len(phys), mn, mx, ordered=True,
                              columns=whole)  # fmt: skip
         units = pf.units(segs, offset, count)
         if not units:  # the segment holding the offset was removed

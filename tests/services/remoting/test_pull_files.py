@@ -186,6 +186,11 @@ def test_runs_in_commitlog_order_from_the_first_and_last_heads(tmp_path):
     assert apart is not None and [bytes(r) for r in apart] == [
         bytes(r) for r in files.runs([units[1], units[3], units[6]]) or []
     ]
+    mixed = [units[1], units[2], units[3], units[5], units[6]]  # two runs: a view each
+    two = files.runs(mixed, ordered=True)
+    assert two is not None and [bytes(r) for r in two] == [
+        bytes(r) for r in files.runs(mixed) or []
+    ] and len(two) == 2
     last = units[6]
     assert files.runs([units[1], (last[0], last[1] + 1)], ordered=True) is None
     with open(store.cl / segment_name(0), "r+b") as f:  # the commitlog cut back below the last
