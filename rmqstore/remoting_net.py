@@ -18,7 +18,7 @@ import itertools
 import logging
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from rmqstore.formats import remoting as R
@@ -106,7 +106,8 @@ class Connection:
         self._tasks: set[asyncio.Task[None]] = set()
         self._started: dict[int, float] = {}  # id of a request answered LATER -> when taken
         self._buf = bytearray()  # the start of a frame not yet whole
-        self._out: list[bytes] | None = None  # frames to write once the read's requests are taken
+        # frames to write once the read's requests are taken
+        self._out: list[bytes | memoryview] | None = None
         self.attrs: dict[str, Any] = {}  # what a service keeps about the peer
 
     async def run(self) -> None:
@@ -145,7 +146,7 @@ class Connection:
 
     def _take(self, commands: list[R.Command]) -> None:
         """The requests of one read, their frames written together."""
-        out: list[bytes] = []
+        out: list[bytes | memoryview] = []
         self._out = out
         try:
             for cmd in commands:
@@ -155,9 +156,14 @@ class Connection:
             if out and not self.writer.is_closing():
                 self.writer.write(b"".join(out))
 
-    def _write(self, head: bytes, body: bytes = b"") -> None:
+    def _write(self, head: bytes, body: bytes = b"", pieces: Sequence[bytes | memoryview] = ()
+               ) -> None:  # fmt: skip
         if self._out is not None:
             self._out += (head, body)
+            if pieces:
+                self._out += pieces
+        elif pieces:
+            self.writer.write(b"".join((head, body, *pieces)))
         else:
             self.writer.write(head + body)
 
@@ -216,7 +222,7 @@ class Connection:
         if self.writer.is_closing():
             return
         try:
-            self._write(R.encode_head(cmd), cmd.body)
+            self._write(R.encode_head(cmd), cmd.body, cmd.pieces)
         except R.FrameError as e:
             log.error("answer to %s too large: %s", self.remote, e)
             self._write(R.encode(R.response_to(cmd, R.ResponseCode.SYSTEM_ERROR,

@@ -16,7 +16,7 @@ own task, so held pulls never hold up a connection's other requests.
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -307,10 +307,10 @@ class Puller:
         return self._answer(req, h, found), found.max_offset
 
     def _answer(self, req: R.Command, h: PullHeader, found: Found) -> R.Command:
-        body = b""
+        records: Sequence[bytes | memoryview] = ()
         if found.status == "FOUND":
             code: int = RC.SUCCESS
-            body = b"".join(found.records)
+            records = found.records  # joined into the frame as it is written
             self.pulled += found.count
         else:
             code = status_code(found.status, h.offset)
@@ -320,4 +320,6 @@ class Puller:
             "minOffset": str(found.min_offset),
             "maxOffset": str(found.max_offset),
         }
-        return R.response_to(req, code, ext=ext, body=body, remark=found.status)
+        answer = R.response_to(req, code, ext=ext, remark=found.status)
+        answer.pieces = records
+        return answer
