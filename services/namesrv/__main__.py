@@ -14,7 +14,7 @@ import sys
 from rmqstore import metrics
 from rmqstore.metrics_remoting import RemotingMetrics
 from rmqstore.remoting_net import RemotingServer
-from rmqstore.server import announce, configure_logging
+from rmqstore.server import announce, configure_logging, freeze_startup_objects
 from rmqstore.startup import StartupError, check_port_free, run_main, split_address
 from services.namesrv.handlers import NameServer
 from services.namesrv.routes import BROKER_EXPIRY_S, RouteTable
@@ -51,6 +51,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None) -> No
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    freeze_startup_objects()
     announce("namesrv", address)
     while True:
         try:

@@ -17,7 +17,7 @@ from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.remoting import RequestCode
 from rmqstore.metrics_remoting import ConsumerGroupMetrics, RemotingMetrics
 from rmqstore.remoting_net import RemotingServer
-from rmqstore.server import announce, configure_logging
+from rmqstore.server import announce, configure_logging, freeze_startup_objects
 from rmqstore.startup import StartupError, check_port_free, run_main, split_address
 from rmqstore.v1 import groups_pb2_grpc
 from services.remoting import registration
@@ -276,6 +276,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    freeze_startup_objects()
     announce("remoting", address)
     while True:
         try:
