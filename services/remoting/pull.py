@@ -96,6 +96,25 @@ class PullHeader:
 
 
 def parse_header(req: R.Command) -> PullHeader:
+    ext = req.ext
+    if ext is not None:  # every field there and a number where it must be: read at once
+        try:
+            group, topic, get = ext["consumerGroup"], ext["topic"], ext.get
+            if group and topic:
+                return PullHeader(
+                    group, topic, int(ext["queueId"]), int(ext["queueOffset"]),
+                    int(get("maxMsgNums", 32)), int(get("sysFlag", 0)),
+                    int(get("commitOffset", 0)),
+                    min(max(int(get("suspendTimeoutMillis", 0)), 0) / 1000, MAX_SUSPEND_S),
+                    get("subscription"), get("expressionType") or "TAG",
+                )  # fmt: skip
+        except (KeyError, ValueError):
+            pass
+    return _checked_header(req)
+
+
+def _checked_header(req: R.Command) -> PullHeader:
+    """``parse_header`` field by field: the error names the field missing or not a number."""
     group, topic = req.field("consumerGroup"), req.field("topic")
     if not group or not topic:
         raise ValueError("the custom field <consumerGroup> or <topic> is null")

@@ -20,8 +20,8 @@ import mmap
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from itertools import compress, islice, repeat
-from operator import add, ne, sub
+from itertools import compress, islice
+from operator import add, ne
 from pathlib import Path
 
 from rmqstore.formats import consume_queue as cq
@@ -297,14 +297,15 @@ class PullFiles:
         total, magic, phy = head(mm, b)
         if total != last_size or phy != last or magic not in MAGICS:
             return None
-        ends = tuple(map(add, phys, sizes))
         # the records that begin a run: each whose offset is not where the one before ended
+        ends = map(add, phys, sizes)
         cuts = list(compress(range(1, len(phys)), map(ne, ends, islice(phys, 1, None))))
-        if not cuts:
-            return [mm[a : b + last_size]]
-        firsts = map(phys.__getitem__, [0, *cuts])
-        lasts = map(ends.__getitem__, [*map(sub, cuts, repeat(1)), len(phys) - 1])
-        return [mm[f - start : e - start] for f, e in zip(firsts, lasts, strict=True)]
+        out, run = [], a  # run: where the current run begins in ``mm``
+        for cut in cuts:
+            out.append(mm[run : phys[cut - 1] + sizes[cut - 1] - start])
+            run = phys[cut] - start
+        out.append(mm[run : b + last_size])
+        return out
 
     def _records(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview | None]:
         starts, maps = self._commitlog.starts, self._commitlog.maps

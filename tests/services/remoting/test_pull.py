@@ -14,6 +14,7 @@ import pytest
 from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
+from services.remoting import pull
 from tests.remoting_wire import Wire, json_request, read_frame
 from tests.services.proxy.conftest import Serve
 from tests.services.remoting.conftest import Served
@@ -287,3 +288,26 @@ def test_offsets_reach_a_proxy_that_requires_signatures(tmp_path) -> None:
         run(Served(serve), test)
     finally:
         serve.stop()
+
+
+def test_pull_header_read_at_once_or_field_by_field():
+    ext = {"consumerGroup": "G", "topic": "T", "queueId": "3", "queueOffset": "64",
+           "maxMsgNums": "32", "sysFlag": "6", "commitOffset": "-1", "subVersion": "0",
+           "suspendTimeoutMillis": "15000", "subscription": "a || b"}  # fmt: skip
+    req = R.Command(code=C.PULL_MESSAGE, ext=ext)
+    h = pull.parse_header(req)
+    assert h == pull._checked_header(req)
+    assert (h.queue_id, h.offset, h.sys_flag, h.commit_offset, h.suspend_s) == (3, 64, 6, -1, 15.0)
+    assert (h.subscription, h.expression_type) == ("a || b", "TAG")
+    bare = {k: ext[k] for k in ("consumerGroup", "topic", "queueId", "queueOffset")}
+    assert pull.parse_header(R.Command(code=C.PULL_MESSAGE, ext=bare)) == pull.PullHeader(
+        "G", "T", 3, 64, 32, 0, 0, 0.0, None, "TAG")  # fmt: skip
+    for missing, text in (("queueOffset", "<queueOffset> is null"),
+                          ("topic", "<consumerGroup> or <topic> is null")):  # fmt: skip
+        with pytest.raises(ValueError, match=text):
+            pull.parse_header(R.Command(code=C.PULL_MESSAGE, ext={
+                k: v for k, v in ext.items() if k != missing}))  # fmt: skip
+    with pytest.raises(ValueError, match="<sysFlag> is not a number: x"):
+        pull.parse_header(R.Command(code=C.PULL_MESSAGE, ext={**ext, "sysFlag": "x"}))
+    with pytest.raises(ValueError, match="<consumerGroup> or <topic> is null"):
+        pull.parse_header(R.Command(code=C.PULL_MESSAGE))
