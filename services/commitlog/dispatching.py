@@ -77,9 +77,11 @@ class Dispatching:
             )
 
     def subscribe(
-        self, name: str, offset: int, max_records: int, active: Callable[[], bool]
-    ) -> Iterator[WireBatch]:
-        """Dispatch batches (serialized) from ``offset`` on while ``active()``."""
+        self, name: str, offset: int, max_records: int, active: Callable[[], bool],
+        linger: bool = True,
+    ) -> Iterator[WireBatch]:  # fmt: skip
+        """Dispatch batches (serialized) from ``offset`` on while ``active()``; ``linger``
+        False: each batch at once, never held for the puts right behind it."""
         self._register(name)
         if not 0 <= max_records <= MAX_BATCH_RECORDS:
             raise InvalidArgumentError(
@@ -93,7 +95,7 @@ class Dispatching:
         self.acks.setdefault(name, offset)
         self._subscriptions[name] = self._subscriptions.get(name, 0) + 1
         try:
-            yield from self._stream(offset, max_records, active)
+            yield from self._stream(offset, max_records, active, linger)
         finally:
             self._subscriptions[name] -= 1
 
@@ -101,13 +103,13 @@ class Dispatching:
         return dict(self._subscriptions)
 
     def _stream(
-        self, offset: int, max_records: int, active: Callable[[], bool]
+        self, offset: int, max_records: int, active: Callable[[], bool], lingers: bool
     ) -> Iterator[WireBatch]:
         pos = offset
         # subscribed to an empty store: a slave's first file may start anywhere (its master's
         # last file), so the first records are wherever the store begins
         from_empty = pos == 0 == self.max_offset
-        linger = self.config.dispatch_linger_ms / 1000
+        linger = self.config.dispatch_linger_ms / 1000 if lingers else 0
         while active() and not self._closed:
             with self._appended:
                 while self.max_offset <= pos and active() and not self._closed:

@@ -348,6 +348,7 @@ class CommitLogServicer(commitlog_pb2_grpc.CommitLogServicer):
             request.from_offset,
             request.max_batch_records,
             lambda: not ended.is_set(),
+            not request.no_linger,
         )
         try:
             while (batch := await self._run_blocking(next, batches, None)) is not None:

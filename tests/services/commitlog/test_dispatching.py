@@ -89,6 +89,28 @@ def test_a_subscriber_that_caught_up_lingers_for_more_puts(tmp_path):
         e.close()
 
 
+def test_a_subscriber_without_linger_takes_each_put_at_once(tmp_path):
+    """``linger=False`` (long polling's wake-ups): the first put's batch comes at once,
+    however long the writer would let a builder linger."""
+    e = CommitLogEngine(
+        WriterConfig(store=tmp_path / "store", segment_size=8 << 20, dispatch_linger_ms=1000)
+    )
+    got: list = []
+    try:
+        taker = threading.Thread(target=lambda: got.append(
+            next(iter(e.subscribe("s", 0, 100_000, lambda: True, linger=False)))))  # fmt: skip
+        taker.start()
+        e.put([common_pb2.Message(topic="T", body=b"x")])
+        for _ in range(10_000):  # (lingering, it would show in ``_lingering`` for a second)
+            if got or e._lingering:
+                break
+            time.sleep(0.001)
+        assert got and got[0].records == 1 and not e._lingering
+        taker.join(10)
+    finally:
+        e.close()
+
+
 def test_closing_ends_a_linger(tmp_path):
     """A subscriber lingering for more puts when the engine closes ends without a batch."""
     e = CommitLogEngine(
