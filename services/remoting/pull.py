@@ -55,6 +55,8 @@ MORE_THAN_ONE = ("OFFSET_TOO_SMALL", "OFFSET_OVERFLOW_BADLY")
 NOT_FOUND = ("OFFSET_OVERFLOW_ONE", "OFFSET_FOUND_NULL")
 RETRY_NOW = ("NO_MATCHED_MESSAGE", "MESSAGE_WAS_REMOVING")
 EMPTY = ("NO_MESSAGE_IN_QUEUE", "NO_MATCHED_LOGIC_QUEUE")
+# at or beyond the consume-queue file's end (or no file yet), which the stream may pass
+BEYOND_FILE = ("OFFSET_OVERFLOW_ONE", "OFFSET_OVERFLOW_BADLY", *EMPTY)
 
 
 def status_code(status: str, offset: int) -> int:
@@ -221,6 +223,8 @@ class Puller:
         found = self.reads.pull_now(h.topic, h.queue_id, offset, count, self._tags(expression))
         if found is None:
             return None
+        if found.status in BEYOND_FILE and self.arrivals.knows(h.topic, h.queue_id, offset):
+            return None  # stored, not in the consume queue yet: from the stream's units
         answer = self._answer(req, h, found)
         if answer.code == RC.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0:
             return None  # held: the coroutine looks again and waits
@@ -320,10 +324,20 @@ class Puller:
     async def _look(self, req: R.Command, h: PullHeader, tags: TagFilter
                     ) -> tuple[R.Command, int]:  # fmt: skip
         """One pull at the store: the answer and the queue's end it saw."""
-        found = await self.reads.pull(
-            h.topic, h.queue_id, max(h.offset, 0), max(1, min(h.max_msgs, 1024)), tags
-        )
-        return self._answer(req, h, found), found.max_offset
+        offset, count = max(h.offset, 0), max(1, min(h.max_msgs, 1024))
+        found = await self.reads.pull(h.topic, h.queue_id, offset, count, tags)
+        end = found.max_offset
+        if found.status in BEYOND_FILE and self.arrivals.knows(h.topic, h.queue_id, offset):
+            # stored, but the builder has not written the units yet: the stream's, else
+            # nothing yet (never "offset moved": the consumer is right)
+            units = self.arrivals.units_from(h.topic, h.queue_id, offset)
+            tail_end = self.arrivals.tail_end(h.topic, h.queue_id)
+            if units:
+                found = await self.reads.pull_units(units, offset, count, tags,
+                                                    found.min_offset, tail_end)  # fmt: skip
+            else:
+                found = Found("OFFSET_OVERFLOW_ONE", offset, found.min_offset, tail_end)
+        return self._answer(req, h, found), end
 
     def _answer(self, req: R.Command, h: PullHeader, found: Found) -> R.Command:
         records: Sequence[bytes | memoryview] = ()

@@ -2,15 +2,20 @@
 stream, followed while pulls are held (one stream for the whole broker, opened at the writer's
 end when a pull is first held and closed ``LINGER_S`` after the last one ended, so a broker
 that only takes sends costs the writer nothing), wakes the pulls held on a queue when a record
-for it is appended.
+for it is appended. The stream asks the writer for each batch at once (no linger), and the
+last ``TAIL_UNITS`` consume-queue units it carried for each queue are kept: a woken pull takes
+its records from them while the consume-queue builder, a step behind, has not written them.
 """
 
 import asyncio
 import contextlib
 import logging
+from collections import deque
+from itertools import islice
 
 import grpc
 
+from rmqstore.dispatch import goes_to_consume_queue
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc
 
 log = logging.getLogger("rmqstore.remoting")
@@ -19,6 +24,10 @@ SUBSCRIBER = "remoting-pulls"  # the dispatch stream's subscriber name (no build
 RESUBSCRIBE_S = 1.0  # after the dispatch stream failed
 ACK_EVERY_S = 5.0  # how often the stream's position is acknowledged (the writer's lag metric)
 LINGER_S = 60.0  # the dispatch stream stays open this long after the last held pull
+TAIL_UNITS = 64  # a queue's last units kept from the stream (the builder is milliseconds behind)
+MAX_TAILS = 2048  # queues whose last units are kept (the first kept goes first)
+
+Unit = tuple[int, int, int, int]  # queue offset, commitlog offset, size, tags code
 
 
 class Arrivals:
@@ -28,6 +37,8 @@ class Arrivals:
         self.writer = writer
         self._events: dict[tuple[str, int], asyncio.Event] = {}
         self.arrived: dict[tuple[str, int], int] = {}  # queue -> one past the last offset seen
+        # queue -> its last units from the stream now open (consecutive queue offsets)
+        self.tails: dict[tuple[str, int], deque[Unit]] = {}
         self._follower: asyncio.Task | None = None
         self._tender: asyncio.Task | None = None
         self.streaming = False
@@ -43,6 +54,28 @@ class Arrivals:
         if ev is None or ev.is_set():
             ev = self._events[key] = asyncio.Event()
         return ev
+
+    def tail_end(self, topic: str, queue_id: int) -> int:
+        """One past the queue's last unit the open stream carried (0: none)."""
+        tail = self.tails.get((topic, queue_id))
+        return tail[-1][0] + 1 if tail else 0
+
+    def knows(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether the open stream carried units of the queue up to ``offset`` at least:
+        then ``offset`` is in the queue or at its end, whatever its file holds yet."""
+        tail = self.tails.get((topic, queue_id))
+        return bool(tail) and tail[-1][0] + 1 >= offset  # type: ignore[index]
+
+    def units_from(self, topic: str, queue_id: int, offset: int) -> list[tuple[int, int, int]]:
+        """The queue's units from ``offset`` on as the stream carried them (commitlog
+        offset, size, tags code); none when its tail does not hold ``offset``."""
+        tail = self.tails.get((topic, queue_id))
+        if not tail:
+            return []
+        at = offset - tail[0][0]
+        if not 0 <= at < len(tail) or tail[at][0] != offset:
+            return []
+        return [(phy, size, code) for _, phy, size, code in islice(tail, at, None)]
 
     def hold(self) -> bool:
         """A pull is held: the stream is opened unless it is open. True when it was not
@@ -99,6 +132,7 @@ class Arrivals:
             await self._follow_from_end()
         finally:
             self.streaming = False
+            self.tails.clear()  # what comes next may not follow on
 
     async def _follow_from_end(self) -> None:
         position = -1
@@ -114,6 +148,7 @@ class Arrivals:
                 raise
             except grpc.aio.AioRpcError as e:
                 self.streaming = False
+                self.tails.clear()
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
                     position = -1  # the commitlog was cut or trimmed: start at its end again
                 log.debug("dispatch stream for long polling ended: %s", e.details())
@@ -122,18 +157,31 @@ class Arrivals:
 
     async def _stream(self, position: int) -> int:
         call = self.writer.Subscribe(
-            commitlog_pb2.SubscribeRequest(subscriber=SUBSCRIBER, from_offset=position)
+            commitlog_pb2.SubscribeRequest(subscriber=SUBSCRIBER, from_offset=position,
+                                           no_linger=True)  # fmt: skip
         )
         self.streaming = True
         self.position = position
+        self.tails.clear()
+        tails = self.tails
         try:
             async for batch in call:
-                for topic, q, o in zip(
-                    batch.topic, batch.queue_id, batch.queue_offset, strict=False
-                ):
+                for topic, q, o, phy, size, code, flag in zip(
+                    batch.topic, batch.queue_id, batch.queue_offset, batch.phy_offset,
+                    batch.size, batch.tags_code, batch.sys_flag, strict=False,
+                ):  # fmt: skip
                     key = (topic, q)
                     if o + 1 > self.arrived.get(key, 0):
                         self.arrived[key] = o + 1
+                    if goes_to_consume_queue(flag):
+                        tail = tails.get(key)
+                        if tail is None:
+                            if len(tails) >= MAX_TAILS:
+                                del tails[next(iter(tails))]
+                            tail = tails[key] = deque(maxlen=TAIL_UNITS)
+                        elif tail[-1][0] + 1 != o:  # not the next (a cut, a rewrite): anew
+                            tail.clear()
+                        tail.append((o, phy, size, code))
                     ev = self._events.pop(key, None)
                     if ev is not None:
                         ev.set()

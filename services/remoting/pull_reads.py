@@ -173,27 +173,25 @@ class PullReads:
         units = pf.units(segs, offset, count)
         if not units:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)
-        wanted: list[tuple[int, int]] = []
-        total, gone, i, n = 0, 0, 0, 0
-        for phy, size, code in units:
-            if n:  # RocketMQ's isTheBatchFull
-                if n >= max_messages:
-                    break
-                if phy < far:
-                    if total + size > ON_DISK_MAX_BYTES or n >= ON_DISK_MAX_COUNT:
-                        break
-                elif total + size > IN_MEMORY_MAX_BYTES or n >= IN_MEMORY_MAX_COUNT:
-                    break
-            i += 1
-            if not every and not tags.matches_code(code):
-                continue
-            if phy < cl_min or (phy == 0 and size == PRE_BLANK_SIZE):  # deleted, or no message
-                gone += 1
-                continue
-            wanted.append((phy, size))
-            total += size
-            n += 1
-        return Found("NO_MATCHED_MESSAGE", offset + i, mn, mx, wanted=wanted, gone=gone)
+        wanted, taken, gone = _batch(units, max_messages, tags, cl_min, far)
+        return Found("NO_MATCHED_MESSAGE", offset + taken, mn, mx, wanted=wanted, gone=gone)
+
+    async def pull_units(
+        self, units: Sequence[tuple[int, int, int]], offset: int, max_messages: int,
+        tags: TagFilter, min_offset: int, end: int,
+    ) -> Found:  # fmt: skip
+        """A pull answered from the queue's units from ``offset`` on that its consume-queue
+        file does not hold yet (the writer's dispatch stream delivered them: the builder is a
+        step behind), with ``scan``'s filter and batch limits; ``end``: the queue's end."""
+        far = await self._commitlog_end() - self.in_memory_span
+        cl_min = self.files.commitlog_min()
+        wanted, taken, gone = _batch(units, max_messages, tags, cl_min, far)
+        found = Found("NO_MATCHED_MESSAGE", offset + taken, min_offset, end, wanted=wanted,
+                      gone=gone)  # fmt: skip
+        if wanted:
+            found.records = [r for r in await self._records(wanted) if r is not None]
+            found.count = len(found.records)
+        return _settled(found)
 
     async def _records(self, wanted: list[tuple[int, int]]) -> list[bytes | memoryview | None]:
         """The records' bytes from the files; those the files cannot give from the writer,
@@ -220,6 +218,38 @@ class PullReads:
             return [r for o in offsets for r in await self._from_writer([o])]  # which one
         raws = list(answer.records)
         return [r or None for r in raws] if len(raws) == len(offsets) else [None] * len(offsets)
+
+
+def _batch(
+    units: Sequence[tuple[int, int, int]], max_messages: int, tags: TagFilter, cl_min: int,
+    far: int,
+) -> tuple[list[tuple[int, int]], int, int]:  # fmt: skip
+    """The records a pull takes from these units (commitlog offset, size, tags code), one by
+    one: RocketMQ's batch limits (``far``: a record below is "on disk"), the tag filter, the
+    records below the commitlog's minimum skipped; (the records' (offset, size), the units
+    looked at, those whose record is gone)."""
+    every = tags.tags is None
+    wanted: list[tuple[int, int]] = []
+    total, gone, i, n = 0, 0, 0, 0
+    for phy, size, code in units:
+        if n:  # RocketMQ's isTheBatchFull
+            if n >= max_messages:
+                break
+            if phy < far:
+                if total + size > ON_DISK_MAX_BYTES or n >= ON_DISK_MAX_COUNT:
+                    break
+            elif total + size > IN_MEMORY_MAX_BYTES or n >= IN_MEMORY_MAX_COUNT:
+                break
+        i += 1
+        if not every and not tags.matches_code(code):
+            continue
+        if phy < cl_min or (phy == 0 and size == PRE_BLANK_SIZE):  # deleted, or no message
+            gone += 1
+            continue
+        wanted.append((phy, size))
+        total += size
+        n += 1
+    return wanted, i, gone
 
 
 def _whole(

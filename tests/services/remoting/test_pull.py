@@ -4,9 +4,12 @@ commit piggyback and long polling; the offset commands, answered from the proxy'
 
 import asyncio
 import json
+import os
+import signal
 import struct
 import urllib.request
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -311,3 +314,54 @@ def test_pull_header_read_at_once_or_field_by_field():
         pull.parse_header(R.Command(code=C.PULL_MESSAGE, ext={**ext, "sysFlag": "x"}))
     with pytest.raises(ValueError, match="<consumerGroup> or <topic> is null"):
         pull.parse_header(R.Command(code=C.PULL_MESSAGE))
+
+
+def _builder_pid(served: Served) -> int:
+    """The consume-queue builder's process under ``served``'s ``rmqstore serve``."""
+    for child in Path(f"/proc/{served.serve.proc.pid}/task/{served.serve.proc.pid}/children"
+                      ).read_text().split():  # fmt: skip
+        argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
+        if b"services.indexer" in argv and b"consume-queue" in argv:
+            return int(child)
+    raise AssertionError("no consume-queue builder under serve")
+
+
+def test_held_pull_answered_from_the_writers_stream_before_the_queue_is_built(served: Served):
+    """With the consume-queue builder stopped, a held pull woken by a send takes the record
+    from the units the writer's dispatch stream carried; a pull at the stored end, beyond
+    what the queue's file holds, is "not found" (never "offset moved")."""
+    builder = _builder_pid(served)
+
+    async def held(broker: Wire, offset: int, opaque: int, body: bytes) -> R.Command:
+        broker.writer.write(_pull("CG9", "TailT", 1, offset, opaque=opaque, sys_flag=6,
+                                  suspend_ms=30000))  # fmt: skip
+        await asyncio.sleep(0.2)  # (held: sent before the send, answered after it)
+        broker.writer.write(_send("TailT", 1, "t", opaque + 1, body))
+        answers = {}
+        for _ in range(2):
+            _, frame = await read_frame(broker.reader)
+            answers[frame.opaque] = frame
+        assert answers[opaque + 1].code == RC.SUCCESS
+        return answers[opaque]
+
+    async def test(broker: Wire) -> None:
+        await _sent(broker, "TailT", 1, ["a"])
+        await _found(broker, _pull("CG9", "TailT", 1, 0), 1)
+        first = await held(broker, 1, 20, b"b")  # opens the stream (it stays open 60 s)
+        assert first.code == RC.SUCCESS and [r.body for r in _records(first.body)] == [b"b"]
+        os.kill(builder, signal.SIGSTOP)
+        try:
+            answer = await held(broker, 2, 30, b"c")
+            assert answer.code == RC.SUCCESS, answer.remark
+            assert [r.body for r in _records(answer.body)] == [b"c"]
+            assert _offsets(answer)[1:] == (3, 0, 3)
+            at_end = await broker.call(_pull("CG9", "TailT", 1, 3))  # no suspend flag
+            assert at_end.code == RC.PULL_NOT_FOUND and _offsets(at_end)[1] == 3
+            again = await broker.call(_pull("CG9", "TailT", 1, 2))  # the file still ends at 2
+            assert again.code == RC.SUCCESS and [r.body for r in _records(again.body)] == [b"c"]
+        finally:
+            os.kill(builder, signal.SIGCONT)
+        built = await _found(broker, _pull("CG9", "TailT", 1, 2), 3)  # and from the file
+        assert [r.body for r in _records(built.body)] == [b"c"]
+
+    run(served, test)
