@@ -7,13 +7,20 @@ same connection code), in the same run.
 * pipelined: 2 connections (2 processes), 32 sends unanswered on each;
 * the front end's CPU per message (from /proc, over the run), the writer's, the senders'.
 
-Both rows use the benchmark Producer's binary header (``benchmarks.remoting_load``). The
+Two more targets split the front end's gap to the no-op: a second front end whose puts go to
+a put socket that stores nothing (``benchmarks.noop_put_socket``): the front end and the hop
+to a writer process, without the append; and the no-op putting each send through that socket
+as the front end does (``noop_remoting --put-socket``): the no-op and the hop, the ceiling of
+any front end that stores through a writer process over the put socket.
+
+All rows use the benchmark Producer's binary header (``benchmarks.remoting_load``). The
 writer runs with asynchronous flush and without builders; the front end puts over the
-writer's Unix socket, as under ``rmqstore serve``. Each scenario runs the no-op and the front
-end one after the other, ``rounds`` times: this machine's speed moves by the minute, so a
-ratio is only meaningful within a round.
+writer's Unix socket, as under ``rmqstore serve``. Each scenario runs the four targets one
+after the other, ``rounds`` times: this machine's speed moves by the minute, so a ratio is
+only meaningful within a round.
 """
 
+import os
 import sys
 import tempfile
 import time
@@ -51,18 +58,28 @@ def run(scale: Scale) -> list[dict]:
                              writer.address, "--commitlog-socket", f"{tmp}/writer.sock",
                              "--query", "127.0.0.1:1")  # fmt: skip
         noop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0")
+        nothing = procs.start("benchmarks.noop_put_socket", "--socket", f"{tmp}/nothing.sock")
+        hollow = procs.start("services.remoting", "--store", f"{tmp}/store", "--listen",
+                             "127.0.0.1:0", "--commitlog",
+                             writer.address, "--commitlog-socket", f"{tmp}/nothing.sock",
+                             "--query", "127.0.0.1:1")  # fmt: skip
+        hop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0",
+                          "--put-socket", f"{tmp}/nothing.sock")  # fmt: skip
+        targets = [("no-op", noop, None), ("remoting", broker, writer),
+                   ("remoting, writer stores nothing", hollow, nothing),
+                   ("no-op through a writer hop", hop, nothing)]  # fmt: skip
         try:
-            rates: dict[tuple[str, int], float] = {}
+            noop_rates: dict[tuple[str, int], float] = {}
             for scenario, count, processes, connections, inflight in (
                 ("sync, 4 connections", sync_count, 2, 2, 1),
                 ("pipelined, 32 in flight x 2", piped_count, 2, 1, 32),
             ):
                 for round_ in range(1, rounds + 1):
-                    for target, svc in (("no-op", noop), ("remoting", broker)):
+                    for target, svc, store in targets:
                         topic = "BenchRemoting"
                         before = _max_offset(writer.address)
                         cpu0 = procs.cpu_seconds(svc.proc.pid)
-                        writer_cpu0 = procs.cpu_seconds(writer.proc.pid)
+                        store_cpu0 = procs.cpu_seconds(store.proc.pid) if store else 0.0
                         commands = [
                             [sys.executable, "-m", "benchmarks.remoting_load", svc.address, topic,
                              str(count // processes), str(connections), str(inflight),
@@ -70,26 +87,28 @@ def run(scale: Scale) -> list[dict]:
                         ]  # fmt: skip
                         results = procs.run_json_all(commands, None, True)
                         cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
-                        writer_cpu = procs.cpu_seconds(writer.proc.pid) - writer_cpu0
+                        store_cpu = procs.cpu_seconds(store.proc.pid) - store_cpu0 if store else 0.0
                         senders = sum(r["cpu"] for r in results)
                         sent, rate = _rate(results)
                         stored = _max_offset(writer.address) - before
-                        if target == "remoting" and stored < sent * BODY:
+                        if store is writer and stored < sent * BODY:
                             raise RuntimeError(f"{scenario}: {sent} sent, {stored} B stored")
-                        rates[(scenario, round_)] = rates.get((scenario, round_)) or rate
                         row = {
                             "scenario": scenario, "round": round_, "target": target,
                             "messages": sent, "msgs/s": rate,
                             "server CPU us/msg": cpu / sent * 1e6 if sent else 0.0,
                             "senders CPU us/msg": senders / sent * 1e6 if sent else 0.0,
+                            "load": os.getloadavg()[0],
                         }  # fmt: skip
-                        if target == "remoting":
-                            noop_rate = rates[(scenario, round_)]
+                        if store is None:
+                            noop_rates[(scenario, round_)] = rate
+                        else:
+                            noop_rate = noop_rates[(scenario, round_)]
                             row["of no-op"] = rate / noop_rate if noop_rate else 0.0
-                            row["writer CPU us/msg"] = writer_cpu / sent * 1e6 if sent else 0.0
+                            row["writer CPU us/msg"] = store_cpu / sent * 1e6 if sent else 0.0
                         rows.append(row)
         finally:
-            for p in (noop, broker, writer):
+            for p in (hop, hollow, nothing, noop, broker, writer):
                 p.stop()
     return rows
 

@@ -1,7 +1,8 @@
-"""A put socket that stores nothing, for ``bench_proxy``: every put is answered at once, as
-the writer answers under asynchronous flush, with made-up offsets (each message the next
-number). A proxy that puts through it pays the hop to a second process and back, and
-nothing of an append: the ceiling of a proxy that stores through a writer process.
+"""A put socket that stores nothing, for ``bench_proxy`` and ``bench_remoting``: every put
+is answered at once, as the writer answers under asynchronous flush, with made-up offsets
+(each message the next number). A proxy or a front end that puts through it pays the hop to
+a second process and back, and nothing of an append: the ceiling of one that stores through
+a writer process.
 
 ``python -m benchmarks.noop_put_socket --socket PATH``
 """

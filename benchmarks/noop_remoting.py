@@ -8,7 +8,12 @@ ceiling of this design on this machine.
 and pulls are answered from them with long polling (a pull that finds nothing waits for the
 queue's next send or its ``suspendTimeoutMillis``): the send → pull latency ceiling.
 
-``python -m benchmarks.noop_remoting --listen HOST:PORT [--keep]``
+``--put-socket PATH``: each send is put, as the front end puts it (its ``Appender``, same
+settings: concurrent sends batched alike), through that put socket (``noop_put_socket``), and
+answered with the offsets of its reply: the ceiling of a front end that stores through a
+writer process, the hop's cost and no more.
+
+``python -m benchmarks.noop_remoting --listen HOST:PORT [--keep | --put-socket PATH]``
 """
 
 import argparse
@@ -18,14 +23,19 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable
+from functools import partial
 
+import grpc
+
+from rmqstore.appender import Appender, Stored
 from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
 from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.msgid import offset_msg_id
-from rmqstore.remoting_net import Connection, RemotingServer, not_supported
+from rmqstore.remoting_net import LATER, Connection, Later, RemotingServer, not_supported
 from rmqstore.server import announce
 from services.remoting import pull, send
+from services.remoting.__main__ import MERGE_BELOW, parse_args
 
 SENDS = (R.RequestCode.SEND_MESSAGE, R.RequestCode.SEND_MESSAGE_V2)
 BATCH = 32
@@ -38,23 +48,38 @@ def _prebuilt() -> list[bytes]:
     return [record * n for n in range(BATCH + 1)]
 
 
+def front_end_appender(put_socket: str) -> Appender:
+    """An ``Appender`` on ``put_socket`` as the front end makes it by default (its reads, which
+    never come, would go to an address nothing listens on)."""
+    args = parse_args(["--store", "-", "--commitlog-socket", put_socket])
+    return Appender(grpc.aio.insecure_channel("127.0.0.1:1"), slots=args.batches_in_flight,
+                    put_socket=put_socket, linger_s=args.batch_linger_ms / 1000,
+                    gather_s=args.batch_gather_ms / 1000, merge_below=MERGE_BELOW)  # fmt: skip
+
+
 class Noop:
-    def __init__(self, host: str, keep: bool = False) -> None:
+    def __init__(self, host: str, keep: bool = False, appender: Appender | None = None) -> None:
         self.store = parse_host(host)
         self.offset = 0
         self.keep = keep
+        self.appender = appender  # sends are put through it, answered once stored
         self.batches = _prebuilt()  # n records
         self.queues: dict[tuple[str, int], list[bytes]] = {}
         self.arrivals: dict[tuple[str, int], asyncio.Event] = {}
 
-    def __call__(self, conn: Connection, req: R.Command) -> R.Command | Awaitable[R.Command]:
+    def __call__(self, conn: Connection,
+                 req: R.Command) -> R.Command | Awaitable[R.Command] | Later:  # fmt: skip
         if req.code == R.RequestCode.PULL_MESSAGE:
             return self.pull_kept(req) if self.keep else self.pull(req)
         if req.code not in SENDS:
             return not_supported(req)
         h = send.parse_header(req)
-        send.to_record(h.topic, h.queue_id, req.body, h.properties, h.flag, h.sys_flag,
-                       h.born_timestamp, conn.remote, h.reconsume_times)  # fmt: skip
+        record = send.to_record(h.topic, h.queue_id, req.body, h.properties, h.flag, h.sys_flag,
+                                h.born_timestamp, conn.remote, h.reconsume_times)  # fmt: skip
+        if self.appender is not None:
+            done = partial(self.stored, conn, req, h.queue_id)
+            self.appender.submit([record], done, sender=conn.remote)
+            return LATER
         self.offset += 1
         msg_id = offset_msg_id(self.store.ip, self.store.port, self.offset)
         queue_offset = self.offset
@@ -69,6 +94,17 @@ class Noop:
             if ev is not None:
                 ev.set()
         return send.answer(req, send.PUT_OK, msg_id, h.queue_id, queue_offset)
+
+    def stored(self, conn: Connection, req: R.Command, queue_id: int,
+               stored: list[Stored] | None, error: BaseException | None) -> None:  # fmt: skip
+        """A send's answer once the put socket replied: the offsets it gave, as the front end."""
+        if stored is None:
+            assert error is not None
+            conn.respond(req, error)
+            return
+        msg_id = offset_msg_id(self.store.ip, self.store.port, stored[0].phy_offset)
+        conn.respond(req, send.answer(req, stored[0].status, msg_id, queue_id,
+                                      stored[0].queue_offset))  # fmt: skip
 
     def pull(self, req: R.Command) -> R.Command:
         """A full batch from any offset (the queue never ends)."""
@@ -104,9 +140,10 @@ def _found(req: R.Command, body: bytes, nxt: int, end: int) -> R.Command:
     return R.response_to(req, R.ResponseCode.SUCCESS, ext=ext, body=body, remark="FOUND")
 
 
-async def serve(listen: str, keep: bool) -> None:
+async def serve(listen: str, keep: bool, put_socket: str = "") -> None:
     host, _, port = listen.rpartition(":")
-    server = RemotingServer(Noop("127.0.0.1:10911", keep))
+    appender = front_end_appender(put_socket) if put_socket else None
+    server = RemotingServer(Noop("127.0.0.1:10911", keep, appender))
     address = await server.start(host, int(port))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -115,15 +152,20 @@ async def serve(listen: str, keep: bool) -> None:
     announce("noop-remoting", address)
     await stop.wait()
     await server.close()
+    if appender is not None:
+        await appender.close()
 
 
 def main() -> int:
     p = argparse.ArgumentParser(prog="python -m benchmarks.noop_remoting")
     p.add_argument("--listen", default="127.0.0.1:0")
-    p.add_argument("--keep", action="store_true",
-                   help="keep sends in memory, answer pulls from them (long polling)")  # fmt: skip
+    how = p.add_mutually_exclusive_group()
+    how.add_argument("--keep", action="store_true",
+                     help="keep sends in memory, answer pulls from them (long polling)")
+    how.add_argument("--put-socket", default="",
+                     help="put each send through this put socket, answer it once stored")
     args = p.parse_args()
-    asyncio.run(serve(args.listen, args.keep))
+    asyncio.run(serve(args.listen, args.keep, args.put_socket))
     return 0
 
 
