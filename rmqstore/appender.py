@@ -345,7 +345,10 @@ class Appender:
         ago, come back at about the same time, and one batch of them all costs the writer and
         this process one request's wake-ups instead of one per sender (the two halves of a
         group of senders would otherwise alternate, each in its own batch). No wait for a
-        sender alone, and none once ``batch_max`` messages wait."""
+        sender alone, and none once ``batch_max`` messages wait, nor while another slot's
+        batch gathers (one gathering at a time: this batch goes as it is)."""
+        if self._gathered is not None:
+            return
         now = loop.time()
         recent = self._recent
         for sender, at in list(recent.items()):
@@ -359,7 +362,7 @@ class Appender:
             return
         self._missing = missing
         gathered = self._gathered = loop.create_future()
-        timer = loop.call_later(self.gather_s, self._gather_end)
+        timer = loop.call_later(self.gather_s, _end, gathered)
         try:
             await gathered
         finally:
@@ -368,8 +371,8 @@ class Appender:
             self._gathered = None
 
     def _gather_end(self) -> None:
-        if self._gathered is not None and not self._gathered.done():
-            self._gathered.set_result(None)
+        if self._gathered is not None:
+            _end(self._gathered)
 
     def _arrived(self, sender: str) -> None:
         """A put of ``sender`` was queued while a batch gathers."""
@@ -494,3 +497,9 @@ class Appender:
         for _rs, f, _n in groups:
             if not f.done():
                 f.set_exception(e)
+
+
+def _end(gathered: asyncio.Future[None]) -> None:
+    """A gathering's wait is over (its time, or every sender came)."""
+    if not gathered.done():
+        gathered.set_result(None)

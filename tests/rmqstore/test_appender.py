@@ -115,3 +115,33 @@ def test_submit_answers_through_its_callback_as_put_would(tmp_path) -> None:
     assert all(e is None for _s, e in mixed[:3])
     stored, error = mixed[3]
     assert stored is None and isinstance(error, AppendError) and error.kind == "refused"
+
+
+def test_two_slots_gathering_synchronous_senders_answer_every_put(tmp_path) -> None:
+    """With two slots, both may take a batch while synchronous senders gather: each waits on
+    its own gathering (one slot's wait once replaced the other's, whose first put was then
+    never answered, and its sender hung)."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--commitlog-segment-size", str(4 << 20),
+                         "--put-socket", path)  # fmt: skip
+
+    async def sender(appender: Appender, i: int, host: str) -> int:
+        for n in range(60):  # one send at a time, as a synchronous producer
+            await appender.put([_plain(100 * i + n, host)], sender=host)
+        return 60
+
+    async def run() -> list[int]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, slots=2, put_socket=path, gather_s=0.002, merge_below=16)
+        try:
+            return await asyncio.wait_for(asyncio.gather(
+                *(sender(appender, i, h) for i, h in enumerate(HOSTS))), 60)  # fmt: skip
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        assert asyncio.run(run()) == [60] * 4
+    finally:
+        writer.stop()
