@@ -282,8 +282,8 @@ def _decode_json_header(header: bytes) -> Command:
         if ext_raw is not None:
             if not isinstance(ext_raw, dict):
                 raise FrameError("extFields is not an object")
-            ext = {k: v if type(v) is str else java_string(v)
-                   for k, v in ext_raw.items() if v is not None}  # fmt: skip (keys: strings)
+            ext = {k: v if type(v) is str else java_string(v)  # (JSON keys are strings)
+                   for k, v in ext_raw.items() if v is not None}  # fmt: skip
         language = obj.pop("language", "JAVA")
         if isinstance(language, int):
             language = LANGUAGES[language] if 0 <= language < len(LANGUAGES) else "OTHER"

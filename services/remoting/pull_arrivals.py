@@ -63,8 +63,8 @@ class Arrivals:
     def knows(self, topic: str, queue_id: int, offset: int) -> bool:
         """Whether the open stream carried units of the queue up to ``offset`` at least:
         then ``offset`` is in the queue or at its end, whatever its file holds yet."""
-        tail = self.tails.get((topic, queue_id))
-        return bool(tail) and tail[-1][0] + 1 >= offset  # type: ignore[index]
+        tail = self.tails.get((topic, queue_id))  # (never empty when there)
+        return tail is not None and tail[-1][0] + 1 >= offset
 
     def units_from(self, topic: str, queue_id: int, offset: int) -> list[tuple[int, int, int]]:
         """The queue's units from ``offset`` on as the stream carried them (commitlog
