@@ -31,6 +31,7 @@ from typing import Any
 
 import grpc
 
+from rmqstore.append_gather import Gathering
 from rmqstore.append_outcomes import (
     BUSY,
     REFUSED,
@@ -54,7 +55,6 @@ log = logging.getLogger(__name__)
 BATCH_BYTES = 16 << 20  # a batch stops growing here (the writer takes 64 MiB requests)
 PIPELINER_S = 1.0  # a sender whose puts overlapped this recently is still a pipeliner
 LINGER_BELOW = 32  # a batch lingers only while fewer messages than this wait for it
-RECENT_S = 0.05  # a synchronous sender that put this recently is expected back (gather_s)
 
 Settled = asyncio.Future | Waiter  # what a queued put's results are set on
 Group = tuple[list[Record], Settled, int]  # records, where their results go, their bytes
@@ -79,10 +79,7 @@ class Appender:
         self.linger_below = linger_below  # ... while fewer messages than this wait
         self.gather_s = gather_s  # the longest a batch waits for synchronous senders (above)
         self.merge_below = merge_below  # smaller batches are one writer request (_requests)
-        self._recent: dict[str, float] = {}  # sender -> when it last put (with gather_s)
-        self._queued_from: dict[Settled, str] = {}  # a queued put -> its sender
-        self._missing: set[str] = set()  # senders a gathering batch waits for
-        self._gathered: asyncio.Future[None] | None = None  # set once none is missing
+        self._gathering = Gathering(gather_s, batch_max)  # synchronous senders' batches
         self._queued = 0  # messages in the queue
         self._next_at = 0.0  # loop time before which no batch starts (under load)
         self._queue: deque[Group] = deque()  # puts waiting for a slot's batch
@@ -144,7 +141,7 @@ class Appender:
             self._lone.add(future)
         group = (list(messages), future, size)
         if self.gather_s and sender:
-            self._recent[sender] = now
+            self._gathering.put(sender, now)
         slot = self._direct_slot(loop)
         if slot is None:
             self._queued += len(messages)
@@ -155,9 +152,7 @@ class Appender:
                     getter.set_result(None)
                     break
             if self.gather_s and sender:
-                self._queued_from[future] = sender
-                if sender in self._missing:
-                    self._arrived(sender)
+                self._gathering.queued(future, sender, self._queued)
         else:
             self._lone.discard(future)
             self._claims[slot] += 1
@@ -182,8 +177,8 @@ class Appender:
     def _direct_slot(self, loop: asyncio.AbstractEventLoop) -> int | None:
         """A free slot for a put that would go out alone and at once anyway (nothing queued,
         no pipelining sender waiting), or None."""
-        if self._queue or self._pipelined or len(self._recent) > 1:
-            return None  # (several synchronous senders: their puts gather, see ``_gather``)
+        if self._queue or self._pipelined or len(self._gathering.recent) > 1:
+            return None  # (several synchronous senders: their puts gather)
         for slot, claims in enumerate(self._claims):
             if not claims:
                 self._next_at = loop.time() + self.spacing_s
@@ -205,7 +200,7 @@ class Appender:
     async def _run(self, slot: int) -> None:
         """Take the slot's next batch: its first put, then (while the slot's previous batch
         may still be in flight) the wait for it to fill, then the slot, then (not under a
-        pipelining sender's load) the wait for the synchronous senders (``_gather``), then the
+        pipelining sender's load) the wait for the synchronous senders (``Gathering``), then the
         puts queued behind the first: a group commit (the puts that arrived while the slot's
         previous batch was in flight go out as one). The batch is written at once, its
         replies settled in the callback that reads them (``_send_now``), or else put by a
@@ -230,7 +225,7 @@ class Appender:
                 raise
             try:
                 if self.gather_s and not self._pipelined:
-                    await self._gather(loop)
+                    await self._gathering.wait(loop, self._queued)
             except BaseException:
                 self._release(slot)
                 raise
@@ -243,12 +238,12 @@ class Appender:
     def _take_queued(self, first: Group) -> list[Group]:
         """``first`` and the puts queued behind it, up to ``batch_max`` messages and
         ``BATCH_BYTES``, out of the queue."""
-        self._queued_from.pop(first[1], None)
+        self._gathering.taken(first[1])
         groups = [first]
         count, size = len(first[0]), first[2]
         while self._queue and count < self.batch_max and size < BATCH_BYTES:
             g = self._queue.popleft()
-            self._queued_from.pop(g[1], None)
+            self._gathering.taken(g[1])
             self._lone.discard(g[1])
             self._queued -= len(g[0])
             groups.append(g)
@@ -338,47 +333,6 @@ class Appender:
                 await self._put(slot, [g])
         finally:
             self._release(slot)
-
-    async def _gather(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Wait (at most ``gather_s``) until every synchronous sender seen in the last
-        ``RECENT_S`` has a put queued: sends of several connections, each answered a moment
-        ago, come back at about the same time, and one batch of them all costs the writer and
-        this process one request's wake-ups instead of one per sender (the two halves of a
-        group of senders would otherwise alternate, each in its own batch). No wait for a
-        sender alone, and none once ``batch_max`` messages wait, nor while another slot's
-        batch gathers (one gathering at a time: this batch goes as it is)."""
-        if self._gathered is not None:
-            return
-        now = loop.time()
-        recent = self._recent
-        for sender, at in list(recent.items()):
-            if now - at > RECENT_S:
-                del recent[sender]
-        if len(recent) < 2 or self._queued >= self.batch_max:
-            return
-        queued = set(self._queued_from.values())  # the first put's sender among them
-        missing = {s for s in recent if s not in queued}
-        if not missing:
-            return
-        self._missing = missing
-        gathered = self._gathered = loop.create_future()
-        timer = loop.call_later(self.gather_s, _end, gathered)
-        try:
-            await gathered
-        finally:
-            timer.cancel()
-            self._missing = set()
-            self._gathered = None
-
-    def _gather_end(self) -> None:
-        if self._gathered is not None:
-            _end(self._gathered)
-
-    def _arrived(self, sender: str) -> None:
-        """A put of ``sender`` was queued while a batch gathers."""
-        self._missing.discard(sender)
-        if not self._missing or self._queued >= self.batch_max:
-            self._gather_end()
 
     async def _linger(self, until: float) -> None:
         """Wait on in steps of ``spacing_s`` while puts of pipelining senders keep coming (at
@@ -498,8 +452,3 @@ class Appender:
             if not f.done():
                 f.set_exception(e)
 
-
-def _end(gathered: asyncio.Future[None]) -> None:
-    """A gathering's wait is over (its time, or every sender came)."""
-    if not gathered.done():
-        gathered.set_result(None)
