@@ -50,6 +50,29 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def children(pid: int) -> list[int]:
+    """The processes ``pid`` started that still run (none once it is gone)."""
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(c) for c in text.split()]
+
+
+def wait_stopped(pid: int, timeout: float = 30) -> None:
+    """Until every thread of ``pid`` is stopped (state T) after a SIGSTOP: the stop takes a
+    thread only when it next leaves the kernel, and a loaded machine may leave one running a
+    while."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = {Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                  for t in os.listdir(f"/proc/{pid}/task")}  # fmt: skip
+        if states <= {"T", "t"}:
+            return
+        assert time.monotonic() < deadline, f"{pid} not stopped: {states}"
+        time.sleep(0.01)
+
+
 @dataclass
 class ServiceProcess:
     proc: subprocess.Popen

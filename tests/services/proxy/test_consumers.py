@@ -264,10 +264,8 @@ def test_consumer_that_dies_is_resumed_by_the_next_one_of_its_group(served):
 
 def _kill_all(serve: Serve) -> None:
     """SIGKILL every service of ``serve`` and serve itself, as a machine crash would."""
-    pid = serve.proc.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    for c in children:
-        os.kill(int(c), signal.SIGKILL)
+    for c in procs.children(serve.proc.pid):
+        os.kill(c, signal.SIGKILL)
     serve.proc.kill()
     serve.proc.wait(10)
 

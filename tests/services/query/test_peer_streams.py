@@ -3,7 +3,6 @@ processes (a name server; per broker a writer and a query service on its own sto
 peer of an older version, without the stream, asked over unary calls."""
 
 import asyncio
-import os
 import signal
 import threading
 import time
@@ -96,19 +95,6 @@ def _bytes_waiting(port: int) -> int:
     return waiting
 
 
-def _stopped(pid: int) -> None:
-    """Until every thread of ``pid`` is stopped (state T): a SIGSTOP takes effect on a thread
-    only when it next leaves the kernel, and a loaded machine may leave one running a while."""
-    deadline = time.monotonic() + 30
-    while True:
-        states = {Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0]
-                  for t in os.listdir(f"/proc/{pid}/task")}  # fmt: skip
-        if states <= {"T", "t"}:
-            return
-        assert time.monotonic() < deadline, f"{pid} not stopped: {states}"
-        time.sleep(0.01)
-
-
 def _until_all_ok(stub: query_pb2_grpc.QueryStub) -> query_pb2.QueryByKeyResponse:
     deadline = time.monotonic() + MEMBERS_S
     while True:
@@ -147,7 +133,7 @@ def test_a_peer_killed_mid_lookup_is_unreachable_and_answers_again_once_back(clu
     assert len(first.messages) == 10 and not first.partial
     assert b.query is not None
     b.query.proc.send_signal(signal.SIGSTOP)  # the next lookup waits on it...
-    _stopped(b.query.proc.pid)
+    procs.wait_stopped(b.query.proc.pid)
     answers: list[query_pb2.QueryByKeyResponse] = []
     asking = threading.Thread(target=lambda: answers.append(_ask(stub)))
     asking.start()
@@ -194,7 +180,7 @@ def test_a_stalled_peer_is_a_timeout_within_the_deadline_and_answers_again_after
     assert b.query is not None
     b.query.proc.send_signal(signal.SIGSTOP)
     try:
-        _stopped(b.query.proc.pid)
+        procs.wait_stopped(b.query.proc.pid)
         answer = stub.QueryByKey(query_pb2.QueryByKeyRequest(
             topic="T", key="k", max_results=100, scope=query_pb2.SCOPE_CLUSTER), timeout=2)
     finally:

@@ -12,6 +12,7 @@ import pytest
 
 from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
+from tests import procs
 from tests.remoting_wire import Wire, json_request
 from tests.services.proxy.conftest import Serve
 
@@ -20,17 +21,9 @@ ACKED_BEFORE_KILL = 300
 DEADLINE_S = 180.0
 
 
-def _children(pid: int) -> list[int]:
-    try:
-        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
-    except OSError:
-        return []
-    return [int(c) for c in text.split()]
-
-
 def _kill_all(serve: Serve) -> None:
     """SIGKILL every service process and serve itself, at once."""
-    for pid in [*_children(serve.proc.pid), serve.proc.pid]:
+    for pid in [*procs.children(serve.proc.pid), serve.proc.pid]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     serve.proc.wait(30)

@@ -18,6 +18,7 @@ from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
 from services.remoting import pull
+from tests import procs
 from tests.remoting_wire import Wire, json_request, read_frame
 from tests.services.proxy.conftest import Serve
 from tests.services.remoting.conftest import Served
@@ -318,11 +319,10 @@ def test_pull_header_read_at_once_or_field_by_field():
 
 def _builder_pid(served: Served) -> int:
     """The consume-queue builder's process under ``served``'s ``rmqstore serve``."""
-    for child in Path(f"/proc/{served.serve.proc.pid}/task/{served.serve.proc.pid}/children"
-                      ).read_text().split():  # fmt: skip
+    for child in procs.children(served.serve.proc.pid):
         argv = Path(f"/proc/{child}/cmdline").read_bytes().split(b"\0")
         if b"services.indexer" in argv and b"consume-queue" in argv:
-            return int(child)
+            return child
     raise AssertionError("no consume-queue builder under serve")
 
 
