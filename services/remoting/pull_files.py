@@ -229,18 +229,11 @@ class PullFiles:
                 out[i] = r
         return out
 
-    def runs(
-        self, wanted: Sequence[tuple[int, int]], ordered: bool = False
-    ) -> list[memoryview] | None:
+    def runs(self, wanted: Sequence[tuple[int, int]]) -> list[memoryview] | None:
         """The records at these (commitlog offset, size) pairs as views of the mapped
-        segments, one view for each run of records adjacent in the commitlog; None when one
-        is not there as ``records`` reads it (then ask ``records``). ``ordered``: the pairs
-        are in commitlog order (see ``ordered_runs``)."""
-        if ordered and len(wanted) > 1:
-            phys, sizes = zip(*wanted, strict=True)
-            got = self.ordered_runs(phys, sizes)
-            if got is not None:
-                return got
+        segments, one view for each run of records adjacent in the commitlog, each record's
+        head checked; None when one is not there as ``records`` reads it (then ask
+        ``records``). ``ordered_runs`` does it from two heads for pairs in commitlog order."""
         starts, maps = self._commitlog.starts, self._commitlog.maps
         out: list[memoryview] = []
         start, mm, end = 0, memoryview(b""), 0

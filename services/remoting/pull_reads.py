@@ -50,11 +50,11 @@ class Found:
     records."""
 
     __slots__ = ("_wanted", "columns", "count", "gone", "max_offset", "min_offset",
-                 "next_offset", "ordered", "records", "status")  # fmt: skip
+                 "next_offset", "records", "status")  # fmt: skip
 
     def __init__(
         self, status: str, next_offset: int, min_offset: int = 0, max_offset: int = 0,
-        wanted: list[tuple[int, int]] | None = None, gone: int = 0, ordered: bool = False,
+        wanted: list[tuple[int, int]] | None = None, gone: int = 0,
         columns: tuple[tuple[int, ...], tuple[int, ...]] | None = None,
     ) -> None:  # fmt: skip
         self.status = status
@@ -66,8 +66,8 @@ class Found:
         self.count = 0  # records in them
         self._wanted = wanted
         self.gone = gone  # matching units whose record is below the commitlog's minimum
-        self.ordered = ordered  # ``wanted`` is in commitlog order (checked)
-        # ``wanted`` as two columns (commitlog offsets, sizes) when ``scan`` read them so
+        # ``wanted`` as two columns (commitlog offsets, sizes) when ``scan`` read them so: in
+        # commitlog order (checked), never empty
         self.columns = columns
 
     @property
@@ -119,7 +119,7 @@ class PullReads:
                     return None
             found.records, found.count = runs, len(columns[0])
         elif found.wanted:
-            runs = self.files.runs(found.wanted, found.ordered)
+            runs = self.files.runs(found.wanted)
             if runs is None:
                 return None
             found.records, found.count = runs, len(found.wanted)
@@ -168,8 +168,7 @@ class PullReads:
             whole = None if columns is None else _whole(*columns, max_messages, cl_min, far)
             if whole is not None:
                 phys, sizes = whole
-                return Found("NO_MATCHED_MESSAGE", offset + len(phys), mn, mx, ordered=True,
-                             columns=whole)  # fmt: skip
+                return Found("NO_MATCHED_MESSAGE", offset + len(phys), mn, mx, columns=whole)
         units = pf.units(segs, offset, count)
         if not units:  # the segment holding the offset was removed
             return Found("OFFSET_FOUND_NULL", offset + cap - offset % cap, mn, mx)

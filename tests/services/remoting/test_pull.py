@@ -333,9 +333,9 @@ def test_held_pull_answered_from_the_writers_stream_before_the_queue_is_built(se
     builder = _builder_pid(served)
 
     async def held(broker: Wire, offset: int, opaque: int, body: bytes) -> R.Command:
+        # the pull first: held (one connection's requests are taken in order), then woken
         broker.writer.write(_pull("CG9", "TailT", 1, offset, opaque=opaque, sys_flag=6,
                                   suspend_ms=30000))  # fmt: skip
-        await asyncio.sleep(0.2)  # (held: sent before the send, answered after it)
         broker.writer.write(_send("TailT", 1, "t", opaque + 1, body))
         answers = {}
         for _ in range(2):

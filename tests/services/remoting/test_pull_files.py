@@ -179,24 +179,28 @@ def test_runs_in_commitlog_order_from_the_first_and_last_heads(tmp_path):
         store.append()
     files.commitlog_min()
     units = store.units
+    def ordered(pairs: list[tuple[int, int]]) -> list[memoryview] | None:
+        phys, sizes = zip(*pairs, strict=True)
+        return files.ordered_runs(phys, sizes)
+
     whole = b"".join(bytes(r) for r in files.runs(units[1:7]) or [])
-    one = files.runs(units[1:7], ordered=True)  # adjacent: one view
+    one = ordered(units[1:7])  # adjacent: one view
     assert one is not None and len(one) == 1 and bytes(one[0]) == whole
-    apart = files.runs([units[1], units[3], units[6]], ordered=True)  # a view each
+    apart = ordered([units[1], units[3], units[6]])  # a view each
     assert apart is not None and [bytes(r) for r in apart] == [
         bytes(r) for r in files.runs([units[1], units[3], units[6]]) or []
     ]
     mixed = [units[1], units[2], units[3], units[5], units[6]]  # two runs: a view each
-    two = files.runs(mixed, ordered=True)
+    two = ordered(mixed)
     assert two is not None and [bytes(r) for r in two] == [
         bytes(r) for r in files.runs(mixed) or []
     ] and len(two) == 2
     last = units[6]
-    assert files.runs([units[1], (last[0], last[1] + 1)], ordered=True) is None
+    assert ordered([units[1], (last[0], last[1] + 1)]) is None
     with open(store.cl / segment_name(0), "r+b") as f:  # the commitlog cut back below the last
         f.seek(last[0])
         f.write(bytes(last[1]))
-    assert files.runs([units[1], units[3], last], ordered=True) is None
+    assert ordered([units[1], units[3], last]) is None
 
 
 def test_columns_of_written_units_only(tmp_path):

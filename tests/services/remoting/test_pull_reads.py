@@ -103,7 +103,7 @@ def test_every_unit_taken_at_once_as_one_by_one(tmp_path):
     for offset, count, cl_max in ((1, 32, FAR), (1, 3, FAR), (3, 32, 0), (9, 32, 0), (2, 1, 0)):
         every = reads.scan("T", 0, offset, count, ALL, cl_max)
         each = reads.scan("T", 0, offset, count, TagFilter.parse("a"), cl_max)
-        assert every.ordered and not each.ordered
+        assert every.columns is not None and each.columns is None
         assert (every.wanted, every.next_offset) == (each.wanted, each.next_offset)
         assert every.wanted and len(every.wanted) <= count
     assert len(reads.scan("T", 0, 1, 32, ALL, FAR).wanted) == 5
