@@ -288,13 +288,8 @@ class Appender:
                 [r for r, _gs in requests],
                 lambda replies: self._replied(slot, stream, groups, requests, replies),
             )
-        except OSError as e:  # the put socket broke
-            self._streams[slot] = None
-            stream.cancel()
-            self._fail(groups, AppendError(UNAVAILABLE, f"store unavailable: {e}"))
-            self._release(slot)
-        except Exception as e:  # never leave a sender waiting
-            self._fail(groups, e)
+        except Exception as e:  # never leave a sender waiting (a broken socket is told to
+            self._fail(groups, e)  # ``_replied``: a transport's write does not raise)
             self._release(slot)
         return True
 

@@ -178,7 +178,7 @@ class PutConnection(asyncio.Protocol):
         """``write`` each of ``requests``, in one write to the socket."""
         if self._closed or self._transport is None:
             raise ConnectionResetError("the writer closed the put socket")
-        self._transport.write(b"".join(frame(r.SerializeToString()) for r in requests))
+        self._transport.write(_frames(requests))
         if self._writable is not None:
             await self._writable
 
@@ -194,7 +194,7 @@ class PutConnection(asyncio.Protocol):
         the replies' bytes, in order, from the callback that reads the last of them, or with
         None if the connection ends first (never from inside this call)."""
         assert self._transport is not None and self.idle()
-        self._transport.write(b"".join(frame(r.SerializeToString()) for r in requests))
+        self._transport.write(_frames(requests))
         self._expected = (len(requests), replied)
 
     async def read(self) -> commitlog_pb2.PutStreamReply | None:
@@ -473,3 +473,8 @@ async def close(served: PutServer, grace_s: float = DRAIN_S) -> None:
                     len(served.connections), grace_s)  # fmt: skip
         for conn in list(served.connections):
             conn.abort()
+
+
+def _frames(requests: Sequence[commitlog_pb2.PutBatchRequest]) -> bytes:
+    """The requests' frames, back to back (one write)."""
+    return b"".join(frame(r.SerializeToString()) for r in requests)

@@ -9,6 +9,7 @@ preallocated, so the first unit with size <= 0 or a negative offset ends the dat
 A unit written by RocketMQ's ``fillPreBlank`` is (0, 0x7FFFFFFF, 0).
 """
 
+import functools
 import struct
 from typing import NamedTuple
 
@@ -56,7 +57,6 @@ def is_valid(unit: CqUnit) -> bool:
 
 
 OFFSET_SIZE = struct.Struct(">qi")  # a unit's first two fields: commitlog offset, size
-_COLUMNS: dict[int, tuple[struct.Struct, struct.Struct]] = {}  # units -> their columns' reads
 
 
 def written_at(buf: BytesLike, index: int) -> bool:
@@ -68,14 +68,12 @@ def written_at(buf: BytesLike, index: int) -> bool:
     return offset >= 0 and size > 0
 
 
+@functools.lru_cache(maxsize=64)
 def column_reads(count: int) -> tuple[struct.Struct, struct.Struct]:
     """Structs reading ``count`` consecutive units' commitlog offsets, and their sizes, each
-    in one call (a hot path's columns without a unit object each)."""
-    got = _COLUMNS.get(count)
-    if got is None:
-        got = _COLUMNS[count] = (struct.Struct(">" + "q12x" * count),
-                                 struct.Struct(">" + "8xi8x" * count))  # fmt: skip
-    return got
+    in one call (a hot path's columns without a unit object each; the counts asked most
+    lately kept)."""
+    return struct.Struct(">" + "q12x" * count), struct.Struct(">" + "8xi8x" * count)
 
 
 def units(buf: BytesLike) -> np.ndarray:

@@ -137,5 +137,6 @@ class ConfigCopy:
                 durable.replace_file(replica / OFFSETS, text.encode())
         if GROUPS in files and _read(replica / GROUPS).encode() != files[GROUPS]:
             durable.replace_file(replica / GROUPS, files[GROUPS])
-        if PERM in files and self.permission is not None:
-            self.permission.set(broker_perm.decode(files[PERM]))
+        if self.permission is not None:  # no file there: never drained, read-write
+            self.permission.set(broker_perm.decode(files[PERM]) if PERM in files
+                                else broker_perm.READ_WRITE)  # fmt: skip

@@ -110,7 +110,7 @@ def parse_header(req: R.Command) -> PullHeader:
                     min(max(int(get("suspendTimeoutMillis", 0)), 0) / 1000, MAX_SUSPEND_S),
                     get("subscription"), get("expressionType") or "TAG",
                 )  # fmt: skip
-        except (KeyError, ValueError):
+        except (KeyError, TypeError, ValueError):
             pass
     return _checked_header(req)
 
@@ -336,7 +336,9 @@ class Puller:
                 found = await self.reads.pull_units(units, offset, count, tags,
                                                     found.min_offset, tail_end)  # fmt: skip
             else:
-                found = Found("OFFSET_OVERFLOW_ONE", offset, found.min_offset, tail_end)
+                found = Found("OFFSET_OVERFLOW_ONE", offset, found.min_offset, offset)
+            if offset >= self.arrivals.tail_start(h.topic, h.queue_id):
+                end = tail_end  # what arrives next comes through the stream: no file to wait for
         return self._answer(req, h, found), end
 
     def _answer(self, req: R.Command, h: PullHeader, found: Found) -> R.Command:

@@ -60,6 +60,11 @@ class Arrivals:
         tail = self.tails.get((topic, queue_id))
         return tail[-1][0] + 1 if tail else 0
 
+    def tail_start(self, topic: str, queue_id: int) -> int:
+        """The queue's first unit kept from the stream (0: none)."""
+        tail = self.tails.get((topic, queue_id))
+        return tail[0][0] if tail else 0
+
     def knows(self, topic: str, queue_id: int, offset: int) -> bool:
         """Whether the open stream carried units of the queue up to ``offset`` at least:
         then ``offset`` is in the queue or at its end, whatever its file holds yet."""
@@ -148,9 +153,9 @@ class Arrivals:
                 raise
             except grpc.aio.AioRpcError as e:
                 self.streaming = False
-                self.tails.clear()
                 if e.code() == grpc.StatusCode.OUT_OF_RANGE:
                     position = -1  # the commitlog was cut or trimmed: start at its end again
+                    self.tails.clear()
                 log.debug("dispatch stream for long polling ended: %s", e.details())
                 self._wake_all()  # held pulls look again rather than sleep on a dead stream
                 await asyncio.sleep(RESUBSCRIBE_S)
@@ -160,35 +165,41 @@ class Arrivals:
             commitlog_pb2.SubscribeRequest(subscriber=SUBSCRIBER, from_offset=position,
                                            no_linger=True)  # fmt: skip
         )
+        if position != self.position:  # not where the last stream ended: no longer next
+            self.tails.clear()
         self.streaming = True
         self.position = position
-        self.tails.clear()
-        tails = self.tails
         try:
             async for batch in call:
-                for topic, q, o, phy, size, code, flag in zip(
-                    batch.topic, batch.queue_id, batch.queue_offset, batch.phy_offset,
-                    batch.size, batch.tags_code, batch.sys_flag, strict=False,
-                ):  # fmt: skip
-                    key = (topic, q)
-                    if o + 1 > self.arrived.get(key, 0):
-                        self.arrived[key] = o + 1
-                    if goes_to_consume_queue(flag):
-                        tail = tails.get(key)
-                        if tail is None:
-                            if len(tails) >= MAX_TAILS:
-                                del tails[next(iter(tails))]
-                            tail = tails[key] = deque(maxlen=TAIL_UNITS)
-                        elif tail[-1][0] + 1 != o:  # not the next (a cut, a rewrite): anew
-                            tail.clear()
-                        tail.append((o, phy, size, code))
-                    ev = self._events.pop(key, None)
-                    if ev is not None:
-                        ev.set()
-                position = self.position = batch.next_offset
+                self.took(batch)
+                position = self.position
         finally:
             call.cancel()
         return position
+
+    def took(self, batch: commitlog_pb2.DispatchBatch) -> None:
+        """A batch of the stream: the queues' ends, their units kept, their pulls woken."""
+        tails = self.tails
+        for topic, q, o, phy, size, code, flag in zip(
+            batch.topic, batch.queue_id, batch.queue_offset, batch.phy_offset, batch.size,
+            batch.tags_code, batch.sys_flag, strict=False,
+        ):  # fmt: skip
+            key = (topic, q)
+            if o + 1 > self.arrived.get(key, 0):
+                self.arrived[key] = o + 1
+            if goes_to_consume_queue(flag):
+                tail = tails.get(key)
+                if tail is None:
+                    if len(tails) >= MAX_TAILS:
+                        del tails[next(iter(tails))]
+                    tail = tails[key] = deque(maxlen=TAIL_UNITS)
+                elif tail[-1][0] + 1 != o:  # not the next (a cut, a rewrite): anew
+                    tail.clear()
+                tail.append((o, phy, size, code))
+            ev = self._events.pop(key, None)
+            if ev is not None:
+                ev.set()
+        self.position = batch.next_offset
 
     def _wake_all(self) -> None:
         for ev in self._events.values():

@@ -112,10 +112,8 @@ class PullFiles:
         return segs
 
     def _refresh(self, segs: Segments) -> None:
-        """``MappedSegments.refresh``, once an event-loop iteration (see the module's
-        docstring)."""
-        if self._iteration_open and segs.checked == self._iteration:
-            return
+        """``MappedSegments.refresh``, for the first use in an event-loop iteration (the
+        callers tell; see the module's docstring)."""
         self._segments.refresh(segs)
         if not self._iteration_open:
             try:

@@ -76,8 +76,8 @@ def test_the_reader_asks_the_writer_and_keeps_the_last_value(tmp_path) -> None:
 
 
 class _SlowReads(topics_pb2_grpc.TopicsServicer):
-    """A writer whose permission reads answer only once a set has been answered: the order a
-    loaded writer may answer in (its calls run concurrently)."""
+    """A writer whose permission reads answer only once the test says so (after a set was
+    answered): the order a loaded writer may answer in (its calls run concurrently)."""
 
     def __init__(self) -> None:
         self.perm = B.READ_WRITE
@@ -92,7 +92,6 @@ class _SlowReads(topics_pb2_grpc.TopicsServicer):
 
     async def SetBrokerPermission(self, request, context):  # noqa: N802
         self.perm = request.perm
-        asyncio.get_running_loop().call_later(0.05, self.set_done.set)
         return topics_pb2.BrokerPermission(perm=self.perm)
 
 
@@ -109,6 +108,7 @@ def test_a_read_that_a_set_overtook_does_not_undo_it() -> None:
                 reading = asyncio.ensure_future(reader.refresh())  # asks before the set...
                 await writer.reading.wait()
                 assert await reader.set(B.READ_ONLY) == B.READ_ONLY
+                writer.set_done.set()
                 await reading  # ...and is answered after it, with the old value
                 assert reader.perm == B.READ_ONLY
         finally:

@@ -59,3 +59,9 @@ def test_a_copy_takes_the_masters_broker_permission(tmp_path):
     with pytest.raises(ValueError, match="brokerPermission is not 6 or 4: 7"):
         copy.apply({broker_perm.FILE: b'{"brokerPermission": 7}'})
     assert mine.perm == READ_WRITE  # a bad copy changes nothing
+    mine.set(READ_ONLY)  # drained itself once (a former master rejoined as a slave) ...
+    fresh = StoreLayout.of(tmp_path / "fresh")  # ... of a master never drained (no file)
+    (fresh.root / "config").mkdir(parents=True)
+    fresh.delay_offset.write_text(delay_offset.encode({1: 1}))
+    copy.apply(read_config(fresh))
+    assert PermissionFile(slave.root).perm == READ_WRITE

@@ -1,7 +1,6 @@
 """Record bytes from a real writer process: streams, the unary fallback, restarts, timeouts."""
 
 import asyncio
-import os
 import signal
 import threading
 import time
@@ -36,20 +35,6 @@ def writer(tmp_path):
     p = _writer(tmp_path / "store")
     yield p
     p.stop()
-
-
-def _wait_stopped(pid: int) -> None:
-    """Until every thread of the process is stopped (a signal lands asynchronously)."""
-    deadline = time.monotonic() + 10
-    while True:
-        states = []
-        for task in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{task}/stat") as f:
-                states.append(f.read().rsplit(")", 1)[1].split()[0])
-        if all(st in ("T", "t") for st in states):
-            return
-        assert time.monotonic() < deadline, f"process {pid} did not stop: {states}"
-        time.sleep(0.01)
 
 
 def _bodies(raws):
@@ -137,7 +122,7 @@ def test_a_read_from_a_stalled_writer_times_out(writer):
     try:
         assert run(src.read(offsets[:1]))
         writer.proc.send_signal(signal.SIGSTOP)
-        _wait_stopped(writer.proc.pid)
+        procs.wait_stopped(writer.proc.pid)
         t0 = time.monotonic()
         try:
             with pytest.raises(UnavailableError):

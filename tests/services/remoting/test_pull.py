@@ -16,6 +16,7 @@ import pytest
 
 from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
+from rmqstore.queue_files import QueueFiles
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
 from services.remoting import pull
 from tests import procs
@@ -331,6 +332,7 @@ def test_held_pull_answered_from_the_writers_stream_before_the_queue_is_built(se
     from the units the writer's dispatch stream carried; a pull at the stored end, beyond
     what the queue's file holds, is "not found" (never "offset moved")."""
     builder = _builder_pid(served)
+    files = QueueFiles(served.serve.store)
 
     async def held(broker: Wire, offset: int, opaque: int, body: bytes) -> R.Command:
         # the pull first: held (one connection's requests are taken in order), then woken
@@ -351,10 +353,12 @@ def test_held_pull_answered_from_the_writers_stream_before_the_queue_is_built(se
         assert first.code == RC.SUCCESS and [r.body for r in _records(first.body)] == [b"b"]
         os.kill(builder, signal.SIGSTOP)
         try:
+            procs.wait_stopped(builder)
             answer = await held(broker, 2, 30, b"c")
             assert answer.code == RC.SUCCESS, answer.remark
             assert [r.body for r in _records(answer.body)] == [b"c"]
             assert _offsets(answer)[1:] == (3, 0, 3)
+            assert not files.written("TailT", 1, 2)  # not from the file: the builder is stopped
             at_end = await broker.call(_pull("CG9", "TailT", 1, 3))  # no suspend flag
             assert at_end.code == RC.PULL_NOT_FOUND and _offsets(at_end)[1] == 3
             again = await broker.call(_pull("CG9", "TailT", 1, 2))  # the file still ends at 2
