@@ -11,7 +11,10 @@ Two more targets split the front end's gap to the no-op: a second front end whos
 a put socket that stores nothing (``benchmarks.noop_put_socket``): the front end and the hop
 to a writer process, without the append; and the no-op putting each send through that socket
 as the front end does (``noop_remoting --put-socket``): the no-op and the hop, the ceiling of
-any front end that stores through a writer process over the put socket.
+any front end that stores through a writer process over the put socket. A last one appends
+with no hop at all: the no-op putting each send through the same batching into a writer engine
+in its own process (``noop_remoting --append-in-process``): the ceiling of any front end that
+stores with this append path, whatever the process layout.
 
 All rows use the benchmark Producer's binary header (``benchmarks.remoting_load``). The
 writer runs with asynchronous flush and without builders; the front end puts over the
@@ -65,9 +68,12 @@ def run(scale: Scale) -> list[dict]:
                              "--query", "127.0.0.1:1")  # fmt: skip
         hop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0",
                           "--put-socket", f"{tmp}/nothing.sock")  # fmt: skip
+        inline = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0",
+                             "--append-in-process", f"{tmp}/inline-store")  # fmt: skip
         targets = [("no-op", noop, None), ("remoting", broker, writer),
                    ("remoting, writer stores nothing", hollow, nothing),
-                   ("no-op through a writer hop", hop, nothing)]  # fmt: skip
+                   ("no-op through a writer hop", hop, nothing),
+                   ("no-op appending in process, no hop", inline, inline)]  # fmt: skip
         try:
             noop_rates: dict[tuple[str, int], float] = {}
             for scenario, count, processes, connections, inflight in (
@@ -105,10 +111,11 @@ def run(scale: Scale) -> list[dict]:
                         else:
                             noop_rate = noop_rates[(scenario, round_)]
                             row["of no-op"] = rate / noop_rate if noop_rate else 0.0
-                            row["writer CPU us/msg"] = store_cpu / sent * 1e6 if sent else 0.0
+                            if store is not svc:  # (in process: all in the server's CPU)
+                                row["writer CPU us/msg"] = store_cpu / sent * 1e6 if sent else 0.0
                         rows.append(row)
         finally:
-            for p in (hop, hollow, nothing, noop, broker, writer):
+            for p in (inline, hop, hollow, nothing, noop, broker, writer):
                 p.stop()
     return rows
 

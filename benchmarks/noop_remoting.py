@@ -13,7 +13,12 @@ settings: concurrent sends batched alike), through that put socket (``noop_put_s
 answered with the offsets of its reply: the ceiling of a front end that stores through a
 writer process, the hop's cost and no more.
 
-``python -m benchmarks.noop_remoting --listen HOST:PORT [--keep | --put-socket PATH]``
+``--append-in-process STORE``: each send is put by the same ``Appender``, each batch appended
+by a writer engine in this process into STORE (``benchmarks.inprocess_appender``): the
+ceiling of a front end that stores with this append path and no hop at all.
+
+``python -m benchmarks.noop_remoting --listen HOST:PORT [--keep | --put-socket PATH |
+--append-in-process STORE]``
 """
 
 import argparse
@@ -27,6 +32,7 @@ from functools import partial
 
 import grpc
 
+from benchmarks.inprocess_appender import InProcessAppender
 from rmqstore.appender import Appender, Stored
 from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
@@ -48,13 +54,18 @@ def _prebuilt() -> list[bytes]:
     return [record * n for n in range(BATCH + 1)]
 
 
-def front_end_appender(put_socket: str) -> Appender:
+def front_end_appender(put_socket: str, store: str = "") -> Appender:
     """An ``Appender`` on ``put_socket`` as the front end makes it by default (its reads, which
-    never come, would go to an address nothing listens on)."""
-    args = parse_args(["--store", "-", "--commitlog-socket", put_socket])
-    return Appender(grpc.aio.insecure_channel("127.0.0.1:1"), slots=args.batches_in_flight,
-                    put_socket=put_socket, linger_s=args.batch_linger_ms / 1000,
-                    gather_s=args.batch_gather_ms / 1000, merge_below=MERGE_BELOW)  # fmt: skip
+    never come, would go to an address nothing listens on); with ``store``, one with the
+    same settings that appends into that store in this process."""
+    args = parse_args(["--store", "-", "--commitlog-socket", put_socket or "-"])
+    slots, linger_s = args.batches_in_flight, args.batch_linger_ms / 1000
+    gather_s = args.batch_gather_ms / 1000
+    if store:
+        return InProcessAppender(store, slots=slots, linger_s=linger_s, gather_s=gather_s,
+                                 merge_below=MERGE_BELOW)  # fmt: skip
+    return Appender(grpc.aio.insecure_channel("127.0.0.1:1"), slots=slots, put_socket=put_socket,
+                    linger_s=linger_s, gather_s=gather_s, merge_below=MERGE_BELOW)  # fmt: skip
 
 
 class Noop:
@@ -140,9 +151,9 @@ def _found(req: R.Command, body: bytes, nxt: int, end: int) -> R.Command:
     return R.response_to(req, R.ResponseCode.SUCCESS, ext=ext, body=body, remark="FOUND")
 
 
-async def serve(listen: str, keep: bool, put_socket: str = "") -> None:
+async def serve(listen: str, keep: bool, put_socket: str = "", store: str = "") -> None:
     host, _, port = listen.rpartition(":")
-    appender = front_end_appender(put_socket) if put_socket else None
+    appender = front_end_appender(put_socket, store) if put_socket or store else None
     server = RemotingServer(Noop("127.0.0.1:10911", keep, appender))
     address = await server.start(host, int(port))
     stop = asyncio.Event()
@@ -164,8 +175,10 @@ def main() -> int:
                      help="keep sends in memory, answer pulls from them (long polling)")
     how.add_argument("--put-socket", default="",
                      help="put each send through this put socket, answer it once stored")
+    how.add_argument("--append-in-process", default="", metavar="STORE",
+                     help="append each send into this store in this process (no hop)")
     args = p.parse_args()
-    asyncio.run(serve(args.listen, args.keep, args.put_socket))
+    asyncio.run(serve(args.listen, args.keep, args.put_socket, args.append_in_process))
     return 0
 
 

@@ -1,11 +1,13 @@
-"""The remoting benchmark's hop ceiling: ``benchmarks.noop_remoting --put-socket`` answers a
-send only once the put socket stored it, with the offsets the socket gave."""
+"""The remoting benchmark's ceilings: ``benchmarks.noop_remoting --put-socket`` answers a
+send only once the put socket stored it, with the offsets the socket gave; with
+``--append-in-process`` the sends are in its store, at the offsets it answered."""
 
 import asyncio
 import time
 
 import pytest
 
+from rmqstore.formats import commitlog
 from rmqstore.formats import remoting as R
 from rmqstore.formats.msgid import decode_offset_msg_id
 from rmqstore.remoting_net import RemotingClient
@@ -49,3 +51,19 @@ def test_sends_are_answered_with_the_put_sockets_offsets(tmp_path):
     # one socket numbers the messages of both: the second no-op's follow the first's
     assert sorted(first) == [(i, i) for i in range(5)]
     assert sorted(second) == [(i, i) for i in range(5, 8)]
+
+
+def test_sends_appended_in_process_are_in_the_store_at_the_offsets_answered(tmp_path):
+    store = tmp_path / "store"
+    noop = procs.start("benchmarks.noop_remoting", "--append-in-process", str(store))
+    try:
+        answered = aio.run(_offsets(noop.address, 6, 3))
+    finally:
+        noop.stop()
+    data = (store / "commitlog" / f"{0:020d}").read_bytes()  # the first segment
+    records = []
+    for phy, _queue_offset in sorted(answered):
+        r = commitlog.decode(data, phy)  # every check, the body's CRC too
+        records.append((r.physical_offset, r.queue_offset, r.topic, r.queue_id, r.body))
+    assert records == [(phy, qo, "HopT", 3, b"x" * 100) for phy, qo in sorted(answered)]
+    assert [qo for _phy, qo in sorted(answered)] == list(range(6))
