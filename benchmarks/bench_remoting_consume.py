@@ -11,6 +11,9 @@ send → receive latency with long polling, next to a remoting server that store
 * latency: RATE sends per second (the send time in the body) to a new topic, received by
   long-polling pulls of its 4 queues; p50 and p99 of those sent after the first second. The
   no-op keeps the sends in memory and holds empty pulls until the next send (``--keep``).
+  The sender pipelines (it does not wait for answers), so the front end's batch lingers while
+  its sends keep arriving (``--batch-linger-ms``, 16 ms): a second front end with
+  ``--batch-linger-ms 0`` on the same store shows what that wait adds and what it saves.
 * the server's CPU per message (from /proc, over the run; in the latency rows it includes the
   sends), the puller's own, and in the front end's pull rows the query service's and the
   writer's (a pull reads the store's files itself: both should stay near zero).
@@ -82,10 +85,11 @@ def _pull_row(svc: procs.ServiceProcess, hops: list[procs.ServiceProcess], group
     return row
 
 
-def _latency_row(svc: procs.ServiceProcess, per_s: int, seconds: float) -> dict:
+def _latency_row(svc: procs.ServiceProcess, per_s: int, seconds: float, topic: str) -> dict:
+    """One latency run on a topic of its own (pulled from its offset 0)."""
     cpu0 = procs.cpu_seconds(svc.proc.pid)
-    (lat,) = procs.run_json_all([_load("latency", svc.address, "GLatency",
-                                       f"BenchLatency{per_s}", str(QUEUES), str(per_s),
+    (lat,) = procs.run_json_all([_load("latency", svc.address, "GLatency", topic,
+                                       str(QUEUES), str(per_s),
                                        str(seconds))])  # fmt: skip
     cpu = procs.cpu_seconds(svc.proc.pid) - cpu0
     if lat["measured"] < lat["expected"]:
@@ -118,6 +122,11 @@ def run(scale: Scale) -> list[dict]:
                                  "--commitlog-socket", f"{tmp}/writer.sock",
                                  "--query", query.address)  # fmt: skip
             started.append(broker)
+            eager = procs.start("services.remoting", "--store", store, "--listen",
+                                "127.0.0.1:0", "--commitlog", writer.address,
+                                "--commitlog-socket", f"{tmp}/writer.sock",
+                                "--query", query.address, "--batch-linger-ms", "0")  # fmt: skip
+            started.append(eager)
             noop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0")
             started.append(noop)
             keep = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0", "--keep")
@@ -132,9 +141,13 @@ def run(scale: Scale) -> list[dict]:
                 rows += [{**head, "target": "no-op", **base}, {**head, "target": "remoting", **row}]
             for per_s in RATES:
                 head = {"scenario": f"send -> receive latency, {per_s:,} msgs/s asked", "round": 1}
-                rows.append({**head, "target": "no-op", **_latency_row(keep, per_s, latency_s)})
-                rows.append({**head, "target": "remoting",
-                             **_latency_row(broker, per_s, latency_s)})  # fmt: skip
+                for target, svc, topic in (
+                    ("no-op", keep, f"BenchLatency{per_s}"),
+                    ("remoting", broker, f"BenchLatency{per_s}"),
+                    ("remoting, --batch-linger-ms 0", eager, f"BenchLatency{per_s}Eager"),
+                ):  # fmt: skip
+                    rows.append({**head, "target": target,
+                                 **_latency_row(svc, per_s, latency_s, topic)})  # fmt: skip
         finally:
             for p in reversed(started):
                 p.stop()
