@@ -308,4 +308,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="name servers HOST:PORT;HOST:PORT (RocketMQ's namesrvAddr) the broker "
                         "registers with, instead of a name server of serve's own (which is "
                         "then not started): how several brokers form one cluster")
+    g.add_argument("--remoting-unsigned", action="store_true",
+                   help="with --access-key, let the remoting broker take unsigned requests too "
+                        "(default: with an access key, 4.x clients and mqadmin must sign with "
+                        "it, RocketMQ's ACL signature)")
     p.set_defaults(run=run, broker_name=socket.gethostname())

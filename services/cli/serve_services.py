@@ -83,10 +83,7 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
     return [
         *_writer_address(args, ports), "--query", f"{host}:{ports['query']}",
         "--namesrv", _namesrvs(args, ports),
-        *(["--proxy", f"{host}:{ports['proxy']}"] if "proxy" in ports else []),
-        *(["--access-key", args.access_key] if args.access_key else []),  # its proxy calls
-        *(["--secret-key-file", args.secret_key_file]
-          if args.access_key and args.secret_key_file else []),
+        *_remoting_keys(args),
         *(["--commitlog-socket", put_socket] if put_socket else []),
         *(["--broker-ip", args.broker_ip] if args.broker_ip else []),
         "--broker-name", args.broker_name, "--cluster-name", args.cluster_name,
@@ -99,17 +96,23 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
     ]
 
 
+def _remoting_keys(args: argparse.Namespace) -> list[str]:
+    """The access key: the broker signs its calls to the proxy with it, and (unless
+    ``--remoting-unsigned``) takes only requests signed with it (``--acl``)."""
+    if not args.access_key:
+        return []
+    return ["--access-key", args.access_key,
+            *(["--secret-key-file", args.secret_key_file] if args.secret_key_file else []),
+            *([] if getattr(args, "remoting_unsigned", False) else ["--acl"])]  # fmt: skip
+
+
 def _remoting_proxy(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:
     """The proxy owns consumer progress: the broker queries and commits 4.x consumers'
-    offsets there, signing its calls as the proxy requires."""
-    if not exists("services.proxy"):
+    offsets there (signing its calls with the access key, as the proxy requires)."""
+    if not exists("services.proxy") or "proxy" not in ports:
         return []
     host = f"[{args.host}]" if ":" in args.host else args.host
-    flags = ["--proxy", f"{host}:{ports['proxy']}"]
-    if args.access_key:
-        flags += ["--access-key", args.access_key]
-        flags += ["--secret-key-file", args.secret_key_file] if args.secret_key_file else []
-    return flags
+    return ["--proxy", f"{host}:{ports['proxy']}"]
 
 
 def _writer_address(args: argparse.Namespace, ports: dict[str, int]) -> list[str]:

@@ -16,11 +16,12 @@ from rmqstore.broker_perm import PermissionReader
 from rmqstore.formats.hosts import parse_host
 from rmqstore.formats.remoting import RequestCode
 from rmqstore.metrics_remoting import ConsumerGroupMetrics, RemotingMetrics
-from rmqstore.remoting_net import RemotingServer
+from rmqstore.remoting_net import Handler, RemotingServer
 from rmqstore.server import announce, configure_logging, freeze_startup_objects
 from rmqstore.startup import StartupError, check_port_free, run_main, split_address
 from rmqstore.v1 import groups_pb2_grpc
 from services.remoting import registration
+from services.remoting.acl import Signed
 from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.broker_config import BrokerConfig
 from services.remoting.clients import Clients
@@ -142,8 +143,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--metrics-port", type=int, default=0)
     p.add_argument("--metrics-host", default="", help="default: the host of --listen")
     p.add_argument("--log-level", default="INFO")
-    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them",
+    access_keys.add_secret_flags(p, "to sign calls to the proxy with, when it requires them; "
+                                 "with --acl, the one 4.x clients must sign with",
                                  access_env=False)  # fmt: skip
+    p.add_argument("--acl", action="store_true",
+                   help="take only requests signed with --access-key and its secret (RocketMQ "
+                   "4.x ACL signatures); the others are answered SYSTEM_ERROR")
     tls.add_tls_flags(p)
     return p.parse_args(argv)
 
@@ -156,6 +161,9 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
         proxy_keys = access_keys.client_keys(args, access_env=False)
     except ValueError as e:
         raise StartupError(str(e)) from None
+    if args.acl and not proxy_keys[0]:
+        raise StartupError("--acl needs --access-key, with its secret in --secret-key-file or "
+                           f"${access_keys.SECRET_KEY_ENV}")  # fmt: skip
     if not args.store:
         raise StartupError("--store is required: pulls read the store's consume-queue and "
                            "commitlog files")  # fmt: skip
@@ -243,8 +251,11 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     )
     if observe is not None:
         observe.watch_pulls(puller)
+    handler: Handler = broker
+    if args.acl:
+        handler = Signed(broker, *proxy_keys)
     server = RemotingServer(
-        broker, observe.observe if observe else None, on_close=groups.connection_closed
+        handler, observe.observe if observe else None, on_close=groups.connection_closed
     )
     try:
         address = await server.start(host, port)

@@ -163,16 +163,20 @@ def test_only_pod_0_registers_under_replication(tmp_path) -> None:
     assert {p["name"]: p["port"] for p in client["ports"]}["remoting"] == 10911
 
 
-def test_access_keys_need_the_unauthenticated_remoting_port_acknowledged() -> None:
-    import helm_python as helm
-
+def test_access_keys_make_the_remoting_broker_take_only_signed_requests() -> None:
     keys = {"proxy": {"accessKey": "AK", "secretKeySecret": "keys"}}
-    with pytest.raises(helm.HelmError) as refused:
-        render(keys)
-    assert "no ACL" in str(refused.value)
+    remoting = _containers(render(keys))["remoting"]
+    args = remoting["args"]
+    assert "--acl" in args and args[args.index("--access-key") + 1] == "AK"
+    secret_file = args[args.index("--secret-key-file") + 1]
+    mounts = {m["mountPath"]: m["name"] for m in remoting["volumeMounts"]}
+    assert any(secret_file.startswith(path) and name == "access-key"
+               for path, name in mounts.items())  # fmt: skip
     assert "remoting" not in _containers(render({**keys, "remoting": {"enabled": False}}))
-    allowed = render({**keys, "remoting": {"allowUnauthenticated": True}})
-    assert "--access-key" not in _containers(allowed)["remoting"]["args"]
+    allowed = _containers(render({**keys, "remoting": {"allowUnauthenticated": True}}))
+    assert "--access-key" not in allowed["remoting"]["args"]
+    assert "--acl" not in allowed["remoting"]["args"]
+    assert "--acl" not in _containers(render({}))["remoting"]["args"]
 
 
 def test_network_policies_open_remoting_and_the_name_server_to_grpc_from() -> None:
@@ -209,7 +213,7 @@ def test_service_monitor_scrapes_the_name_server_and_remoting(all_on_objects: li
     assert {"remoting", "metrics-remote"} <= {p["name"] for p in headless["spec"]["ports"]}
 
 
-def test_notes_give_4x_clients_the_name_server_and_warn_of_pod_ips() -> None:
+def test_notes_give_4x_clients_the_name_server_and_say_what_the_port_takes() -> None:
     import helm_python as helm
 
     from tests.helm.conftest import CHART
@@ -221,7 +225,11 @@ def test_notes_give_4x_clients_the_name_server_and_warn_of_pod_ips() -> None:
         manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
         notes = next(t for k, t in manifests.items() if k.endswith("NOTES.txt"))
         assert f"namesrvAddr {NAMESRV}.{NAMESPACE}.svc:9876" in notes
-        assert f"to the broker at {broker}" in notes and "no ACL" in notes
+        assert f"to the broker at {broker}" in notes and "takes unsigned requests" in notes
+    keys = {"proxy": {"accessKey": "AK", "secretKeySecret": "keys"}}
+    manifests = chart.render(keys, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    notes = next(t for k, t in manifests.items() if k.endswith("NOTES.txt"))
+    assert "takes only requests signed with access key AK" in notes
 
 
 def test_name_server_settings_restart_the_broker_only_when_its_addresses_change() -> None:

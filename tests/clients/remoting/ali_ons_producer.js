@@ -4,6 +4,8 @@
 // ({key, msgId, queueId, queueOffset, status}) and exits 0, or prints the error and exits 1.
 // usage: node ali_ons_producer.js NAMESRV TOPIC COUNT [GROUP [SHARED_KEY]]
 // SHARED_KEY: every message also carries that key (a key query then matches them all)
+// ALI_ONS_ACCESS_KEY / ALI_ONS_SECRET_KEY (environment): the credentials every request is
+// signed with (RocketMQ's ACL signature; ali-ons always signs, with 'unused' by default)
 const httpclient = require('urllib');
 const { Producer, Message } = require('ali-ons');
 
@@ -15,8 +17,8 @@ const count = Number(countText || '1');
     httpclient,
     nameSrv,
     producerGroup: group || 'PG_ALI_ONS',
-    accessKeyId: 'unused',
-    accessKeySecret: 'unused',
+    accessKeyId: process.env.ALI_ONS_ACCESS_KEY || 'unused',
+    accessKeySecret: process.env.ALI_ONS_SECRET_KEY || 'unused',
     persistent: false,
   });
   await producer.ready();

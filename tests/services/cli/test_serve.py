@@ -204,3 +204,18 @@ def test_serve_gives_the_writer_and_the_proxy_one_put_socket():
     args.put_socket = ""  # --no-put-socket or --read-only: puts over gRPC
     assert "--put-socket" not in command(SERVICES[0], args, ports)
     assert "--commitlog-socket" not in command(proxy, args, ports)
+
+
+def test_serve_gives_the_remoting_broker_the_access_key_and_acl_unless_unsigned():
+    from services.cli.main import build_parser
+    from services.cli.serve_services import SERVICES, command
+
+    (remoting,) = [s for s in SERVICES if s.name == "remoting"]
+    ports = {s.name: 9000 + s.slot for s in SERVICES}
+    keys = ["--access-key", "AK", "--secret-key-file", "/run/sk"]
+    for extra, acl in ((keys, True), ([*keys, "--remoting-unsigned"], False), ([], False)):
+        cmd = command(remoting, build_parser().parse_args(["serve", *extra]), ports)
+        assert ("--acl" in cmd) is acl
+        assert cmd.count("--proxy") == 1 and cmd.count("--access-key") == (1 if extra else 0)
+        if extra:
+            assert cmd[cmd.index("--secret-key-file") + 1] == "/run/sk"

@@ -1,15 +1,23 @@
 """Fixtures of the remoting tests: ``rmqstore serve`` (name server on base + 8, remoting broker
-on base + 7) for the whole module, and a connection to each."""
+on base + 7) for the whole module, and a connection to each; ali-ons, installed."""
 
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import procs
 from tests.services.proxy.conftest import Serve
 
 NAMESRV_SLOT = 8
 BROKER_SLOT = 7
+ALI_ONS_DIR = procs.ROOT / "tests" / "clients" / "remoting"  # its package and our scripts
+
+
+@pytest.fixture(scope="module")
+def ali_ons() -> None:
+    if not (ALI_ONS_DIR / "node_modules" / "ali-ons").exists():
+        pytest.fail(f"ali-ons is not installed in {ALI_ONS_DIR}: run `make test-deps`")
 
 
 class Served:

@@ -13,18 +13,12 @@ import pytest
 from rmqstore.formats import remoting as R
 from tests import procs
 from tests.remoting_wire import Wire, json_request
+from tests.services.remoting.conftest import ALI_ONS_DIR as CLIENT_DIR
 from tests.services.remoting.conftest import Served
 
 pytestmark = pytest.mark.integration
-CLIENT_DIR = procs.ROOT / "tests" / "clients" / "remoting"
 PRODUCER = CLIENT_DIR / "ali_ons_producer.js"
 COUNT = 10
-
-
-@pytest.fixture(scope="module")
-def ali_ons() -> None:
-    if not (CLIENT_DIR / "node_modules" / "ali-ons").exists():
-        pytest.fail(f"ali-ons is not installed in {CLIENT_DIR}: run `make test-deps`")
 
 
 async def _create_topic(served: Served, topic: str) -> None:

@@ -18,11 +18,11 @@ import pytest
 
 from tests import procs
 from tests.services.proxy.conftest import CLIENTS, PYTHON_CLIENT, client_env
+from tests.services.remoting.conftest import ALI_ONS_DIR as CLIENT_DIR
 from tests.services.remoting.conftest import Served, serve_module
 from tests.services.remoting.test_ali_ons import _create_topic
 
 pytestmark = pytest.mark.integration
-CLIENT_DIR = procs.ROOT / "tests" / "clients" / "remoting"
 CONSUMER = CLIENT_DIR / "ali_ons_consumer.js"
 PRODUCER = CLIENT_DIR / "ali_ons_producer.js"
 DEADLINE_S = 120.0
@@ -34,12 +34,6 @@ SHORT_DELAYS = ("--delay-levels", "1s 2s")
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
     yield from serve_module(tmp_path_factory, *SHORT_DELAYS)
-
-
-@pytest.fixture(scope="module")
-def ali_ons() -> None:
-    if not (CLIENT_DIR / "node_modules" / "ali-ons").exists():
-        pytest.fail(f"ali-ons is not installed in {CLIENT_DIR}: run `make test-deps`")
 
 
 class Proc(procs.JsonLines):

@@ -260,10 +260,12 @@ def _pull_streams(serve: Serve) -> float:
 
 
 def test_offsets_reach_a_proxy_that_requires_signatures(tmp_path) -> None:
-    """Also: the broker opens its dispatch stream only once a pull is held."""
+    """Also: the broker opens its dispatch stream only once a pull is held. (Its own port
+    takes unsigned requests here: ``test_signed`` has the broker's ACL.)"""
     secret = tmp_path / "secret"
     secret.write_text("SK\n")
-    serve = Serve(tmp_path / "store", "--access-key", "AK", "--secret-key-file", str(secret))
+    serve = Serve(tmp_path / "store", "--access-key", "AK", "--secret-key-file", str(secret),
+                  "--remoting-unsigned")
     try:
         async def test(broker: Wire) -> None:
             assert await asyncio.to_thread(_pull_streams, serve) == 0  # only sends so far

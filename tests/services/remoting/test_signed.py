@@ -1,0 +1,141 @@
+"""Under ``rmqstore serve --access-key``: the remoting broker takes only requests signed with
+the access key (RocketMQ's ACL signature; ali-ons, a client the project did not write, signs
+them), and the proxy only signed ``ConsumerGroups`` calls, the broker's own included (a 4.x
+heartbeat creates the subscription group there; consume stats read its offsets)."""
+
+import asyncio
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from rmqstore import access_keys
+from rmqstore.formats import remoting as R
+from rmqstore.server import channel
+from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, groups_pb2, groups_pb2_grpc
+from tests.remoting_wire import Wire, json_request, read_frame, signed
+from tests.services.proxy.conftest import Serve
+from tests.services.remoting.conftest import ALI_ONS_DIR, BROKER_SLOT, NAMESRV_SLOT
+
+pytestmark = pytest.mark.integration
+C = R.RequestCode
+PROXY_SLOT = 4
+SECRET = "rgroups-secret"
+
+
+@pytest.fixture(scope="module")
+def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
+    root: Path = tmp_path_factory.mktemp("signed")
+    secret = root / "secret"
+    secret.write_text(SECRET + "\n")
+    serve = Serve(root / "store", "--access-key", "AK", "--secret-key-file", str(secret))
+    try:
+        yield serve
+    finally:
+        serve.stop()
+
+
+def _signed(code: int, ext: dict[str, str], opaque: int = 1, body: bytes = b"") -> bytes:
+    return json_request(code, signed(ext, "AK", SECRET, body), opaque, body)
+
+
+def test_the_broker_signs_its_calls_to_the_proxy(serve: Serve) -> None:
+    async def test() -> None:
+        wire = await Wire.open(serve.address(BROKER_SLOT))
+        body = json.dumps({"clientID": "10.0.0.9@s", "consumerDataSet": [
+            {"groupName": "CG_SIGNED", "consumeType": "CONSUME_PASSIVELY",
+             "messageModel": "CLUSTERING", "subscriptionDataSet": [{"topic": "ST"}]}]})
+        wire.writer.write(_signed(C.HEART_BEAT, {}, 1, body.encode()))
+        while not (await read_frame(wire.reader))[1].is_response:
+            pass  # the group's NOTIFY_CONSUMER_IDS_CHANGED
+        async with grpc.aio.insecure_channel(serve.address(PROXY_SLOT)) as channel:
+            stub = groups_pb2_grpc.ConsumerGroupsStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as unsigned:
+                await stub.ListGroups(groups_pb2.ListGroupsRequest())
+            assert unsigned.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            while True:  # created in the background
+                listed = await stub.ListGroups(groups_pb2.ListGroupsRequest(),
+                                               metadata=access_keys.metadata("AK", SECRET))
+                if "CG_SIGNED" in [g.name for g in listed.groups]:
+                    break
+                await asyncio.sleep(0.05)
+        stats = await wire.call(_signed(C.GET_CONSUME_STATS, {"consumerGroup": "CG_SIGNED"}, 2))
+        assert stats.code == 0, stats.remark
+        await wire.close()
+
+    asyncio.run(asyncio.wait_for(test(), 60))
+
+
+TOPIC_EXT = {"defaultTopic": "TBW102", "readQueueNums": "4", "writeQueueNums": "4",
+             "perm": "6", "topicFilterType": "SINGLE_TAG", "topicSysFlag": "0", "order": "false"}
+
+
+def test_the_broker_takes_only_requests_signed_with_the_access_key(serve: Serve) -> None:
+    """Unsigned, an unknown key, a wrong secret: SYSTEM_ERROR saying why, and the topic is not
+    made; signed: made."""
+
+    async def test() -> None:
+        wire = await Wire.open(serve.address(BROKER_SLOT))
+        create = {**TOPIC_EXT, "topic": "AclRefused"}
+        for opaque, (ext, why) in enumerate((
+            (create, "carries no AccessKey"),
+            (signed(create, "OTHER", SECRET), "access key OTHER is not known"),
+            (signed(create, "AK", "not-the-secret"), "does not match the secret key"),
+        ), start=1):  # fmt: skip
+            refused = await wire.call(json_request(C.UPDATE_AND_CREATE_TOPIC, ext, opaque))
+            assert refused.code == R.ResponseCode.SYSTEM_ERROR and refused.opaque == opaque
+            assert refused.remark.startswith("ACL: ") and why in refused.remark, refused.remark
+        made = await wire.call(_signed(C.UPDATE_AND_CREATE_TOPIC, {**create, "topic": "AclMade"}))
+        assert made.code == 0, made.remark
+        topics = await wire.call(_signed(C.GET_ALL_TOPIC_CONFIG, {}))
+        assert topics.code == 0, topics.remark
+        table = json.loads(topics.body)["topicConfigTable"]
+        assert "AclMade" in table and "AclRefused" not in table
+        await wire.close()
+
+    asyncio.run(asyncio.wait_for(test(), 60))
+
+
+def _ali_ons(serve: Serve, tmp_path: Path, secret: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HOME": str(tmp_path), "ALI_ONS_ACCESS_KEY": "AK",
+           "ALI_ONS_SECRET_KEY": secret}  # fmt: skip
+    return subprocess.run(["node", str(ALI_ONS_DIR / "ali_ons_producer.js"),
+                           serve.address(NAMESRV_SLOT), "AclMade", "3"],
+                          cwd=ALI_ONS_DIR, capture_output=True, text=True, timeout=120,
+                          env=env)  # fmt: skip
+
+
+def test_ali_ons_sends_signed_with_the_access_key_and_not_with_another_secret(
+    serve: Serve, ali_ons: None, tmp_path: Path
+) -> None:
+    asyncio.run(asyncio.wait_for(_route(serve, "AclMade"), 60))
+    run = _ali_ons(serve, tmp_path, SECRET)
+    assert run.returncode == 0, run.stdout + run.stderr
+    sent = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [s["status"] for s in sent] == ["SEND_OK"] * 3
+    stored = _commitlog_end(serve)
+    wrong = _ali_ons(serve, tmp_path, "not-the-secret")  # retried, as on any SYSTEM_ERROR
+    assert wrong.returncode != 0 and "still failed" in wrong.stderr, wrong.stderr
+    assert _commitlog_end(serve) == stored  # nothing of it was stored
+
+
+def _commitlog_end(serve: Serve) -> int:
+    stub = commitlog_pb2_grpc.CommitLogStub(channel(serve.address(0)))
+    return stub.GetOffsets(commitlog_pb2.GetOffsetsRequest(), timeout=30).max_offset
+
+
+async def _route(serve: Serve, topic: str) -> None:
+    """The topic, made by a signed request, routed at the name server (ali-ons sends only to
+    routed topics)."""
+    wire, namesrv = await Wire.open(serve.address(BROKER_SLOT)), await Wire.open(
+        serve.address(NAMESRV_SLOT))
+    made = await wire.call(_signed(C.UPDATE_AND_CREATE_TOPIC, {**TOPIC_EXT, "topic": topic}))
+    assert made.code == 0, made.remark
+    while (await namesrv.call(json_request(C.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))).code:
+        await asyncio.sleep(0.05)
+    await wire.close()
+    await namesrv.close()
