@@ -6,7 +6,7 @@ lag as its pulls show it."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -67,6 +67,17 @@ class RemotingMetrics:
             registry=registry,
         )
         self._children: dict[tuple[int, int | None], tuple[Counter, Histogram]] = {}
+
+    def acl_refusals(self) -> Callable[[str], None]:
+        """The broker's ACL check (``--acl``): what counts the requests it refused, by why."""
+        refused = Counter(
+            "rmqstore_remoting_acl_refused_total",
+            "Requests the ACL check refused (--acl), by reason: no_access_key, "
+            "unknown_access_key, no_signature, bad_signature.",
+            ["reason"],
+            registry=self.registry,
+        )
+        return lambda reason: refused.labels(reason).inc()
 
     def observe(self, command: int, code: int | None, seconds: float) -> None:
         children = self._children.get((command, code))

@@ -253,7 +253,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
         observe.watch_pulls(puller)
     handler: Handler = broker
     if args.acl:
-        handler = Signed(broker, *proxy_keys)
+        handler = Signed(broker, *proxy_keys, observe.acl_refusals() if observe else None)
     server = RemotingServer(
         handler, observe.observe if observe else None, on_close=groups.connection_closed
     )

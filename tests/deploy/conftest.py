@@ -52,7 +52,9 @@ def exported_series_names() -> set[str]:
     metrics_proxy.ProxyMetrics(registry)
     metrics_background.BackgroundMetrics(registry)
     metrics_proxy.ConsumerGroupMetrics(registry)
-    metrics_remoting.RemotingMetrics(registry, "remoting").watch_pulls(_NoPulls())
+    broker = metrics_remoting.RemotingMetrics(registry, "remoting")
+    broker.watch_pulls(_NoPulls())
+    broker.acl_refusals()  # under --acl
     metrics_remoting.RemotingMetrics(registry, "namesrv")
     ha_slave.watch(registry, _IdleSlave())  # a writer under --role slave
     return _sample_names(registry)

@@ -21,11 +21,16 @@ class _Passed:
         return R.response_to(req)
 
 
-def _check(ext: dict[str, str], body: bytes = b"", code: int = C.SEND_MESSAGE_V2
-           ) -> tuple[R.Command, list[R.Command]]:  # fmt: skip
+class _Conn:
+    remote = "10.0.0.9:40000"
+
+
+def _check(ext: dict[str, str], body: bytes = b"", code: int = C.SEND_MESSAGE_V2,
+           refused: list[str] | None = None) -> tuple[R.Command, list[R.Command]]:  # fmt: skip
     inner = _Passed()
     req = R.Command(code=code, ext=ext, body=body)
-    answer = Signed(inner, AK, SECRET)(None, req)  # type: ignore[arg-type]
+    check = Signed(inner, AK, SECRET, None if refused is None else refused.append)
+    answer = check(_Conn(), req)  # type: ignore[arg-type]
     assert isinstance(answer, R.Command)
     return answer, inner.requests
 
@@ -51,21 +56,29 @@ def test_the_content_is_the_values_in_name_order_then_the_body():
 
 
 @pytest.mark.parametrize(
-    ("ext", "body", "remark"),
+    ("ext", "body", "remark", "reason"),
     [
-        ({"b": "T"}, b"", "carries no AccessKey"),
-        (signed({"b": "T"}, "OTHER", SECRET), b"", "access key OTHER is not known"),
-        (signed({"b": "T"}, AK, "wrong"), b"", "does not match the secret key of access key AK1"),
-        (signed({"b": "T"}, AK, SECRET), b"tampered", "does not match"),  # the body changed
-        ({**signed({"b": "T"}, AK, SECRET), "b": "U"}, b"", "does not match"),  # a field changed
-        ({"b": "T", "AccessKey": AK}, b"", "carries no Signature"),
+        ({"b": "T"}, b"", "carries no AccessKey", "no_access_key"),
+        (signed({"b": "T"}, "OTHER", SECRET), b"", "access key OTHER is not known",
+         "unknown_access_key"),
+        (signed({"b": "T"}, AK, "wrong"), b"", "does not match the secret key of access key AK1",
+         "bad_signature"),
+        (signed({"b": "T"}, AK, SECRET), b"tampered", "does not match",  # the body changed
+         "bad_signature"),
+        ({**signed({"b": "T"}, AK, SECRET), "b": "U"}, b"", "does not match",  # a field changed
+         "bad_signature"),
+        ({"b": "T", "AccessKey": AK}, b"", "carries no Signature", "no_signature"),
     ],
-)
-def test_a_request_not_signed_with_the_secret_is_refused_and_not_handled(ext, body, remark):
-    answer, passed = _check(ext, body)
+)  # fmt: skip
+def test_a_request_not_signed_with_the_secret_is_refused_counted_and_not_handled(
+    ext, body, remark, reason, caplog
+):
+    refused: list[str] = []
+    answer, passed = _check(ext, body, refused=refused)
     assert answer.code == R.ResponseCode.SYSTEM_ERROR
     assert answer.remark.startswith("ACL: ") and remark in answer.remark, answer.remark
-    assert passed == []
+    assert passed == [] and refused == [reason]
+    assert "from 10.0.0.9:40000" in caplog.text and remark in caplog.text
 
 
 def test_a_unique_key_query_passes_signed_with_or_without_its_flag():

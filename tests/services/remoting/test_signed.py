@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import subprocess
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -98,6 +99,12 @@ def test_the_broker_takes_only_requests_signed_with_the_access_key(serve: Serve)
         await wire.close()
 
     asyncio.run(asyncio.wait_for(test(), 60))
+    url = f"http://127.0.0.1:{serve.base + 17}/metrics"  # the broker's
+    with urllib.request.urlopen(url, timeout=30) as r:
+        counted = {line.split()[0]: float(line.split()[1]) for line in r.read().decode()
+                   .splitlines() if line.startswith("rmqstore_remoting_acl_refused_total")}
+    for reason in ("no_access_key", "unknown_access_key", "bad_signature"):
+        assert counted[f'rmqstore_remoting_acl_refused_total{{reason="{reason}"}}'] >= 1
 
 
 def _ali_ons(serve: Serve, tmp_path: Path, secret: str) -> subprocess.CompletedProcess:
