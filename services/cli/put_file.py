@@ -23,10 +23,12 @@ and send only the rest, so that each line is stored once.
 import argparse
 import base64
 import binascii
+import contextlib
 import json
 import shlex
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any, NamedTuple
@@ -221,6 +223,45 @@ def result_text(r: commitlog_pb2.PutResult, line: int | None = None) -> str:
     )
 
 
+class HeldInterrupts:
+    """SIGINT as ``KeyboardInterrupt``, but inside ``held()`` only once it ends. Python runs a
+    signal's handler in the main thread whichever thread the kernel gave the signal to (gRPC's
+    own threads do not block it), so unlike a blocked signal mask this holds for sure."""
+
+    def __init__(self) -> None:
+        self.holding = False
+        self.pending = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        if self.holding:
+            self.pending = True
+            return
+        raise KeyboardInterrupt
+
+    @contextlib.contextmanager
+    def installed(self) -> Iterator[None]:
+        """Handle SIGINT so while inside (from the main thread; elsewhere: as it was)."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = signal.signal(signal.SIGINT, self)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        self.holding = True
+        try:
+            yield
+        finally:
+            self.holding = False
+            if self.pending:
+                self.pending = False
+                raise KeyboardInterrupt
+
+
 class FilePut:
     """One ``put --file`` run: what is stored so far, for the report when it stops."""
 
@@ -232,6 +273,7 @@ class FilePut:
         self.last_line = args.skip  # every line up to here is stored (or was skipped)
         self.end = -1  # commitlog offset after the last record acknowledged
         self.in_flight: list[Line] = []  # the batch sent and not yet answered
+        self.interrupts = HeldInterrupts()
 
     def show(self, r: commitlog_pb2.PutResult, line: Line) -> None:
         self.offsets[line.position] = r.phy_offset
@@ -257,15 +299,11 @@ class FilePut:
                     self.send([line])
                 return
             raise self.failure(batch, e) from None
-        # every stored line is printed and counted before a Ctrl-C is heard
-        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
+        with self.interrupts.held():  # every stored line printed and counted before a Ctrl-C
             self.in_flight = []
             for r, line in zip(results, batch, strict=True):
                 self.show(r, line)
             sys.stdout.flush()
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
     def _resolved(self, line: Line) -> common_pb2.Message:
         if line.prepared_of is None:
@@ -398,7 +436,7 @@ def run(args: argparse.Namespace, stub: Any) -> int:
     batch: list[Line] = []
     size = 0
     src = open_input(args.file)
-    with src:
+    with src, put.interrupts.installed():
         lines = read_lines(src, args.skip)
         try:
             if args.resume_offset is not None:

@@ -34,7 +34,7 @@ from rmqstore.remoting_net import Connection, Handler, Later
 
 ACCESS_KEY = "AccessKey"
 SIGNATURE = "Signature"
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # left out of the content by 4.9.3+ brokers (above)
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # signed by some clients, not by others (above)
 LOG_EVERY_S = 60.0  # refusals are logged at most this often (each is counted)
 Answer = R.Command | None
 log = logging.getLogger("rmqstore.remoting")
