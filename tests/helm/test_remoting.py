@@ -174,9 +174,19 @@ def test_access_keys_make_the_remoting_broker_take_only_signed_requests() -> Non
                for path, name in mounts.items())  # fmt: skip
     assert "remoting" not in _containers(render({**keys, "remoting": {"enabled": False}}))
     allowed = _containers(render({**keys, "remoting": {"allowUnauthenticated": True}}))
-    assert "--access-key" not in allowed["remoting"]["args"]
-    assert "--acl" not in allowed["remoting"]["args"]
+    assert "--acl" not in allowed["remoting"]["args"]  # the key still signs its proxy calls
+    assert _arg(allowed["remoting"], "--access-key") == "AK"
     assert "--acl" not in _containers(render({}))["remoting"]["args"]
+
+
+def test_the_remoting_broker_keeps_4x_offsets_at_the_proxy_of_its_pod() -> None:
+    """The proxy owns consumer progress: without it the broker answers offset commits
+    SYSTEM_ERROR."""
+    containers = _containers(render({}))
+    port = containers["proxy"]["ports"][0]["containerPort"]
+    assert _arg(containers["remoting"], "--proxy") == f"127.0.0.1:{port}"
+    no_proxy = _containers(render({"proxy": {"enabled": False}}))
+    assert "--proxy" not in no_proxy["remoting"]["args"]
 
 
 def test_network_policies_open_remoting_and_the_name_server_to_grpc_from() -> None:
