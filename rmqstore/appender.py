@@ -5,17 +5,19 @@ Each send waits on a future (``put``), or is called back (``submit``: no task of
 sender's); one task per batch slot takes whatever has queued up (at most ``batch_max``
 messages) and puts it on its own long-lived ``PutStream`` (a stream costs less per batch
 than a call), or writes it to its put-socket connection and settles it in the callback that
-reads the replies (no task woken on the way). At rest a send goes out at once; under load
-(a batch started less than ``spacing_s`` ago) from a pipelining sender, the next one waits
-out the rest of that time and takes everything that came meanwhile, and goes on waiting (in
-steps of ``spacing_s``, at most ``linger_s`` in all) while such a sender's puts keep
-arriving and no other put comes, so the writer gets fewer, larger batches: the writer's and
-the proxy's cost is mostly per batch, not per message. A sender is pipelining while it has
-more than one put waiting here (``put``'s ``sender``: the client id); while none is, batches
-go out at once, as a synchronous sender (one send at a time) gains nothing from the wait
-but latency. The writer validates a whole batch before writing any of it: when it refuses
-one, every message of that batch is retried alone, so only the bad one fails. Messages that
-must be stored together (a commit and its op record) are one group.
+reads the replies (no task woken on the way); a send with nothing to batch with goes out
+alone, on an idle put-socket connection from the ``submit`` call itself. At rest a send
+goes out at once; under load (a batch started less than ``spacing_s`` ago) from a
+pipelining sender, the next one waits out the rest of that time and takes everything that
+came meanwhile, and goes on waiting (in steps of ``spacing_s``, at most ``linger_s`` in
+all) while such a sender's puts keep arriving and no other put comes, so the writer gets
+fewer, larger batches: the writer's and the proxy's cost is mostly per batch, not per
+message. A sender is pipelining while it has more than one put waiting here (``put``'s
+``sender``: the client id); while none is, batches go out at once, as a synchronous sender
+(one send at a time) gains nothing from the wait but latency. The writer validates a whole
+batch before writing any of it: when it refuses one, every message of that batch is retried
+alone, so only the bad one fails. Messages that must be stored together (a commit and its
+op record) are one group.
 
 A batch goes out as one request per kind of group: groups of ``Plain`` messages of one topic
 from one peer become a ``MessageColumns`` request each (no protobuf object per message on
@@ -116,7 +118,7 @@ class Appender:
         loop = asyncio.get_running_loop()
         waiter = Waiter(self._left, sender, done)
         group, slot, waiter.before = self._take(messages, sender, waiter, loop)
-        if slot is not None:
+        if slot is not None and not self._send_direct(slot, group):
             task = asyncio.ensure_future(self._direct(slot, group))
             self._putting.add(task)
             task.add_done_callback(self._putting.discard)
@@ -157,6 +159,21 @@ class Appender:
             self._lone.discard(future)
             self._claims[slot] += 1
         return group, slot, before
+
+    def _send_direct(self, slot: int, group: Group) -> bool:
+        """``group`` (alone on ``slot``, claimed by ``_take``) written on the slot's idle
+        put-socket connection now and settled from the callback that reads its reply
+        (``_send_now``): no task. False (nothing done) when the connection is not open and
+        idle."""
+        stream = self._streams[slot]
+        if not isinstance(stream, PutConnection) or not stream.idle():
+            return False
+        if not _acquired_at_once(self._busy[slot]):  # (free: no other claim on the slot)
+            return False
+        if not self._send_now(slot, [group]):
+            self._busy[slot].release()
+            return False
+        return True
 
     async def _direct(self, slot: int, group: Group) -> None:
         """Put ``group`` alone on ``slot`` (claimed by ``_take``)."""
@@ -447,3 +464,17 @@ class Appender:
             if not f.done():
                 f.set_exception(e)
 
+
+def _acquired_at_once(lock: asyncio.Lock) -> bool:
+    """Take ``lock`` if that needs no wait: asyncio's ``acquire`` returns without suspending
+    when the lock is free and nobody waits for it, so one step of it takes it or (False)
+    leaves it as it was."""
+    if lock.locked():
+        return False
+    step = lock.acquire()
+    try:
+        step.send(None)
+    except StopIteration:
+        return True
+    step.close()  # it would wait: its waiter is withdrawn
+    return False

@@ -145,3 +145,40 @@ def test_two_slots_gathering_synchronous_senders_answer_every_put(tmp_path) -> N
         assert asyncio.run(run()) == [60] * 4
     finally:
         writer.stop()
+
+
+def test_a_lone_submit_goes_out_from_the_call_with_no_task(tmp_path) -> None:
+    """A synchronous sender alone, its put-socket connection open and idle: the request is
+    written in ``submit`` itself and answered from the callback that reads the reply (no task
+    made); a refused one fails its own callback and leaves the slot free for the next."""
+    path = str(tmp_path / "w.sock")
+    writer = procs.start("services.commitlog", "--store", str(tmp_path / "store"), "--listen",
+                         "127.0.0.1:0", "--commitlog-segment-size", str(1 << 20),
+                         "--put-socket", path)  # fmt: skip
+    host = HOSTS[0]
+
+    async def submitted(appender: Appender, record: Plain) -> tuple[set, tuple]:
+        done: asyncio.Future = asyncio.get_running_loop().create_future()
+        before = asyncio.all_tasks()
+        appender.submit([record], lambda s, e: done.set_result((s, e)), sender=host)
+        made = asyncio.all_tasks() - before
+        return made, await done
+
+    async def run() -> list[tuple[set, tuple]]:
+        channel = grpc.aio.insecure_channel(writer.address)
+        appender = Appender(channel, slots=1, put_socket=path, gather_s=0.05, merge_below=16)
+        try:
+            await appender.put([_plain(0, host)], sender=host)  # the connection opened
+            return [await submitted(appender, record) for record in (
+                _plain(1, host), _plain(2, host)._replace(queue_id=10_000), _plain(3, host))]
+        finally:
+            await appender.close()
+            await channel.close()
+
+    try:
+        (made1, (stored1, e1)), (made2, (stored2, e2)), (made3, (stored3, e3)) = asyncio.run(run())
+    finally:
+        writer.stop()
+    assert made1 == made2 == made3 == set()
+    assert e1 is None and e3 is None and stored1[0].phy_offset < stored3[0].phy_offset
+    assert stored2 is None and isinstance(e2, AppendError) and e2.kind == "refused"
