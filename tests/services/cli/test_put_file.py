@@ -202,7 +202,7 @@ def test_an_interrupt_inside_held_comes_after_it_whatever_thread_takes_the_signa
     thread (a blocked signal mask in the main thread does not hold it then)."""
     from services.cli.put_file import HeldInterrupts
 
-    held, done = HeldInterrupts(), []
+    held, done, before = HeldInterrupts(), [], signal.getsignal(signal.SIGINT)
     with held.installed():
         with pytest.raises(KeyboardInterrupt), held.held():
             sender = threading.Thread(target=os.kill, args=(os.getpid(), signal.SIGINT))
@@ -215,4 +215,4 @@ def test_an_interrupt_inside_held_comes_after_it_whatever_thread_takes_the_signa
             os.kill(os.getpid(), signal.SIGINT)
             for _ in range(1000):
                 pass
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGINT) is before  # put back as it was
