@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Protocol
 
 from rmqstore.formats import remoting as R
+from rmqstore.formats import remoting_acl
 
 log = logging.getLogger(__name__)
 
@@ -348,14 +349,17 @@ class _Served(asyncio.Protocol):
 
 class RemotingClient:
     """Requests to one address over one connection, opened on first use and again after it
-    broke. ``handler`` answers what the peer asks of us on it."""
+    broke. ``handler`` answers what the peer asks of us on it; ``keys`` (access key, secret
+    key): every request is signed with them (RocketMQ's ACL signature) when given."""
 
     def __init__(
-        self, address: str, handler: Handler | None = None, connect_timeout: float = 3.0
-    ) -> None:
+        self, address: str, handler: Handler | None = None, connect_timeout: float = 3.0,
+        keys: tuple[str, str] = ("", ""),
+    ) -> None:  # fmt: skip
         self.address = address
         self.handler = handler
         self.connect_timeout = connect_timeout
+        self.keys = keys
         self._conn: Connection | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
@@ -378,13 +382,16 @@ class RemotingClient:
     async def invoke(self, cmd: R.Command, timeout: float = 3.0) -> R.Command:
         conn = await self.connection()
         try:
-            return await conn.invoke(cmd, timeout)
+            return await conn.invoke(self._signed(cmd), timeout)
         except RemotingError:
             conn.close()  # as Java: a timed-out request closes its connection
             raise
 
     async def oneway(self, cmd: R.Command) -> None:
-        (await self.connection()).oneway(cmd)
+        (await self.connection()).oneway(self._signed(cmd))
+
+    def _signed(self, cmd: R.Command) -> R.Command:
+        return remoting_acl.sign(cmd, *self.keys) if self.keys[0] else cmd
 
     async def close(self) -> None:
         if self._conn is not None:

@@ -26,15 +26,17 @@ from rmqstore.formats import remoting as R
 from rmqstore.name_servers import master_of
 from rmqstore.remoting_net import RemotingClient, RemotingError, parse_namesrv
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
+from services.cli.remoting_keys import add_broker_key_flags, broker_keys
 
 TIMEOUT_S = 10.0
 C = R.RequestCode
 Row = dict[str, Any]
 
 
-async def _ask(address: str, cmd: R.Command) -> R.Command | str:
-    """The answer, or why there is none."""
-    client = RemotingClient(address)
+async def _ask(address: str, cmd: R.Command, keys: tuple[str, str] = ("", "")
+               ) -> R.Command | str:  # fmt: skip
+    """The answer, or why there is none (``keys``: the request signed with them)."""
+    client = RemotingClient(address, keys=keys)
     try:
         return await client.invoke(cmd, TIMEOUT_S)
     except RemotingError as e:
@@ -79,9 +81,9 @@ async def _master(namesrvs: list[str], broker: str) -> str:
                    f"{', '.join(sorted(known)) or 'none'})", NOT_FOUND)  # fmt: skip
 
 
-async def _tell_broker(address: str, name: str, perm: int) -> Row:
+async def _tell_broker(address: str, name: str, perm: int, keys: tuple[str, str]) -> Row:
     body = f"brokerPermission={perm}\n".encode()
-    answer = await _ask(address, R.Command(code=C.UPDATE_BROKER_CONFIG, body=body))
+    answer = await _ask(address, R.Command(code=C.UPDATE_BROKER_CONFIG, body=body), keys)
     row: Row = {"target": "broker", "brokerName": name, "address": address,
                 "perm": perm}  # fmt: skip
     why = _failure(answer)
@@ -110,16 +112,18 @@ def _not_asked(namesrvs: list[str], name: str, perm: int) -> list[Row]:
              "result": "not asked"} for a in namesrvs]  # fmt: skip
 
 
-async def set_perm(namesrvs: list[str], name: str, perm: int) -> list[Row]:
-    """The broker's row and every name server's, in the order they were told."""
+async def set_perm(namesrvs: list[str], name: str, perm: int,
+                   keys: tuple[str, str] = ("", "")) -> list[Row]:  # fmt: skip
+    """The broker's row and every name server's, in the order they were told; ``keys``: the
+    broker's request signed with them (a broker under ``--acl``)."""
     master = await _master(namesrvs, name)
     if perm == broker_perm.READ_ONLY:
-        broker = await _tell_broker(master, name, perm)
+        broker = await _tell_broker(master, name, perm, keys)
         if broker["result"] != "ok":
             return [broker, *_not_asked(namesrvs, name, perm)]
         return [broker, *await _tell_namesrvs(namesrvs, name, perm)]
     rows = await _tell_namesrvs(namesrvs, name, perm)
-    return [*rows, await _tell_broker(master, name, perm)]
+    return [*rows, await _tell_broker(master, name, perm, keys)]
 
 
 def _line(r: Row) -> str:
@@ -143,7 +147,7 @@ def run_set_perm(args: argparse.Namespace) -> int:
     if not namesrvs:
         raise CliError("--namesrv: no name server given", USAGE)
     perm = broker_perm.READ_ONLY if args.read_only else broker_perm.READ_WRITE
-    rows = asyncio.run(set_perm(namesrvs, args.broker, perm))
+    rows = asyncio.run(set_perm(namesrvs, args.broker, perm, broker_keys(args)))
     for r in rows:
         print(json.dumps(r) if args.json else _line(r), flush=True)
     bad = [f"{r['target']} {r['address']}" for r in rows if r["result"] != "ok"]
@@ -163,4 +167,5 @@ def register(verbs: argparse._SubParsersAction) -> None:
     v.add_argument("--namesrv", required=True, metavar="HOST:PORT;...",
                    help="the cluster's name servers (every one is told)")
     v.add_argument("--json", action="store_true", help="print one JSON object per line")
+    add_broker_key_flags(v)
     v.set_defaults(run=run_set_perm)

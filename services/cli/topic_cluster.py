@@ -20,6 +20,7 @@ from rmqstore.name_servers import masters
 from rmqstore.remoting_net import RemotingClient, RemotingError
 from services.cli.cluster_of import cluster_of
 from services.cli.errors import UNAVAILABLE, CliError
+from services.cli.remoting_keys import broker_keys
 
 TIMEOUT_S = 10.0
 
@@ -35,9 +36,10 @@ def _request(args: argparse.Namespace) -> R.Command:
     return R.Command(code=R.RequestCode.UPDATE_AND_CREATE_TOPIC, ext=ext)
 
 
-async def _create_on(address: str, cmd: R.Command) -> dict:
-    """What became of the topic on one master: created, exists (its queues, perm), failed."""
-    client = RemotingClient(address)
+async def _create_on(address: str, cmd: R.Command, keys: tuple[str, str]) -> dict:
+    """What became of the topic on one master: created, exists (its queues, perm), failed
+    (``keys``: the requests signed with them, for a broker under ``--acl``)."""
+    client = RemotingClient(address, keys=keys)
     try:
         have = await client.invoke(R.Command(code=R.RequestCode.GET_ALL_TOPIC_CONFIG), TIMEOUT_S)
         if have.code != R.ResponseCode.SUCCESS:
@@ -66,8 +68,8 @@ async def _create(args: argparse.Namespace) -> list[dict]:
     if not brokers:
         raise CliError(f"cluster {cluster!r} has no broker with a master registered", UNAVAILABLE)
     names = sorted(brokers)
-    cmd = _request(args)
-    results = await asyncio.gather(*(_create_on(brokers[n], cmd) for n in names))
+    cmd, keys = _request(args), broker_keys(args)
+    results = await asyncio.gather(*(_create_on(brokers[n], cmd, keys) for n in names))
     return [{"cluster": cluster, "brokerName": n, "brokerAddr": brokers[n], **r}
             for n, r in zip(names, results, strict=True)]  # fmt: skip
 

@@ -1,17 +1,8 @@
-"""Signed requests on the remoting broker's port (``--acl``): RocketMQ 4.x's ACL signature,
-checked against the store's access key, as the proxy checks RocketMQ 5 clients'.
-
-A 4.x client with credentials (Java ``AclClientRPCHook``, ali-ons' ``accessKeyId``, mqadmin
-with ``conf/tools.yml``) adds two ext fields to every request: ``AccessKey`` and
-``Signature``, the Base64 HMAC-SHA1, keyed with the secret, of::
-
-    value of each ext field but Signature, in the order of the field names, back to back (UTF-8)
-    + the body's bytes (none when there is no body)
-
-So ``{"b": "2", "a": "1", "AccessKey": "ak"}`` with body ``xy`` signs ``ak12xy`` (upper-case
-names sort first). Each request is checked before it is handled; one that fails is answered
-SYSTEM_ERROR (as RocketMQ's broker answers an ACL failure) with a remark naming what failed,
-and nothing of it is done. Names sort by code point, as Java's ``TreeMap`` sorts ASCII names.
+"""Signed requests on the remoting broker's port (``--acl``): RocketMQ 4.x's ACL signature
+(``rmqstore.formats.remoting_acl``), checked against the store's access key, as the proxy
+checks RocketMQ 5 clients'. Each request is checked before it is handled; one that fails is
+answered SYSTEM_ERROR (as RocketMQ's broker answers an ACL failure) with a remark naming what
+failed, and nothing of it is done.
 
 One difference with RocketMQ 4.9: its broker leaves ``_UNIQUE_KEY_QUERY`` out of the signed
 content, which clients from 4.9.3 on sign and older ones do not, so a ``QUERY_MESSAGE`` by
@@ -22,32 +13,19 @@ mqadmin can (RocketMQ's per-topic and per-group permissions of ``plain_acl.yml``
 read); there is one access key, the one the proxy checks.
 """
 
-import base64
-import hashlib
 import hmac
 import logging
 import time
 from collections.abc import Awaitable, Callable
 
 from rmqstore.formats import remoting as R
+from rmqstore.formats.remoting_acl import ACCESS_KEY, SIGNATURE, content, signature
 from rmqstore.remoting_net import Connection, Handler, Later
 
-ACCESS_KEY = "AccessKey"
-SIGNATURE = "Signature"
 UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"  # signed by some clients, not by others (above)
 LOG_EVERY_S = 60.0  # refusals are logged at most this often (each is counted)
 Answer = R.Command | None
 log = logging.getLogger("rmqstore.remoting")
-
-
-def content(ext: dict[str, str], body: bytes | None, leave_out: str = "") -> bytes:
-    """What a request's signature covers (``leave_out``: one more field not covered)."""
-    text = "".join(ext[k] for k in sorted(ext) if k != SIGNATURE and k != leave_out)
-    return text.encode() + (body or b"")
-
-
-def signature(secret_key: str, signed: bytes) -> str:
-    return base64.b64encode(hmac.new(secret_key.encode(), signed, hashlib.sha1).digest()).decode()
 
 
 class Signed:

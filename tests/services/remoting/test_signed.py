@@ -7,6 +7,7 @@ import asyncio
 import json
 import os
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from rmqstore import access_keys
 from rmqstore.formats import remoting as R
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, groups_pb2, groups_pb2_grpc
+from tests import procs
 from tests.remoting_wire import Wire, json_request, read_frame, signed
 from tests.services.proxy.conftest import Serve
 from tests.services.remoting.conftest import ALI_ONS_DIR, BROKER_SLOT, NAMESRV_SLOT
@@ -33,7 +35,8 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     root: Path = tmp_path_factory.mktemp("signed")
     secret = root / "secret"
     secret.write_text(SECRET + "\n")
-    serve = Serve(root / "store", "--access-key", "AK", "--secret-key-file", str(secret))
+    serve = Serve(root / "store", "--access-key", "AK", "--secret-key-file", str(secret),
+                  "--broker-name", "signed-broker")
     try:
         yield serve
     finally:
@@ -146,3 +149,26 @@ async def _route(serve: Serve, topic: str) -> None:
         await asyncio.sleep(0.05)
     await wire.close()
     await namesrv.close()
+
+
+def _rmqstore(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "services.cli.main", *args],
+                          cwd=procs.ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, **(env or {})})  # fmt: skip
+
+
+def test_rmqstore_commands_sign_their_broker_requests_with_the_access_key(serve: Serve) -> None:
+    """``topic create --namesrv`` and ``admin set-perm`` talk to the brokers: with the key
+    (flags, or the environment) they are taken; without it refused, saying so."""
+    namesrv = serve.address(NAMESRV_SLOT)
+    keys = {"RMQSTORE_ACCESS_KEY": "AK", "RMQSTORE_SECRET_KEY": SECRET}
+    unsigned = _rmqstore("topic", "create", "AclCli", "--namesrv", namesrv)
+    assert unsigned.returncode != 0 and "ACL: the request carries no AccessKey" in unsigned.stdout
+    made = _rmqstore("topic", "create", "AclCli", "--namesrv", namesrv, env=keys)
+    assert made.returncode == 0 and "created: AclCli on signed-broker" in made.stdout, made.stderr
+    drain = ["admin", "set-perm", "--broker", "signed-broker", "--namesrv", namesrv]
+    refused = _rmqstore(*drain, "--read-only")
+    assert refused.returncode != 0 and "ACL:" in refused.stdout + refused.stderr
+    for which in ("--read-only", "--read-write"):
+        told = _rmqstore(*drain, which, "--access-key", "AK", env={"RMQSTORE_SECRET_KEY": SECRET})
+        assert told.returncode == 0, told.stdout + told.stderr
