@@ -8,6 +8,8 @@
 // FAIL: the listener throws for a message with this body (the client sends it back:
 // CONSUMER_SEND_MSG_BACK); MAX: the consumer's maxReconsumeTimes (ali-ons' default 16).
 // usage: node ali_ons_consumer.js NAMESRV TOPIC GROUP [FROM [FAIL [MAX]]]
+// ALI_ONS_ACCESS_KEY / ALI_ONS_SECRET_KEY (environment): the credentials every request is
+// signed with (RocketMQ's ACL signature; 'unused' by default)
 const httpclient = require('urllib');
 const { Consumer } = require('ali-ons');
 
@@ -19,8 +21,8 @@ const out = obj => process.stdout.write(JSON.stringify(obj) + '\n');
     httpclient,
     nameSrv,
     consumerGroup: group,
-    accessKeyId: 'unused',
-    accessKeySecret: 'unused',
+    accessKeyId: process.env.ALI_ONS_ACCESS_KEY || 'unused',
+    accessKeySecret: process.env.ALI_ONS_SECRET_KEY || 'unused',
     consumeFromWhere: from === 'LAST' ? 'CONSUME_FROM_LAST_OFFSET' : 'CONSUME_FROM_FIRST_OFFSET',
     rebalanceInterval: 2000,
     maxReconsumeTimes: max ? Number(max) : 16,

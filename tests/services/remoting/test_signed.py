@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,23 +111,41 @@ def test_the_broker_takes_only_requests_signed_with_the_access_key(serve: Serve)
         assert counted[f'rmqstore_remoting_acl_refused_total{{reason="{reason}"}}'] >= 1
 
 
+def _keys_env(tmp_path: Path, secret: str) -> dict[str, str]:
+    """ali-ons' credentials (our scripts read them there); it writes its logs under $HOME."""
+    return {**os.environ, "HOME": str(tmp_path), "ALI_ONS_ACCESS_KEY": "AK",
+            "ALI_ONS_SECRET_KEY": secret}  # fmt: skip
+
+
 def _ali_ons(serve: Serve, tmp_path: Path, secret: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HOME": str(tmp_path), "ALI_ONS_ACCESS_KEY": "AK",
-           "ALI_ONS_SECRET_KEY": secret}  # fmt: skip
     return subprocess.run(["node", str(ALI_ONS_DIR / "ali_ons_producer.js"),
                            serve.address(NAMESRV_SLOT), "AclMade", "3"],
                           cwd=ALI_ONS_DIR, capture_output=True, text=True, timeout=120,
-                          env=env)  # fmt: skip
+                          env=_keys_env(tmp_path, secret))  # fmt: skip
 
 
-def test_ali_ons_sends_signed_with_the_access_key_and_not_with_another_secret(
+def test_ali_ons_sends_and_consumes_signed_with_the_access_key_not_with_another_secret(
     serve: Serve, ali_ons: None, tmp_path: Path
 ) -> None:
+    """Its push consumer too: heartbeats, pulls with long polling and offset commits, signed."""
     asyncio.run(asyncio.wait_for(_route(serve, "AclMade"), 60))
     run = _ali_ons(serve, tmp_path, SECRET)
     assert run.returncode == 0, run.stdout + run.stderr
     sent = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
     assert [s["status"] for s in sent] == ["SEND_OK"] * 3
+    consumer = procs.JsonLines(
+        ["node", str(ALI_ONS_DIR / "ali_ons_consumer.js"), serve.address(NAMESRV_SLOT), "AclMade",
+         "CG_ACL"], _keys_env(tmp_path, SECRET), ALI_ONS_DIR)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while len(consumer.of("received")) < 3:
+            assert consumer.proc.poll() is None and time.monotonic() < deadline, consumer.explain()
+            time.sleep(0.2)  # polling the consumer's output
+    finally:
+        consumer.proc.kill()
+        consumer.proc.wait(10)
+    got = sorted(e["msgId"] for e in consumer.of("received"))
+    assert got == sorted(s["msgId"] for s in sent)
     stored = _commitlog_end(serve)
     wrong = _ali_ons(serve, tmp_path, "not-the-secret")  # retried, as on any SYSTEM_ERROR
     assert wrong.returncode != 0 and "still failed" in wrong.stderr, wrong.stderr
