@@ -228,9 +228,12 @@ def test_concurrent_lookups_each_get_their_own_answers(cluster):
     assert results == {limit: every[:limit] for limit in range(1, 13)}
 
 
-class _OlderPeer(query_pb2_grpc.QueryServicer):
-    """A peer of a version before ``PeerStream``: its servicer answers UNIMPLEMENTED there, and
-    lookups over unary ``QueryByKey`` (one message per call, keyed by the call's number)."""
+class _OlderPeer:
+    """A peer of a version before ``PeerStream``: the method is not registered, so gRPC itself
+    answers it UNIMPLEMENTED (as it answers any unknown method); lookups over unary
+    ``QueryByKey`` (one message per call, keyed by the call's number). (A servicer that
+    inherits the generated ``PeerStream`` raises NotImplementedError in it, which a busy
+    server has answered INTERNAL instead.)"""
 
     def __init__(self) -> None:
         self.calls = 0
@@ -240,12 +243,19 @@ class _OlderPeer(query_pb2_grpc.QueryServicer):
         return query_pb2.QueryByKeyResponse(messages=[common_pb2.StoredMessage(
             topic=request.topic, unique_key=f"{request.key}-{self.calls}")])  # fmt: skip
 
+    def handler(self) -> grpc.GenericRpcHandler:
+        return grpc.method_handlers_generic_handler("rmqstore.v1.Query", {
+            "QueryByKey": grpc.unary_unary_rpc_method_handler(
+                self.QueryByKey, request_deserializer=query_pb2.QueryByKeyRequest.FromString,
+                response_serializer=query_pb2.QueryByKeyResponse.SerializeToString),
+        })  # fmt: skip
+
 
 def test_a_peer_without_the_stream_is_asked_over_unary_calls():
     async def check() -> None:
         older = _OlderPeer()
         server = grpc.aio.server()
-        query_pb2_grpc.add_QueryServicer_to_server(older, server)
+        server.add_generic_rpc_handlers((older.handler(),))
         port = server.add_insecure_port("127.0.0.1:0")
         await server.start()
         streams = PeerStreams(grpc.aio.insecure_channel)

@@ -210,7 +210,7 @@ def test_consumer_list_from_heartbeats(served: Served) -> None:
 def test_pull_metrics(served: Served) -> None:
     async def test(broker: Wire) -> None:
         await _sent(broker, "MetT", 0, ["a", "b"])
-        await _found(broker, _pull("CG_MET", "MetT", 0, 0))
+        await _found(broker, _pull("CG_MET", "MetT", 0, 0), 2)  # both units written
         await broker.call(_pull("CG_MET", "MetT", 0, 1))  # one behind the end: lag 1
 
     run(served, test)
