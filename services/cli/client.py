@@ -12,7 +12,7 @@ from pathlib import Path
 
 import grpc
 
-from rmqstore import times, tls
+from rmqstore import access_keys, times, tls
 from rmqstore.server import MAX_MESSAGE_BYTES
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
 
@@ -103,6 +103,16 @@ def check_tls(args: argparse.Namespace) -> None:
     _check_pem("--tls-cert", args.tls_cert, "CERTIFICATE")
     if args.tls_key and b"PRIVATE KEY-----" not in Path(args.tls_key).read_bytes():
         raise CliError(f"--tls-key {args.tls_key}: holds no PEM private key", USAGE)
+
+
+def signing_keys(args: argparse.Namespace) -> tuple[str, str]:
+    """The access key and secret a command's calls are signed with, from ``--access-key`` /
+    ``--secret-key-file`` or the environment (("", "") for none); an access key without its
+    secret is a usage error."""
+    try:
+        return access_keys.client_keys(args)
+    except ValueError as e:
+        raise CliError(str(e), USAGE) from None
 
 
 def rpc_error(e: grpc.RpcError, api: str, target: str, what: str = "") -> CliError:

@@ -22,6 +22,7 @@ from rmqstore import access_keys, tls
 from rmqstore.rocketmq import definition_pb2 as pb
 from rmqstore.rocketmq import service_pb2 as spb
 from rmqstore.rocketmq import service_pb2_grpc
+from services.cli import client
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
 
 DEFAULT_PROXY = "127.0.0.1:8104"
@@ -83,10 +84,7 @@ def _ack(stub: Any, keys: tuple[str, str], request: spb.ReceiveMessageRequest, m
 def run(args: argparse.Namespace) -> int:
     if args.count < 0 or not 1 <= args.batch <= 32 or args.invisible < 1 or args.wait < 0:
         raise CliError("--count >= 0, --batch 1..32, --invisible >= 1, --wait >= 0", USAGE)
-    try:
-        keys = access_keys.client_keys(args)
-    except ValueError as e:
-        raise CliError(str(e), USAGE) from None
+    keys = client.signing_keys(args)
     done = 0
     try:
         with tls.client_channel(args.proxy, args) as channel:

@@ -22,6 +22,7 @@ from rmqstore.group_json import group_json as _group_json
 from rmqstore.group_json import queue_json as _queue_json
 from rmqstore.times import TimeFormatError, parse_time
 from rmqstore.v1 import groups_pb2, groups_pb2_grpc
+from services.cli import client
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
 from services.cli.group_cluster import run_describe_in_cluster
 
@@ -29,16 +30,8 @@ DEFAULT_PROXY = "127.0.0.1:8104"
 TIMEOUT_S = 30
 
 
-def keys(args: argparse.Namespace) -> tuple[str, str]:
-    """The access key and secret the proxy's calls are signed with ("" if none)."""
-    try:
-        return access_keys.client_keys(args)
-    except ValueError as e:
-        raise CliError(str(e), USAGE) from None
-
-
 def _call(args: argparse.Namespace, fn: str, request: Any) -> Any:
-    access_key, secret_key = keys(args)
+    access_key, secret_key = client.signing_keys(args)
     try:
         with tls.client_channel(args.proxy, args) as channel:
             stub = groups_pb2_grpc.ConsumerGroupsStub(channel)

@@ -21,12 +21,12 @@ import asyncio
 import json
 from typing import Any
 
-from rmqstore import broker_perm
+from rmqstore import access_keys, broker_perm
 from rmqstore.formats import remoting as R
 from rmqstore.name_servers import master_of
 from rmqstore.remoting_net import RemotingClient, RemotingError, parse_namesrv
+from services.cli import client
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
-from services.cli.remoting_keys import add_broker_key_flags, broker_keys
 
 TIMEOUT_S = 10.0
 C = R.RequestCode
@@ -147,7 +147,7 @@ def run_set_perm(args: argparse.Namespace) -> int:
     if not namesrvs:
         raise CliError("--namesrv: no name server given", USAGE)
     perm = broker_perm.READ_ONLY if args.read_only else broker_perm.READ_WRITE
-    rows = asyncio.run(set_perm(namesrvs, args.broker, perm, broker_keys(args)))
+    rows = asyncio.run(set_perm(namesrvs, args.broker, perm, client.signing_keys(args)))
     for r in rows:
         print(json.dumps(r) if args.json else _line(r), flush=True)
     bad = [f"{r['target']} {r['address']}" for r in rows if r["result"] != "ok"]
@@ -167,5 +167,6 @@ def register(verbs: argparse._SubParsersAction) -> None:
     v.add_argument("--namesrv", required=True, metavar="HOST:PORT;...",
                    help="the cluster's name servers (every one is told)")
     v.add_argument("--json", action="store_true", help="print one JSON object per line")
-    add_broker_key_flags(v)
+    access_keys.add_secret_flags(v, "to sign the request to the broker with (one that takes "
+                                 "only signed requests: serve --access-key)")  # fmt: skip
     v.set_defaults(run=run_set_perm)

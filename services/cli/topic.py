@@ -12,10 +12,9 @@ from typing import Any
 
 import grpc
 
-from rmqstore import tls
+from rmqstore import access_keys, tls
 from rmqstore.v1 import topics_pb2, topics_pb2_grpc
 from services.cli.errors import NOT_FOUND, UNAVAILABLE, USAGE, CliError
-from services.cli.remoting_keys import add_broker_key_flags
 from services.cli.topic_cluster import run_create_in_cluster
 
 DEFAULT_WRITER = "127.0.0.1:8100"
@@ -120,7 +119,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     c.add_argument(
         "--cluster", default="", help="with --namesrv: the cluster (default: the only one)"
     )
-    add_broker_key_flags(c)
+    access_keys.add_secret_flags(
+        c, "with --namesrv: to sign the requests to the brokers with (ones that take only "
+        "signed requests: serve --access-key)")  # fmt: skip
     c.add_argument(
         "--perm",
         type=int,

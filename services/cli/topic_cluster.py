@@ -18,9 +18,9 @@ from rmqstore.formats import remoting as R
 from rmqstore.formats.topics_json import MESSAGE_TYPE_ATTRIBUTE
 from rmqstore.name_servers import masters
 from rmqstore.remoting_net import RemotingClient, RemotingError
+from services.cli import client
 from services.cli.cluster_of import cluster_of
 from services.cli.errors import UNAVAILABLE, CliError
-from services.cli.remoting_keys import broker_keys
 
 TIMEOUT_S = 10.0
 
@@ -68,7 +68,7 @@ async def _create(args: argparse.Namespace) -> list[dict]:
     if not brokers:
         raise CliError(f"cluster {cluster!r} has no broker with a master registered", UNAVAILABLE)
     names = sorted(brokers)
-    cmd, keys = _request(args), broker_keys(args)
+    cmd, keys = _request(args), client.signing_keys(args)
     results = await asyncio.gather(*(_create_on(brokers[n], cmd, keys) for n in names))
     return [{"cluster": cluster, "brokerName": n, "brokerAddr": brokers[n], **r}
             for n, r in zip(names, results, strict=True)]  # fmt: skip
