@@ -25,8 +25,15 @@ def _start(store):
 
 
 def digest(store) -> dict[str, str]:
-    return {str(p.relative_to(store)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(store.rglob("*")) if p.is_file()}
+    """Each file's hash; a file renamed between the listing and its read (the running
+    writer finishing a ``.creating`` segment) is left out, and the next digest differs."""
+    found = {}
+    for p in sorted(store.rglob("*")):
+        try:
+            found[str(p.relative_to(store))] = hashlib.sha256(p.read_bytes()).hexdigest()
+        except (FileNotFoundError, IsADirectoryError):
+            continue
+    return found
 
 
 def settled_digest(store, timeout: float = 10.0) -> dict[str, str]:
