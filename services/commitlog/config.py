@@ -43,7 +43,7 @@ class WriterConfig:
     min_sync_replicas: int = 0  # refuse puts while fewer slaves are in sync (0: off)
     ha_master: str = ""  # a slave's master, HOST:PORT of its HA port
     ha_retry_s: float = ha.SLAVE_RETRY_S  # a slave reconnects after this long
-    ha_idle_s: float = ha.IDLE_TIMEOUT_S  # a slave drops a master silent for this long
+    ha_idle_s: float = ha.IDLE_TIMEOUT_S  # either end drops a peer silent for this long
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
@@ -213,8 +213,8 @@ def add_replication_flags(p: argparse.ArgumentParser, ha_port_help: str = "") ->
     )  # fmt: skip
     p.add_argument(
         "--ha-idle-seconds", type=float, default=WriterConfig.ha_idle_s,
-        help="a slave drops a master it heard nothing from for this long and reconnects "
-        "(default: %(default)s)",
+        help="a slave drops a master it heard nothing from for this long and reconnects; "
+        "a master drops such a slave (RocketMQ's haHousekeepingInterval; default: %(default)s)",
     )  # fmt: skip
 
 

@@ -92,6 +92,7 @@ class Replication:
     def __init__(
         self, engine: Any, role: str = ASYNC_MASTER, slave_timeout_s: float = 3.0,
         fallbehind_max: int = 256 << 20, min_sync_replicas: int = 0,
+        idle_s: float = ha.IDLE_TIMEOUT_S,
     ) -> None:  # fmt: skip
         if role not in (ASYNC_MASTER, SYNC_MASTER):
             raise ValueError(f"a master's role is {ASYNC_MASTER} or {SYNC_MASTER}, not {role!r}")
@@ -100,6 +101,7 @@ class Replication:
         self.slave_timeout_s = slave_timeout_s
         self.fallbehind_max = fallbehind_max
         self.min_sync_replicas = min_sync_replicas
+        self.idle_s = idle_s  # a slave from which nothing was read for this long is dropped
         self.port = 0
         self.acked = 0
         self.slaves: set[SlaveLink] = set()
@@ -365,8 +367,8 @@ class SlaveConnection(asyncio.Protocol):
 
     def _on_tick(self) -> None:
         link, now = self.link, time.monotonic()
-        if now - link.last_read >= ha.IDLE_TIMEOUT_S:
-            self.end(f"nothing read for {ha.IDLE_TIMEOUT_S:g} s")
+        if now - link.last_read >= (idle_s := self.replication.idle_s):
+            self.end(f"nothing read for {idle_s:g} s")
             return
         if link.idle is not None and (self.replication.engine.max_offset > link.sent
                                       or now - link.last_sent >= ha.HEARTBEAT_INTERVAL_S):

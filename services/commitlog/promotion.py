@@ -59,7 +59,8 @@ def master_answers(ha_master: str, timeout: float = PROBE_TIMEOUT_S) -> bool:
 def replication_for(engine: CommitLogEngine, config: WriterConfig, role: str = ""
                     ) -> Replication:  # fmt: skip
     return Replication(engine, role or config.role, config.slave_timeout_s,
-                       config.slave_fallbehind_max, config.min_sync_replicas)  # fmt: skip
+                       config.slave_fallbehind_max, config.min_sync_replicas,
+                       config.ha_idle_s)  # fmt: skip
 
 
 class Roles:

@@ -2,6 +2,7 @@
 peer (``tests/ha_peer.py``) playing RocketMQ's slave: frames, start points, heartbeats, put
 statuses under sync_master, --min-sync-replicas and divergence refusals."""
 
+import argparse
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import pytest
 
 from rmqstore.server import channel
 from rmqstore.v1 import commitlog_pb2, commitlog_pb2_grpc, common_pb2
+from services.commitlog.config import WriterConfig, add_replication_flags
 from tests import procs
 from tests.ha_peer import PeerSlave
 
@@ -404,11 +406,12 @@ def test_a_first_report_below_the_oldest_file_is_refused(tmp_path):
         p.stop()
 
 
-@pytest.mark.parametrize("master", [("--role", "sync_master", "--slave-timeout", "0.3")],
-                         indirect=True)  # fmt: skip
-def test_a_silent_slave_is_dropped_after_20_seconds(master):
+@pytest.mark.parametrize("master", [("--role", "sync_master", "--slave-timeout", "0.3",
+                                     "--ha-idle-seconds", "2")], indirect=True)  # fmt: skip
+def test_a_silent_slave_is_dropped_after_the_idle_time(master):
     """As a frozen slave (SIGSTOP): FLUSH_SLAVE_TIMEOUT while connected, then, once the
-    master has read nothing from it for 20 s and dropped it, SLAVE_NOT_AVAILABLE."""
+    master has read nothing from it for ``--ha-idle-seconds`` (RocketMQ's 20 s by default,
+    ``test_the_idle_time_is_rocketmqs_by_default``) and dropped it, SLAVE_NOT_AVAILABLE."""
     p, port, _store = master
     stub = _stub(p)
     slave = PeerSlave("127.0.0.1", port, first_report=0, acking=False)
@@ -420,7 +423,13 @@ def test_a_silent_slave_is_dropped_after_20_seconds(master):
         slave.close()
     _wait_slaves(stub, 0)
     assert _put(stub, 1, 1).results[0].status == commitlog_pb2.SLAVE_NOT_AVAILABLE
-    assert any("nothing read for 20 s" in line for line in p.lines)
+    assert any("nothing read for 2 s" in line for line in p.lines)
+
+
+def test_the_idle_time_is_rocketmqs_by_default():
+    parser = argparse.ArgumentParser()
+    add_replication_flags(parser)
+    assert parser.parse_args([]).ha_idle_seconds == WriterConfig.ha_idle_s == 20.0
 
 
 @pytest.mark.parametrize("master", [("--role", "sync_master", "--slave-timeout", "3")],

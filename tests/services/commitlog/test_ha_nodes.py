@@ -56,7 +56,8 @@ def test_a_slave_ends_identical_to_its_master(tmp_path):
 def test_put_statuses_with_a_real_slave_killed_frozen_and_thawed(tmp_path):
     """No slave: SLAVE_NOT_AVAILABLE. ``kill -9`` of the slave: SLAVE_NOT_AVAILABLE once the
     master saw the connection end. SIGSTOP: FLUSH_SLAVE_TIMEOUT until the master drops the
-    silent slave (20 s), then SLAVE_NOT_AVAILABLE. SIGCONT: PUT_OK again."""
+    silent slave (``--ha-idle-seconds``, 3 s here), then SLAVE_NOT_AVAILABLE. SIGCONT: PUT_OK
+    again."""
     master, slave = Node(tmp_path, "a"), Node(tmp_path, "b")
     n = 0
 
@@ -66,7 +67,7 @@ def test_put_statuses_with_a_real_slave_killed_frozen_and_thawed(tmp_path):
         return master.status(n)
 
     try:
-        master.master("--slave-timeout", "0.5", builders=False)
+        master.master("--slave-timeout", "0.5", "--ha-idle-seconds", "3", builders=False)
         assert put() == "SLAVE_NOT_AVAILABLE"
         slave.slave_of(master, builders=False)
         master.wait_slaves(1)
