@@ -5,7 +5,9 @@ send → receive latency with long polling, next to a remoting server that store
 * pull throughput: one connection, one pull in flight on each of the topic's 4 queues (a push
   consumer's way), batches of 32 1 KiB records, from offset 0 of queues filled beforehand
   (``benchmarks.remoting_pull_load rate``); then 4 groups reading a quarter of it each at
-  once (16 pulls in flight). The no-op answers every pull with a full prebuilt batch. Each
+  once (16 pulls in flight); then one group whose pulls commit the offset they pull from
+  (sysFlag 0x1, as a push consumer's do: the broker passes those commits on to the proxy,
+  which owns consumer progress). The no-op answers every pull with a full prebuilt batch. Each
   round runs the no-op, then the front end: this machine's speed moves by the minute, so a
   ratio is only meaningful within a round.
 * latency: RATE sends per second (the send time in the body) to a new topic, received by
@@ -16,11 +18,12 @@ send → receive latency with long polling, next to a remoting server that store
   ``--batch-linger-ms 0`` on the same store shows what that wait adds and what it saves.
 * the server's CPU per message (from /proc, over the run; in the latency rows it includes the
   sends), the puller's own, and in the front end's pull rows the query service's and the
-  writer's (a pull reads the store's files itself: both should stay near zero).
+  writer's (a pull reads the store's files itself: both should stay near zero) and the
+  proxy's (the commits).
 
 The queues are filled through the front end (``benchmarks.remoting_load``, pipelined); the
 writer runs with asynchronous flush, the consume-queue builder and the query service beside
-it, as under ``rmqstore serve`` (no proxy: the pulls commit no offsets).
+it, and the proxy, as under ``rmqstore serve``.
 """
 
 import itertools
@@ -37,9 +40,11 @@ QUEUES = 4  # remoting_load sends to queue (connection % 4)
 BODY = 1024
 TOPIC = "BenchPull"
 RATES = (500, 2000)  # latency: a light load, and a busier one
-SCENARIOS = (
-    (f"pull, 1 group: {QUEUES} queues x 1 in flight, batch 32", 1),
-    (f"pull, 4 groups: {4 * QUEUES} pulls in flight, batch 32", 4),
+SCENARIOS = (  # name, groups, whether the pulls commit
+    (f"pull, 1 group: {QUEUES} queues x 1 in flight, batch 32", 1, False),
+    (f"pull, 4 groups: {4 * QUEUES} pulls in flight, batch 32", 4, False),
+    (f"pull, 1 group committing with each pull: {QUEUES} queues x 1 in flight, batch 32", 1,
+     True),
 )
 
 
@@ -67,21 +72,22 @@ def _load(*args: str) -> list[str]:
     return [sys.executable, "-m", "benchmarks.remoting_pull_load", *args]
 
 
-def _pull_row(svc: procs.ServiceProcess, hops: list[procs.ServiceProcess], group: str,
-              count: int, groups: int) -> dict:  # fmt: skip
-    """One pull run: rate and CPU per message of ``svc`` and of ``hops`` (query, writer)."""
-    cpu0 = [procs.cpu_seconds(p.proc.pid) for p in (svc, *hops)]
+def _pull_row(svc: procs.ServiceProcess, hops: dict[str, procs.ServiceProcess], group: str,
+              count: int, groups: int, commit: bool) -> dict:  # fmt: skip
+    """One pull run: rate and CPU per message of ``svc`` and of ``hops`` (by name)."""
+    every = (svc, *hops.values())
+    cpu0 = [procs.cpu_seconds(p.proc.pid) for p in every]
     load = _load("rate", svc.address, group, TOPIC, str(QUEUES), str(count // groups),
-                 str(groups))  # fmt: skip
+                 str(groups), *(["commit"] if commit else []))  # fmt: skip
     (r,) = procs.run_json_all([load], None, True)
-    cpu = [procs.cpu_seconds(p.proc.pid) - c for p, c in zip((svc, *hops), cpu0, strict=True)]
+    cpu = [procs.cpu_seconds(p.proc.pid) - c for p, c in zip(every, cpu0, strict=True)]
     got, span = r["received"], r["end"] - r["start"]
     per_msg = [c / got * 1e6 if got else 0.0 for c in cpu]
     row = {"messages": got, "msgs/s": got / span if span > 0 else 0.0,
            "server CPU us/msg": per_msg[0],
            "puller CPU us/msg": r["cpu"] / got * 1e6 if got else 0.0}  # fmt: skip
-    if hops:
-        row["query CPU us/msg"], row["writer CPU us/msg"] = per_msg[1:]
+    for name, us in zip(hops, per_msg[1:], strict=True):
+        row[f"{name} CPU us/msg"] = us
     return row
 
 
@@ -117,25 +123,31 @@ def run(scale: Scale) -> list[dict]:
             query = procs.start("services.query", "--store", store, "--commitlog",
                                 writer.address, "--listen", "127.0.0.1:0")  # fmt: skip
             started.append(query)
+            proxy = procs.start("services.proxy", "--listen", "127.0.0.1:0", "--commitlog",
+                                writer.address, "--store", store)  # fmt: skip
+            started.append(proxy)
             broker = procs.start("services.remoting", "--store", store, "--listen",
                                  "127.0.0.1:0", "--commitlog", writer.address,
                                  "--commitlog-socket", f"{tmp}/writer.sock",
-                                 "--query", query.address)  # fmt: skip
+                                 "--query", query.address, "--proxy", proxy.address)  # fmt: skip
             started.append(broker)
             eager = procs.start("services.remoting", "--store", store, "--listen",
                                 "127.0.0.1:0", "--commitlog", writer.address,
                                 "--commitlog-socket", f"{tmp}/writer.sock",
-                                "--query", query.address, "--batch-linger-ms", "0")  # fmt: skip
+                                "--query", query.address, "--proxy", proxy.address,
+                                "--batch-linger-ms", "0")  # fmt: skip
             started.append(eager)
             noop = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0")
             started.append(noop)
             keep = procs.start("benchmarks.noop_remoting", "--listen", "127.0.0.1:0", "--keep")
             started.append(keep)
             _fill(broker.address, query.address, count)
-            for (scenario, groups), n in itertools.product(SCENARIOS, range(1, rounds + 1)):
-                group = f"GPull{groups}x{n}"
-                base = _pull_row(noop, [], group, count, groups)
-                row = _pull_row(broker, [query, writer], group, count, groups)
+            hops = {"query": query, "writer": writer, "proxy": proxy}
+            for (scenario, groups, commit), n in itertools.product(SCENARIOS,
+                                                                   range(1, rounds + 1)):
+                group = f"GPull{groups}x{n}{'C' if commit else ''}"
+                base = _pull_row(noop, {}, group, count, groups, commit)
+                row = _pull_row(broker, hops, group, count, groups, commit)
                 row["of no-op"] = row["msgs/s"] / base["msgs/s"] if base["msgs/s"] else 0.0
                 head = {"scenario": scenario, "round": n}
                 rows += [{**head, "target": "no-op", **base}, {**head, "target": "remoting", **row}]

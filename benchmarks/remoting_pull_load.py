@@ -1,13 +1,15 @@
 """A RocketMQ 4.x pull consumer of our own for ``bench_remoting_consume``: PULL_MESSAGE as a
 push consumer sends it (JSON header, batches of 32, the subscription ``*`` in the header, one
 pull in flight per queue, long polling 15 s), all queues on one connection. No offset commits
-(sysFlag 0x1): the broker would pass them on to the proxy, which this benchmark leaves out.
+(sysFlag 0x1) unless asked: ``commit`` as the last argument of ``rate`` commits with each pull
+the offset it pulls from (from the second pull of a queue on), as a push consumer does with
+what it has consumed.
 
-``python -m benchmarks.remoting_pull_load rate TARGET GROUP TOPIC QUEUES COUNT [GROUPS]``
-pulls COUNT messages in each of GROUPS groups (default 1; ``GROUP-0``, ``GROUP-1``...): COUNT
-/ QUEUES of each queue, from offset 0 (the queues were filled beforehand), one pull in flight
-per group and queue. Prints ``ready`` once connected, waits for a line on stdin, then pulls
-and prints ``{"start", "end", "received", "cpu"}``.
+``python -m benchmarks.remoting_pull_load rate TARGET GROUP TOPIC QUEUES COUNT [GROUPS]
+[commit]`` pulls COUNT messages in each of GROUPS groups (default 1; ``GROUP-0``,
+``GROUP-1``...): COUNT / QUEUES of each queue, from offset 0 (the queues were filled
+beforehand), one pull in flight per group and queue. Prints ``ready`` once connected, waits
+for a line on stdin, then pulls and prints ``{"start", "end", "received", "cpu"}``.
 
 ``python -m benchmarks.remoting_pull_load latency TARGET GROUP TOPIC QUEUES RATE SECONDS``
 sends RATE messages/s for SECONDS (SEND_MESSAGE_V2 as ``benchmarks.remoting_load`` makes it,
@@ -29,6 +31,7 @@ from rmqstore.formats import remoting as R
 BATCH = 32
 SUSPEND_MS = 15_000
 FLAGS = 0x2 | 0x4  # long polling, subscription in the header
+FLAG_COMMIT = 0x1
 STAMP = struct.Struct(">d")
 BODY = 1024
 WARM_UP_S = 1.0
@@ -86,13 +89,15 @@ class Conn:
         self.writer.close()
 
 
-async def pull(conn: Conn, group: str, topic: str, queue_id: int, offset: int
-               ) -> tuple[bytes, int]:  # fmt: skip
-    """One pull: the records found (b"" when none) and the offset to pull from next."""
+async def pull(conn: Conn, group: str, topic: str, queue_id: int, offset: int,
+               commit: int = 0) -> tuple[bytes, int]:  # fmt: skip
+    """One pull: the records found (b"" when none) and the offset to pull from next; with
+    ``commit`` > 0 it commits that offset (sysFlag 0x1)."""
     ext = {"consumerGroup": group, "topic": topic, "queueId": str(queue_id),
-           "queueOffset": str(offset), "maxMsgNums": str(BATCH), "sysFlag": str(FLAGS),
-           "commitOffset": "0", "suspendTimeoutMillis": str(SUSPEND_MS), "subscription": "*",
-           "subVersion": "0", "expressionType": "TAG"}  # fmt: skip
+           "queueOffset": str(offset), "maxMsgNums": str(BATCH),
+           "sysFlag": str(FLAGS | FLAG_COMMIT if commit > 0 else FLAGS),
+           "commitOffset": str(commit), "suspendTimeoutMillis": str(SUSPEND_MS),
+           "subscription": "*", "subVersion": "0", "expressionType": "TAG"}  # fmt: skip
     answer = await conn.call(R.Command(code=R.RequestCode.PULL_MESSAGE, ext=ext))
     if answer.code not in (RC.SUCCESS, RC.PULL_NOT_FOUND, RC.PULL_RETRY_IMMEDIATELY):
         raise RuntimeError(f"pull of {topic}/{queue_id}@{offset} refused: {answer.code} "
@@ -110,8 +115,8 @@ def sizes(body: bytes) -> list[int]:
     return out
 
 
-async def rate(target: str, group: str, topic: str, queues: int, count: int, groups: int
-               ) -> dict:  # fmt: skip
+async def rate(target: str, group: str, topic: str, queues: int, count: int, groups: int,
+               commit: bool = False) -> dict:  # fmt: skip
     conn = await Conn.open(target)
     each = count // queues
     await pull(conn, group, topic, 0, 0)  # connected, warm
@@ -122,7 +127,7 @@ async def rate(target: str, group: str, topic: str, queues: int, count: int, gro
     async def one(g: str, q: int) -> int:
         got = offset = 0
         while got < each:
-            body, offset = await pull(conn, g, topic, q, offset)
+            body, offset = await pull(conn, g, topic, q, offset, offset if commit else 0)
             got += len(sizes(body))
         return got
 
@@ -205,7 +210,9 @@ def main() -> int:
     mode, target, group, topic, queues = sys.argv[1:6]
     if mode == "rate":
         groups = int(sys.argv[7]) if len(sys.argv) > 7 else 1
-        result = asyncio.run(rate(target, group, topic, int(queues), int(sys.argv[6]), groups))
+        commit = sys.argv[8:] == ["commit"]
+        result = asyncio.run(rate(target, group, topic, int(queues), int(sys.argv[6]), groups,
+                                  commit))  # fmt: skip
     else:
         result = asyncio.run(latency(target, group, topic, int(queues), int(sys.argv[6]),
                                      float(sys.argv[7])))  # fmt: skip

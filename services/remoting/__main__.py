@@ -299,6 +299,7 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     await sender.transactions.close()
     await server.close()
     await puller.close()
+    await broker.group_offsets.close()  # the pulls' commits it keeps, to the proxy
     await appender.close()
     await writer.close()
     await query.close()

@@ -6,9 +6,20 @@ The broker keeps no consumer progress of its own: the proxy owns ``consumerOffse
 to its ``rmqstore.v1.ConsumerGroups`` service (``QueryOffset``, ``CommitOffset``), signed when
 access keys are on. ``GroupOffsets`` is that client: anything in the broker that reads or moves
 a group's offset (pulls' commit piggyback, group administration) goes through it.
+
+A push consumer commits with nearly every pull (sysFlag 0x1). Those commits are not waited
+for: the latest of each queue is kept and passed on every ``COMMIT_LINGER_S`` by one task, so
+a pull is answered at once and a queue pulled many times a second costs a few calls. A query
+or an explicit commit of a queue with a commit kept or on its way first waits for it to be
+passed on (what was committed is what is read back); a graceful stop passes on what is kept.
+Like RocketMQ's broker, which keeps commits in memory and persists them every 5 s, a killed
+broker loses the last of them: the consumer receives those messages again (at least once).
 """
 
+import asyncio
+import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 import grpc
@@ -21,6 +32,8 @@ from rmqstore.v1 import groups_pb2, groups_pb2_grpc, query_pb2, query_pb2_grpc
 log = logging.getLogger("rmqstore.remoting")
 RC = R.ResponseCode
 PROXY_TIMEOUT_S = 10.0
+COMMIT_LINGER_S = 0.2  # pulls' commits are passed on this often at most
+LOST_LOG_INTERVAL_S = 60.0  # pulls' commits that could not be passed on: logged this often
 QUERY_TIMEOUT_S = 30.0
 NOT_COMMITTED = "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first"  # 4.9.8's
 NO_PROXY = "no consumer progress: the broker was started without --proxy"
@@ -37,9 +50,18 @@ class GroupOffsets:
 
     channel: grpc.aio.Channel | None
     keys: tuple[str, str] = ("", "")  # (access key, secret key): calls signed when set
+    linger_s: float = COMMIT_LINGER_S
     commits: int = 0
     refused: int = 0
+    lost: int = 0  # pulls' commits the proxy could not be given
     _stub: groups_pb2_grpc.ConsumerGroupsStub | None = field(default=None, repr=False)
+    # pulls' commits: (group, topic, queue) -> offset, kept, then on their way to the proxy
+    _kept: dict[tuple[str, str, int], int] = field(default_factory=dict, repr=False)
+    _sending: dict[tuple[str, str, int], int] = field(default_factory=dict, repr=False)
+    _passer: asyncio.Task | None = field(default=None, repr=False)
+    _round: asyncio.Future | None = field(default=None, repr=False)  # done as a round ends
+    _now: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    _warned_at: float = field(default=-LOST_LOG_INTERVAL_S, repr=False)
 
     def stub(self) -> groups_pb2_grpc.ConsumerGroupsStub:
         if self.channel is None:
@@ -50,6 +72,7 @@ class GroupOffsets:
 
     async def query(self, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, None when the group has committed none there."""
+        await self._settled((group, topic, queue_id))
         request = groups_pb2.QueryOffsetRequest(group=group, topic=topic, queue_id=queue_id)
         try:
             reply = await self.stub().QueryOffset(
@@ -61,6 +84,66 @@ class GroupOffsets:
 
     async def commit(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
         """Whether the proxy applied the commit (it does not while the group pops the queue)."""
+        await self._settled((group, topic, queue_id))
+        return await self._commit(group, topic, queue_id, offset)
+
+    def commit_later(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """A pull's commit: kept (the latest of the queue) and passed on within
+        ``linger_s`` by the one task that passes on every kept commit."""
+        self._kept[(group, topic, queue_id)] = offset
+        if self._passer is None:  # nobody waits for a round: the linger starts now
+            loop = asyncio.get_running_loop()
+            self._now.clear()
+            self._round = loop.create_future()
+            self._passer = loop.create_task(self._pass_on())
+
+    async def close(self) -> None:
+        """Pass on the kept commits now (a graceful stop)."""
+        self._now.set()
+        if self._passer is not None:
+            await asyncio.shield(self._passer)
+
+    async def _settled(self, key: tuple[str, str, int]) -> None:
+        """Until no commit of ``key`` is kept or on its way."""
+        while self._round is not None and (key in self._kept or key in self._sending):
+            self._now.set()
+            await asyncio.shield(self._round)
+
+    async def _pass_on(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while self._kept:
+                if not self._now.is_set():
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._now.wait(), self.linger_s)
+                self._now.clear()
+                self._sending, self._kept = self._kept, {}
+                results = await asyncio.gather(
+                    *(self._commit(*key, offset) for key, offset in self._sending.items()),
+                    return_exceptions=True,
+                )  # fmt: skip
+                if failed := [r for r in results if isinstance(r, BaseException)]:
+                    self._lost(len(failed), failed[0])
+                self._sending = {}
+                self._round_over(loop.create_future())
+        finally:
+            self._passer, self._sending = None, {}
+            self._round_over(None)
+
+    def _round_over(self, then: asyncio.Future | None) -> None:
+        done, self._round = self._round, then
+        if done is not None and not done.done():
+            done.set_result(None)
+
+    def _lost(self, count: int, why: BaseException) -> None:
+        self.lost += count
+        now = time.monotonic()
+        if now - self._warned_at >= LOST_LOG_INTERVAL_S:
+            self._warned_at = now
+            log.warning("pull commits not passed on to the proxy (%d since the start): %s",
+                        self.lost, why)  # fmt: skip
+
+    async def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> bool:
         request = groups_pb2.CommitOffsetRequest(
             group=group, topic=topic, queue_id=queue_id, offset=offset
         )

@@ -8,13 +8,13 @@ with long polling allowed is held until a message for its queue is stored or
 ``suspendTimeoutMillis`` passes: ``pull_arrivals.Arrivals`` wakes the pulls held on a queue
 when the writer appends a record for it; a woken pull waits for the queue's unit to be
 written (its builder follows the same stream a step behind), looking at that one unit after
-short pauses. A pull that needs no wait (the topic's configuration cached, no commit to pass
-on, every record in the files, nothing to hold) is answered at once; the others run as their
-own task, so held pulls never hold up a connection's other requests.
+short pauses. A pull that needs no wait (the topic's configuration cached, every record in
+the files, nothing to hold) is answered at once; the others run as their own task, so held
+pulls never hold up a connection's other requests. The commit piggyback is handed to
+``GroupOffsets.commit_later`` and never waited for.
 """
 
 import asyncio
-import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -29,11 +29,10 @@ from rmqstore.v1 import commitlog_pb2_grpc
 from services.query.pull import TagFilter
 from services.remoting import topics as T
 from services.remoting.clients import Clients
-from services.remoting.offsets import GroupOffsets, OffsetsUnavailable
+from services.remoting.offsets import GroupOffsets
 from services.remoting.pull_arrivals import Arrivals
 from services.remoting.pull_reads import Found, PullReads
 
-log = logging.getLogger("rmqstore.remoting")
 RC = R.ResponseCode
 # after a wake-up the consume queue may not hold the new unit yet (its builder is a step
 # behind the writer's dispatch): the pull looks at that unit (one pread) after each of these
@@ -187,9 +186,9 @@ class Puller:
         return None
 
     def pull(self, conn: Connection, req: R.Command) -> R.Command | Awaitable[R.Command]:
-        """The answer at once when it needs no wait (the topic's configuration cached, no
-        commit to pass on, the commitlog's end known and every record in the files, and not
-        a pull to hold), else the coroutine that makes it."""
+        """The answer at once when it needs no wait (the topic's configuration cached, the
+        commitlog's end known and every record in the files, and not a pull to hold), else
+        the coroutine that makes it."""
         h = parse_header(req)
         answer = self._now(req, h)
         if answer is None:
@@ -214,11 +213,12 @@ class Puller:
 
     def _now(self, req: R.Command, h: PullHeader) -> R.Command | None:
         config = self.topics.cached(h.topic)
-        if config is None or h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+        if config is None:
             return None
         expression = self._admitted(req, h, config)
         if not isinstance(expression, str):
             return expression  # refused
+        self._commit(h)
         offset, count = max(h.offset, 0), max(1, min(h.max_msgs, 1024))
         found = self.reads.pull_now(h.topic, h.queue_id, offset, count, self._tags(expression))
         if found is None:
@@ -229,6 +229,13 @@ class Puller:
         if answer.code == RC.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0:
             return None  # held: the coroutine looks again and waits
         return answer
+
+    def _commit(self, h: PullHeader) -> None:
+        """The commit piggyback of an admitted pull, passed on without waiting (once: not
+        again when a pull not answered at once looks again)."""
+        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
+            self.offsets.commit_later(h.group, h.topic, h.queue_id, h.commit_offset)
+            h.commit_offset = -1
 
     def _tags(self, expression: str) -> TagFilter:
         tags = self._filters.get(expression)
@@ -274,12 +281,7 @@ class Puller:
         expression = self._admitted(req, h, await self.topics.get(h.topic))
         if not isinstance(expression, str):
             return expression  # refused
-        if h.sys_flag & FLAG_COMMIT_OFFSET and h.commit_offset >= 0:
-            try:  # once, before the first look (not again when a held pull looks again)
-                await self.offsets.commit(h.group, h.topic, h.queue_id, h.commit_offset)
-            except OffsetsUnavailable as e:
-                log.warning("pull's commit of %s@%s queue %d: %s", h.topic, h.group,
-                            h.queue_id, e)  # fmt: skip
+        self._commit(h)
         tags = self._tags(expression)
         hold = h.sys_flag & FLAG_SUSPEND and h.suspend_s > 0
         deadline = asyncio.get_running_loop().time() + h.suspend_s
