@@ -23,6 +23,8 @@ class Pulls(Protocol):
 
     def lag_by_group(self) -> dict[tuple[str, str], int]: ...
 
+    def commit_outcomes(self) -> dict[str, int]: ...
+
 
 class _PullCollector(Collector):
     def __init__(self, pulls: Pulls) -> None:
@@ -44,6 +46,16 @@ class _PullCollector(Collector):
         for (group, topic), n in sorted(self.pulls.lag_by_group().items()):
             lag.add_metric([group, topic], n)
         yield lag
+        commits = CounterMetricFamily(
+            "rmqstore_remoting_offset_commits",
+            "4.x consumers' offset commits (with their pulls and UPDATE_CONSUMER_OFFSET) "
+            "passed on to the proxy, by outcome: applied; refused (the group pops that "
+            "queue); lost (the proxy could not be asked: a pull's commit is then dropped).",
+            labels=["outcome"],
+        )
+        for outcome, n in self.pulls.commit_outcomes().items():
+            commits.add_metric([outcome], n)
+        yield commits
 
 
 class RemotingMetrics:

@@ -166,6 +166,11 @@ class Puller:
             out[key[:2]] = out.get(key[:2], 0) + max(0, end - offset)
         return out
 
+    def commit_outcomes(self) -> dict[str, int]:
+        """The consumers' offset commits passed on to the proxy, by outcome."""
+        o = self.offsets
+        return {"applied": o.commits, "refused": o.refused, "lost": o.lost}
+
     def start(self) -> None:
         self.arrivals.start()
 

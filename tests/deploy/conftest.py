@@ -40,6 +40,9 @@ class _NoPulls:
     def lag_by_group(self) -> dict[tuple[str, str], int]:
         return {}
 
+    def commit_outcomes(self) -> dict[str, int]:
+        return {"applied": 0}
+
 
 def exported_series_names() -> set[str]:
     """Every sample name a fully set-up registry of all services can expose."""

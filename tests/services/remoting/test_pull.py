@@ -211,7 +211,11 @@ def test_pull_metrics(served: Served) -> None:
     async def test(broker: Wire) -> None:
         await _sent(broker, "MetT", 0, ["a", "b"])
         await _found(broker, _pull("CG_MET", "MetT", 0, 0), 2)  # both units written
-        await broker.call(_pull("CG_MET", "MetT", 0, 1))  # one behind the end: lag 1
+        # one behind the end (lag 1), committing 1: passed on once the offset is asked for
+        await broker.call(_pull("CG_MET", "MetT", 0, 1, sys_flag=5, commit=1))
+        ask = {"consumerGroup": "CG_MET", "topic": "MetT", "queueId": "0"}
+        answer = await broker.call(json_request(C.QUERY_CONSUMER_OFFSET, ask))
+        assert answer.ext == {"offset": "1"}
 
     run(served, test)
     with urllib.request.urlopen(f"http://127.0.0.1:{served.serve.base + 17}/metrics",
@@ -223,6 +227,10 @@ def test_pull_metrics(served: Served) -> None:
     pulled = [line for line in text.splitlines()
               if line.startswith("rmqstore_remoting_pulled_messages_total")]  # fmt: skip
     assert pulled and float(pulled[0].split()[1]) >= 3
+    applied = [line for line in text.splitlines()
+               if line.startswith('rmqstore_remoting_offset_commits_total{outcome="applied"}')]
+    assert applied and float(applied[0].split()[1]) >= 1, text
+    assert 'rmqstore_remoting_offset_commits_total{outcome="lost"} 0.0' in text
 
 
 def test_a_held_pull_ends_with_its_connection(served: Served) -> None:
