@@ -84,8 +84,8 @@ class RemotingMetrics:
         """The broker's ACL check (``--acl``): what counts the requests it refused, by why."""
         refused = Counter(
             "rmqstore_remoting_acl_refused_total",
-            "Requests the ACL check refused (--acl), by reason: no_access_key, "
-            "unknown_access_key, no_signature, bad_signature.",
+            "Requests the ACL check refused (--acl, --acl-file), by reason: no_access_key, "
+            "unknown_access_key, no_signature, bad_signature, no_permission.",
             ["reason"],
             registry=self.registry,
         )

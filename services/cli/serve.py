@@ -312,4 +312,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --access-key, let the remoting broker take unsigned requests too "
                         "(default: with an access key, 4.x clients and mqadmin must sign with "
                         "it, RocketMQ's ACL signature)")
+    g.add_argument("--acl-file", default="", metavar="PATH",
+                   help="RocketMQ's plain_acl.yml for the remoting broker: its accounts may "
+                        "sign requests, with its permissions on topics and groups (and "
+                        "--access-key as an admin); read again when it changes")
     p.set_defaults(run=run, broker_name=socket.gethostname())

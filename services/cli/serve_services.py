@@ -98,10 +98,13 @@ def _remoting_flags(args: argparse.Namespace, ports: dict[str, int]) -> list[str
 
 def _remoting_keys(args: argparse.Namespace) -> list[str]:
     """The access key: the broker signs its calls to the proxy with it, and (unless
-    ``--remoting-unsigned``) takes only requests signed with it (``--acl``)."""
+    ``--remoting-unsigned``) takes only requests signed with it (``--acl``); with
+    ``--acl-file``, the file's accounts too, with their permissions."""
+    acl_file = getattr(args, "acl_file", "")
+    keys = ["--acl-file", os.path.abspath(acl_file)] if acl_file else []
     if not args.access_key:
-        return []
-    return ["--access-key", args.access_key,
+        return keys
+    return [*keys, "--access-key", args.access_key,
             *(["--secret-key-file", args.secret_key_file] if args.secret_key_file else []),
             *([] if getattr(args, "remoting_unsigned", False) else ["--acl"])]  # fmt: skip
 

@@ -14,6 +14,7 @@ from rmqstore import access_keys, metrics, tls
 from rmqstore.appender import Appender
 from rmqstore.broker_perm import PermissionReader
 from rmqstore.formats.hosts import parse_host
+from rmqstore.formats.plain_acl import AclFileError
 from rmqstore.formats.remoting import RequestCode
 from rmqstore.metrics_remoting import ConsumerGroupMetrics, RemotingMetrics
 from rmqstore.remoting_net import Handler, RemotingServer
@@ -21,7 +22,7 @@ from rmqstore.server import announce, configure_logging, freeze_startup_objects
 from rmqstore.startup import StartupError, check_port_free, run_main, split_address
 from rmqstore.v1 import groups_pb2_grpc
 from services.remoting import registration
-from services.remoting.acl import Signed
+from services.remoting.acl import Accounts, Signed
 from services.remoting.broker import Broker, BrokerInfo
 from services.remoting.broker_config import BrokerConfig
 from services.remoting.clients import Clients
@@ -149,6 +150,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--acl", action="store_true",
                    help="take only requests signed with --access-key and its secret (RocketMQ "
                    "4.x ACL signatures); the others are answered SYSTEM_ERROR")
+    p.add_argument("--acl-file", default="", metavar="PATH",
+                   help="RocketMQ's plain_acl.yml: its accounts may sign, with its permissions "
+                   "on topics and groups and its address white lists (and --access-key as an "
+                   "admin); read again when it changes. Implies --acl")
     tls.add_tls_flags(p)
     return p.parse_args(argv)
 
@@ -161,9 +166,15 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
         proxy_keys = access_keys.client_keys(args, access_env=False)
     except ValueError as e:
         raise StartupError(str(e)) from None
-    if args.acl and not proxy_keys[0]:
+    if args.acl and not args.acl_file and not proxy_keys[0]:
         raise StartupError("--acl needs --access-key, with its secret in --secret-key-file or "
-                           f"${access_keys.SECRET_KEY_ENV}")  # fmt: skip
+                           f"${access_keys.SECRET_KEY_ENV}, or --acl-file")  # fmt: skip
+    accounts = None
+    if args.acl or args.acl_file:
+        try:
+            accounts = Accounts(proxy_keys, Path(args.acl_file) if args.acl_file else None)
+        except (OSError, AclFileError) as e:
+            raise StartupError(f"--acl-file {args.acl_file}: {e}") from None
     if not args.store:
         raise StartupError("--store is required: pulls read the store's consume-queue and "
                            "commitlog files")  # fmt: skip
@@ -252,8 +263,8 @@ async def serve(args: argparse.Namespace, observe: RemotingMetrics | None,
     if observe is not None:
         observe.watch_pulls(puller)
     handler: Handler = broker
-    if args.acl:
-        handler = Signed(broker, *proxy_keys, observe.acl_refusals() if observe else None)
+    if accounts is not None:
+        handler = Signed(broker, accounts, observe.acl_refusals() if observe else None)
     server = RemotingServer(
         handler, observe.observe if observe else None, on_close=groups.connection_closed
     )

@@ -250,3 +250,21 @@ def test_name_server_settings_restart_the_broker_only_when_its_addresses_change(
     assert template({"resources": {"limits": {"memory": "2Gi"}}, "brokerExpirySeconds": 60}) == (
         plain)  # fmt: skip
     assert template({"replicas": 3}) != plain  # one name server more to register with
+
+
+def test_an_acl_secret_is_mounted_and_read_as_plain_acl_yml() -> None:
+    """``remoting.aclSecret``: the Secret mounted as a directory (its updates reach the pod)
+    and the broker given the file; without it, neither."""
+    remoting = _containers(render({"remoting": {"aclSecret": "rmq-acl"}}))["remoting"]
+    acl_file = _arg(remoting, "--acl-file")
+    mounts = {m["name"]: m for m in remoting["volumeMounts"]}
+    assert acl_file == mounts["remoting-acl"]["mountPath"] + "/plain_acl.yml"
+    assert "subPath" not in mounts["remoting-acl"] and mounts["remoting-acl"]["readOnly"]
+    pod = named(render({"remoting": {"aclSecret": "rmq-acl"}}), "StatefulSet",
+                FULLNAME)["spec"]["template"]["spec"]  # fmt: skip
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "remoting-acl"]
+    assert volume["secret"]["secretName"] == "rmq-acl"
+    assert volume["secret"]["items"] == [{"key": "plain_acl.yml", "path": "plain_acl.yml"}]
+    plain = _containers(render({}))["remoting"]
+    assert "--acl-file" not in plain["args"]
+    assert "remoting-acl" not in {m["name"] for m in plain["volumeMounts"]}

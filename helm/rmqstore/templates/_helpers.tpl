@@ -334,6 +334,11 @@ server).
       mountPath: /etc/rmqstore/access-key
       readOnly: true
     {{- end }}
+    {{- if .acl }}
+    - name: remoting-acl
+      mountPath: /etc/rmqstore/acl
+      readOnly: true
+    {{- end }}
 {{- end }}
 
 {{/* Claim of the broker's master pod (pod 0 unless replication.master moved it): the rebuild Job's default. */}}

@@ -219,3 +219,19 @@ def test_serve_gives_the_remoting_broker_the_access_key_and_acl_unless_unsigned(
         assert cmd.count("--proxy") == 1 and cmd.count("--access-key") == (1 if extra else 0)
         if extra:
             assert cmd[cmd.index("--secret-key-file") + 1] == "/run/sk"
+
+
+def test_serve_gives_the_remoting_broker_its_acl_file_with_or_without_an_access_key(tmp_path):
+    from services.cli.main import build_parser
+    from services.cli.serve_services import SERVICES, command
+
+    (remoting,) = [s for s in SERVICES if s.name == "remoting"]
+    ports = {s.name: 9000 + s.slot for s in SERVICES}
+    keys = ["--access-key", "AK", "--secret-key-file", "/run/sk"]
+    for extra in ([], keys):
+        args = build_parser().parse_args(["serve", "--acl-file", "acl/plain_acl.yml", *extra])
+        cmd = command(remoting, args, ports)
+        assert cmd.count("--acl-file") == 1
+        given = cmd[cmd.index("--acl-file") + 1]
+        assert given.endswith("/acl/plain_acl.yml") and given.startswith("/")  # absolute
+        assert ("--acl" in cmd) is bool(extra)  # the file alone turns the check on

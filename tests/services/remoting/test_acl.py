@@ -5,7 +5,7 @@ key's secret; the signatures here are made as a 4.x client makes them (``tests.r
 import pytest
 
 from rmqstore.formats import remoting as R
-from services.remoting.acl import Signed
+from services.remoting.acl import Accounts, Signed
 from tests.remoting_wire import signed
 
 AK, SECRET = "AK1", "s3cret"
@@ -29,7 +29,7 @@ def _check(ext: dict[str, str], body: bytes = b"", code: int = C.SEND_MESSAGE_V2
            refused: list[str] | None = None) -> tuple[R.Command, list[R.Command]]:  # fmt: skip
     inner = _Passed()
     req = R.Command(code=code, ext=ext, body=body)
-    check = Signed(inner, AK, SECRET, None if refused is None else refused.append)
+    check = Signed(inner, Accounts((AK, SECRET)), None if refused is None else refused.append)
     answer = check(_Conn(), req)  # type: ignore[arg-type]
     assert isinstance(answer, R.Command)
     return answer, inner.requests

@@ -1,7 +1,9 @@
 """Under ``rmqstore serve --access-key``: the remoting broker takes only requests signed with
 the access key (RocketMQ's ACL signature; ali-ons, a client the project did not write, signs
 them), and the proxy only signed ``ConsumerGroups`` calls, the broker's own included (a 4.x
-heartbeat creates the subscription group there; consume stats read its offsets)."""
+heartbeat creates the subscription group there; consume stats read its offsets). With
+``--acl-file`` besides, a RocketMQ ``plain_acl.yml``: its accounts sign too, each within its
+permissions (the access key is an admin)."""
 
 import asyncio
 import json
@@ -29,6 +31,13 @@ pytestmark = pytest.mark.integration
 C = R.RequestCode
 PROXY_SLOT = 4
 SECRET = "rgroups-secret"
+ACL_FILE = """
+accounts:
+  - accessKey: ordersOnly
+    secretKey: orders-secret
+    defaultTopicPerm: DENY
+    topicPerms: [AclOrders=PUB]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -36,8 +45,10 @@ def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     root: Path = tmp_path_factory.mktemp("signed")
     secret = root / "secret"
     secret.write_text(SECRET + "\n")
+    acl_file = root / "plain_acl.yml"
+    acl_file.write_text(ACL_FILE)
     serve = Serve(root / "store", "--access-key", "AK", "--secret-key-file", str(secret),
-                  "--broker-name", "signed-broker")
+                  "--broker-name", "signed-broker", "--acl-file", str(acl_file))
     try:
         yield serve
     finally:
@@ -103,25 +114,32 @@ def test_the_broker_takes_only_requests_signed_with_the_access_key(serve: Serve)
         await wire.close()
 
     asyncio.run(asyncio.wait_for(test(), 60))
-    url = f"http://127.0.0.1:{serve.base + 17}/metrics"  # the broker's
-    with urllib.request.urlopen(url, timeout=30) as r:
-        counted = {line.split()[0]: float(line.split()[1]) for line in r.read().decode()
-                   .splitlines() if line.startswith("rmqstore_remoting_acl_refused_total")}
+    counted = _refused(serve)
     for reason in ("no_access_key", "unknown_access_key", "bad_signature"):
         assert counted[f'rmqstore_remoting_acl_refused_total{{reason="{reason}"}}'] >= 1
 
 
-def _keys_env(tmp_path: Path, secret: str) -> dict[str, str]:
+def _refused(serve: Serve) -> dict[str, float]:
+    """The broker's refusal counters, by reason."""
+    url = f"http://127.0.0.1:{serve.base + 17}/metrics"
+    with urllib.request.urlopen(url, timeout=30) as r:
+        lines = r.read().decode().splitlines()
+    return {line.split()[0]: float(line.split()[1])
+            for line in lines if line.startswith("rmqstore_remoting_acl_refused_total")}
+
+
+def _keys_env(tmp_path: Path, secret: str, key: str = "AK") -> dict[str, str]:
     """ali-ons' credentials (our scripts read them there); it writes its logs under $HOME."""
-    return {**os.environ, "HOME": str(tmp_path), "ALI_ONS_ACCESS_KEY": "AK",
+    return {**os.environ, "HOME": str(tmp_path), "ALI_ONS_ACCESS_KEY": key,
             "ALI_ONS_SECRET_KEY": secret}  # fmt: skip
 
 
-def _ali_ons(serve: Serve, tmp_path: Path, secret: str) -> subprocess.CompletedProcess:
+def _ali_ons(serve: Serve, tmp_path: Path, secret: str, key: str = "AK",
+             topic: str = "AclMade") -> subprocess.CompletedProcess:  # fmt: skip
     return subprocess.run(["node", str(ALI_ONS_DIR / "ali_ons_producer.js"),
-                           serve.address(NAMESRV_SLOT), "AclMade", "3"],
+                           serve.address(NAMESRV_SLOT), topic, "3"],
                           cwd=ALI_ONS_DIR, capture_output=True, text=True, timeout=120,
-                          env=_keys_env(tmp_path, secret))  # fmt: skip
+                          env=_keys_env(tmp_path, secret, key))  # fmt: skip
 
 
 def test_ali_ons_sends_and_consumes_signed_with_the_access_key_not_with_another_secret(
@@ -150,6 +168,36 @@ def test_ali_ons_sends_and_consumes_signed_with_the_access_key_not_with_another_
     wrong = _ali_ons(serve, tmp_path, "not-the-secret")  # retried, as on any SYSTEM_ERROR
     assert wrong.returncode != 0 and "still failed" in wrong.stderr, wrong.stderr
     assert _commitlog_end(serve) == stored  # nothing of it was stored
+
+
+def test_an_acl_file_account_sends_only_where_its_permissions_let_it(
+    serve: Serve, ali_ons: None, tmp_path: Path
+) -> None:
+    """ali-ons with the file's ``ordersOnly`` account: its sends to AclOrders (PUB) are stored;
+    to AclMade (the default, DENY) refused with nothing stored; its admin command too."""
+    for topic in ("AclOrders", "AclMade"):
+        asyncio.run(asyncio.wait_for(_route(serve, topic), 60))
+    run = _ali_ons(serve, tmp_path, "orders-secret", "ordersOnly", "AclOrders")
+    assert run.returncode == 0, run.stdout + run.stderr
+    sent = [json.loads(line) for line in run.stdout.splitlines() if line.startswith("{")]
+    assert [s["status"] for s in sent] == ["SEND_OK"] * 3
+    stored = _commitlog_end(serve)
+    denied = _ali_ons(serve, tmp_path, "orders-secret", "ordersOnly", "AclMade")
+    assert denied.returncode != 0 and "still failed" in denied.stderr, denied.stderr
+    assert _commitlog_end(serve) == stored
+    assert _refused(serve)['rmqstore_remoting_acl_refused_total{reason="no_permission"}'] >= 1
+
+    async def create() -> R.Command:
+        wire = await Wire.open(serve.address(BROKER_SLOT))
+        ext = signed({**TOPIC_EXT, "topic": "AclNotMade"}, "ordersOnly", "orders-secret")
+        try:
+            return await wire.call(json_request(C.UPDATE_AND_CREATE_TOPIC, ext))
+        finally:
+            await wire.close()
+
+    refused = asyncio.run(asyncio.wait_for(create(), 60))
+    assert refused.code == R.ResponseCode.SYSTEM_ERROR and "needs an admin account" in (
+        refused.remark or ""), refused.remark  # fmt: skip
 
 
 def _commitlog_end(serve: Serve) -> int:
