@@ -14,6 +14,9 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from rmqstore.listing import Listing
+from rmqstore.segments import parse_segment_name
+
 T = TypeVar("T")
 
 
@@ -76,3 +79,24 @@ class MappedFiles(Generic[T]):
                 with contextlib.suppress(BufferError):  # a query still holds a view
                     mm.close()
             self._maps.clear()
+
+
+def map_listed_segments(
+    files: MappedFiles[T], listing: Listing, before: Iterable[str]
+) -> tuple[list[tuple[int, T]], list[str], bool]:
+    """The segment files ``listing`` names (each by its start offset), in start order, mapped
+    through ``files``: ((start, mapping) of each one mapped, the path of each one listed,
+    whether every one was mapped). The mappings of ``before``'s files no longer listed are
+    dropped."""
+    named = sorted((start, name) for name in listing.names or ()
+                   if (start := parse_segment_name(name)) is not None)  # fmt: skip
+    paths = [os.path.join(listing.dir, name) for _, name in named]
+    files.forget(set(before) - set(paths))
+    mapped, complete = [], True
+    for (start, _), path in zip(named, paths, strict=True):
+        view = files.get(path)
+        if view is None:  # vanished, or too short yet
+            complete = False
+        else:
+            mapped.append((start, view))
+    return mapped, paths, complete

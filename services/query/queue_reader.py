@@ -16,8 +16,7 @@ import numpy as np
 
 from rmqstore.formats.consume_queue import UNIT_DTYPE, UNIT_SIZE
 from rmqstore.listing import Listing
-from rmqstore.mapped_files import MappedFiles
-from rmqstore.segments import parse_segment_name
+from rmqstore.mapped_files import MappedFiles, map_listed_segments
 
 PRE_BLANK_SIZE = 0x7FFFFFFF
 MAX_QUEUES = 65_536  # queues whose listing is kept
@@ -159,21 +158,10 @@ class QueueCatalog:
 
     def _map(self, queue: _Queue) -> None:
         """Map the segments of the queue's listing; forget the files no longer listed."""
-        named = sorted(
-            (start, name)
-            for name in queue.listing.names or ()
-            if (start := parse_segment_name(name)) is not None
-        )
-        paths = [os.path.join(queue.listing.dir, name) for _, name in named]
-        self._files.forget(set(queue.paths) - set(paths))
-        segments, complete = [], True
-        for (start, _), path in zip(named, paths, strict=True):
-            units = self._files.get(path)
-            if units is None:  # vanished, or too short to hold a unit
-                complete = False
-            elif start % UNIT_SIZE == 0:
-                segments.append(Segment(start // UNIT_SIZE, units))
-        queue.segments, queue.paths, queue.complete = segments, paths, complete
+        mapped, queue.paths, queue.complete = map_listed_segments(self._files, queue.listing,
+                                                                  queue.paths)  # fmt: skip
+        queue.segments = [Segment(start // UNIT_SIZE, units) for start, units in mapped
+                          if start % UNIT_SIZE == 0]  # fmt: skip
 
     def close(self) -> None:
         self._queues.clear()

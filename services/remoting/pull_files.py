@@ -17,7 +17,6 @@ written. A file listed but not mappable (gone meanwhile) makes the next use list
 import asyncio
 import bisect
 import mmap
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import compress, islice
@@ -28,8 +27,7 @@ from rmqstore.formats import consume_queue as cq
 from rmqstore.formats.commitlog import HEAD_SIZE, MAGICS, RECORD_HEAD, is_record_at
 from rmqstore.layout import StoreLayout
 from rmqstore.listing import Listing
-from rmqstore.mapped_files import FilePath, MappedFiles
-from rmqstore.segments import parse_segment_name
+from rmqstore.mapped_files import FilePath, MappedFiles, map_listed_segments
 
 UNIT = cq.UNIT
 UNIT_SIZE = cq.UNIT_SIZE
@@ -62,19 +60,10 @@ class MappedSegments:
         """Bring ``segs`` up to date with its directory: one ``stat`` while unchanged."""
         if not segs.listing.refresh() and segs.complete:
             return
-        named = sorted((start, name) for name in segs.listing.names or ()
-                       if (start := parse_segment_name(name)) is not None)  # fmt: skip
-        paths = [os.path.join(segs.listing.dir, name) for _, name in named]
-        self._files.forget(set(segs.paths) - set(paths))
-        starts, maps, complete = [], [], True
-        for (start, _), path in zip(named, paths, strict=True):
-            mm = self._files.get(path)
-            if mm is None:
-                complete = False
-                continue
-            starts.append(start)
-            maps.append(mm)
-        segs.starts, segs.maps, segs.paths, segs.complete = starts, maps, paths, complete
+        mapped, segs.paths, segs.complete = map_listed_segments(self._files, segs.listing,
+                                                                segs.paths)  # fmt: skip
+        segs.starts = [start for start, _ in mapped]
+        segs.maps = [mm for _, mm in mapped]
 
     def forget(self, segs: Segments) -> None:
         """Drop the mappings of ``segs`` (a pull still using one keeps it)."""
