@@ -20,17 +20,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Ports handed out are drawn below the kernel's ephemeral range (32768 and up on Linux), where
+# no outgoing connection of another test can take one between the check and the service's
+# bind (a port the kernel picked for ``bind(0)`` and let go can be). `serve --port-base`
+# ranges come from one part, single ports from another, so that neither takes the other's.
+BASES = range(20000, 30000 - 32)  # a base and the 32 ports above it
+PORTS = range(30000, 32768)
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for a service's metrics)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-# Port ranges handed to `serve --port-base` are drawn below the kernel's ephemeral range
-# (32768 and up on Linux), where no outgoing connection of another test can take a port
-# between the check and serve's bind.
-BASES = range(20000, 32768 - 32)
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a service to bind."""
+    while True:
+        port = random.choice(PORTS)
+        if _bindable(port):
+            return port
 
 
 def free_port_base(slots: Sequence[int]) -> int:
