@@ -3,12 +3,13 @@ process of its own by the proxy's consumer tests. One JSON line per event on std
 
     python_consumer.py send ENDPOINT TOPIC COUNT [PREFIX] [TAG] [MESSAGE_GROUP]
     python_consumer.py simple ENDPOINT GROUP TOPIC EXPECT [--leave-first] [--tags EXPR]
-        [--invisible S] [--stop-after N] [--slow S]
+        [--invisible S] [--stop-after N] [--slow S] [--await S]
     python_consumer.py push ENDPOINT GROUP TOPIC [--fail]   (runs until stdin closes)
 
 ``simple`` receives (batch 32) and acks until EXPECT distinct messages are acked; with
 ``--leave-first`` the first message is not acked and must come back (attempt 2) before it is;
-``--stop-after N`` exits (code 3) after N acks, without shutting down cleanly.
+``--stop-after N`` exits (code 3) after N acks, without shutting down cleanly; ``--await S``
+is how long a receive may be held (long polling) when nothing is there (default 5).
 
 Every line carries ``mono``, the process's ``time.monotonic()`` when it was written (one
 clock for every process of the machine); ``acking`` is written just before an ack is sent.
@@ -70,7 +71,8 @@ def send(a):
 
 def simple(a):
     consumer = SimpleConsumer(
-        config(a.endpoint), a.group, {a.topic: FilterExpression(a.tags)}, await_duration=5
+        config(a.endpoint), a.group, {a.topic: FilterExpression(a.tags)},
+        await_duration=a.await_s,
     )
     consumer.startup()
     acked, left = set(), None
@@ -133,6 +135,7 @@ s.add_argument("--tags", default="*")
 s.add_argument("--invisible", type=int, default=15)
 s.add_argument("--stop-after", type=int, default=0)
 s.add_argument("--slow", type=float, default=0.0, help="seconds of work per message")
+s.add_argument("--await", dest="await_s", type=int, default=5)
 s = sub.add_parser("push")
 for name in ("endpoint", "group", "topic"):
     s.add_argument(name)
