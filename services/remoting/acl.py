@@ -100,12 +100,12 @@ class Accounts:
     def __init__(self, store_key: tuple[str, str] = ("", ""), path: Path | None = None) -> None:
         self.store_key = store_key
         self.path = path
-        self._stamp: tuple[int, int] | None = None
+        self._stamp: tuple[int, int, int] | None = None
         self._checked_at = time.monotonic()
         self.config = self._with_store_key(AclConfig())
         if path is not None:
+            self._stamp = self._stat()  # before the read: a change meanwhile is read again
             self.config = self._with_store_key(parse_acl(path.read_text()))  # AclFileError
-            self._stamp = self._stat()
 
     def _with_store_key(self, config: AclConfig) -> AclConfig:
         key, secret = self.store_key
@@ -114,13 +114,14 @@ class Accounts:
         return AclConfig(config.global_white,
                          {**config.accounts, key: Account(key, secret, admin=True)})  # fmt: skip
 
-    def _stat(self) -> tuple[int, int] | None:
+    def _stat(self) -> tuple[int, int, int] | None:
+        """The file's (inode, mtime, size): a Secret's update swaps in another file."""
         assert self.path is not None
         try:
             st = os.stat(self.path)
         except OSError:
             return None
-        return st.st_mtime_ns, st.st_size
+        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def current(self) -> AclConfig:
         """The accounts, the file looked at again when ``RELOAD_CHECK_S`` have passed."""
