@@ -24,15 +24,34 @@ ROOT = Path(__file__).resolve().parents[1]
 # no outgoing connection of another test can take one between the check and the service's
 # bind (a port the kernel picked for ``bind(0)`` and let go can be). `serve --port-base`
 # ranges come from one part, single ports from another, so that neither takes the other's.
+# Tests often take a port long before a service binds it (a node restarted on the same
+# address): a process never hands out a port twice, and each xdist worker draws from a part
+# of ``PORTS`` of its own, so two tests never hold the same port unbound.
 BASES = range(20000, 30000 - 32)  # a base and the 32 ports above it
-PORTS = range(30000, 32768)
+PORTS = range(10000, 20000)
+WORKER_SLICES = 4  # gw0..gw3 draw from a quarter of PORTS each (others: from all of it)
+_handed_out: set[int] = set()
+
+
+def _worker_ports() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or not worker[2:].isdigit():
+        return PORTS
+    n = int(worker[2:]) % WORKER_SLICES
+    size = len(PORTS) // WORKER_SLICES
+    return range(PORTS.start + n * size, PORTS.start + (n + 1) * size)
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now, for a service to bind."""
+    """A TCP port on 127.0.0.1 that nothing listens on now, for a service to bind; never one
+    this process handed out before."""
+    ports = _worker_ports()
+    if len(_handed_out) > len(ports) // 2:
+        _handed_out.clear()  # a very long run: start again
     while True:
-        port = random.choice(PORTS)
-        if _bindable(port):
+        port = random.choice(ports)
+        if port not in _handed_out and _bindable(port):
+            _handed_out.add(port)
             return port
 
 

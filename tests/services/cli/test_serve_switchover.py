@@ -6,6 +6,7 @@ proxy's writer, still drained."""
 import subprocess
 import sys
 
+import grpc
 import pytest
 
 from rmqstore.broker_perm import READ_ONLY
@@ -58,9 +59,17 @@ def test_two_serve_nodes_replicate_and_switch_over(tmp_path):
         end = _end(master)
         wait_for(lambda: _end(slave) == end, 60, "the slave node to catch up")
         q = query_pb2_grpc.QueryStub(channel(slave.address(1)))
-        wait_for(lambda: q.QueryByKey(query_pb2.QueryByKeyRequest(
-            topic="Orders", key="order-7"), timeout=10).messages, 60,
-            "order-7 found on the slave node")  # fmt: skip
+
+        def found() -> bool:  # NOT_FOUND until the slave's index builder has the topic
+            try:
+                return bool(q.QueryByKey(query_pb2.QueryByKeyRequest(
+                    topic="Orders", key="order-7"), timeout=10).messages)  # fmt: skip
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.NOT_FOUND:
+                    raise
+                return False
+
+        wait_for(found, 60, "order-7 found on the slave node")
 
         assert _perm(master, READ_ONLY) == READ_ONLY  # the broker group drained
         wait_for(lambda: _perm(slave) == READ_ONLY, 60, "the slave to copy the drain")
