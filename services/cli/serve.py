@@ -25,8 +25,10 @@ import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 from rmqstore import access_keys, tls
+from rmqstore.formats import plain_acl
 from rmqstore.remoting_net import parse_namesrv
 from rmqstore.startup import PARENT_PID_ENV, StopSignal
 from services.cli.errors import UNAVAILABLE, USAGE, CliError
@@ -186,6 +188,15 @@ def _check_keys(args: argparse.Namespace) -> None:
                              f"{access_keys.SECRET_KEY_ENV}")  # fmt: skip
     except ValueError as e:
         raise CliError(str(e), USAGE) from None
+    if args.acl_file:
+        if args.remoting_unsigned:
+            raise CliError("--remoting-unsigned and --acl-file go against each other: let "
+                           "unsigned clients in with the file's globalWhiteRemoteAddresses",
+                           USAGE)  # fmt: skip
+        try:
+            plain_acl.parse(Path(args.acl_file).read_text())
+        except (OSError, plain_acl.AclFileError) as e:
+            raise CliError(f"--acl-file {args.acl_file}: {e}", USAGE) from None
 
 
 def _check_namesrv(args: argparse.Namespace) -> None:

@@ -235,3 +235,28 @@ def test_serve_gives_the_remoting_broker_its_acl_file_with_or_without_an_access_
         given = cmd[cmd.index("--acl-file") + 1]
         assert given.endswith("/acl/plain_acl.yml") and given.startswith("/")  # absolute
         assert ("--acl" in cmd) is bool(extra)  # the file alone turns the check on
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "words"),
+    [
+        ("accounts:\n  - {accessKey: abc, secretKey: 12345678}\n", [],
+         "accounts[0]: accessKey and secretKey must be more than 6 characters"),
+        (None, [], "No such file"),
+        ("accounts: []\n", ["--access-key", "AK", "--remoting-unsigned"],
+         "--remoting-unsigned and --acl-file go against each other"),
+    ],
+)  # fmt: skip
+def test_serve_refuses_an_acl_file_it_cannot_apply_before_starting_anything(
+    tmp_path, content, extra, words
+):
+    acl = tmp_path / "plain_acl.yml"
+    if content is not None:
+        acl.write_text(content)
+    env = {**os.environ, "RMQSTORE_SECRET_KEY": "s3cret"}
+    argv = ["serve", "--store", str(tmp_path / "store"), "--acl-file", str(acl), *extra]
+    r = subprocess.run([sys.executable, "-m", "services.cli.main", *argv], cwd=procs.ROOT,
+                       capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 2 and len(lines) == 1 and words in lines[0], r.stderr
+    assert not (tmp_path / "store").exists()
