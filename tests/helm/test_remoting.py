@@ -268,3 +268,11 @@ def test_an_acl_secret_is_mounted_and_read_as_plain_acl_yml() -> None:
     plain = _containers(render({}))["remoting"]
     assert "--acl-file" not in plain["args"]
     assert "remoting-acl" not in {m["name"] for m in plain["volumeMounts"]}
+
+
+def test_an_acl_secret_with_unsigned_requests_allowed_does_not_render() -> None:
+    import helm_python as helm
+
+    with pytest.raises(helm.HelmError, match="allowUnauthenticated and remoting.aclSecret go "
+                                             "against each other"):  # fmt: skip
+        render({"remoting": {"aclSecret": "rmq-acl", "allowUnauthenticated": True}})
